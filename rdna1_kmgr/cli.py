@@ -50,3 +50,6 @@ def rollback():
 def status():
     """Show what is installed per kernel (not built yet)."""
     _not_built("status", "journaled install and crash-safe rollback")
+
+
+# Commands that are built live in rdna1_kmgr/commands/, one module each.

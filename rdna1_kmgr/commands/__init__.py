@@ -1,0 +1,1 @@
+"""One module per command: each parses its options, calls the concept modules and prints."""
