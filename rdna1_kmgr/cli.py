@@ -53,3 +53,5 @@ def status():
 
 
 # Commands that are built live in rdna1_kmgr/commands/, one module each.
+from .commands.detect import detect  # noqa: E402
+main.add_command(detect)
