@@ -6,6 +6,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -246,7 +247,7 @@ def test_real_cli_text_says_when_there_is_no_rdna1_gpu():
 
 
 def test_installed_console_script_runs():
-    script = shutil.which("rdna1-kmgr") or str(Path(os.sys.executable).parent / "rdna1-kmgr")
+    script = shutil.which("rdna1-kmgr") or str(Path(sys.executable).parent / "rdna1-kmgr")
     proc = subprocess.run([script, "detect", "--json"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["kernel_release"] == os.uname().release

@@ -38,17 +38,16 @@ def detect(as_json: bool, sysroot: str, target: str):
 
 
 def report(facts: HostFacts) -> str:
-    def yes_no(flag: bool) -> str:
-        return "yes" if flag else "no"
-
+    # DKMS is only asked of the running host; a sysroot's DKMS is not read.
+    dkms = facts.dkms_version or ("not installed" if facts.sysroot == Path("/") else "not read (sysroot)")
     lines = [
         f"kernel       {facts.kernel_release}",
         f"distro       {facts.distro_name or facts.distro_id or 'unknown'}",
         f"headers      {'present' if facts.headers_present else 'missing'} ({facts.headers_path})",
-        f"dkms         {facts.dkms_version or ('not installed' if facts.sysroot == Path('/') else 'not read (sysroot)')}",
+        f"dkms         {dkms}",
         f"secure boot  {facts.secure_boot_state}",
         f"iommu        {'on' if facts.iommu_enabled else 'off'}",
-        f"kvm          {yes_no(facts.kvm_present)} (/dev/kvm)",
+        f"kvm          {'yes' if facts.kvm_present else 'no'} (/dev/kvm)",
     ]
     target = facts.target
     lines.append("display devices:" if facts.display_devices else "display devices: none")
