@@ -1,0 +1,134 @@
+"""Finding places in kernel C source by what they are (a function, a statement), never by line number.
+
+Stable point releases move lines and reflow code; anchoring on a function's body and on a statement's
+text (compared with white space folded) keeps a hook in place across them. Each lookup raises
+AnchorNotFound naming the file and what was missing, so a renderer can refuse with one clear line.
+"""
+
+import re
+from dataclasses import dataclass
+
+
+class AnchorNotFound(Exception):
+    def __init__(self, path: str, what: str):
+        super().__init__(f"{path}: {what} not found")
+        self.path = path
+        self.what = what
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int  # offset of the first character
+    end: int  # offset just past the last character
+
+
+def _skip_literal(text: str, i: int) -> int:
+    """Offset past the comment, string or char literal starting at i (or i itself if none starts there)."""
+    if text.startswith("/*", i):
+        end = text.find("*/", i + 2)
+        return len(text) if end < 0 else end + 2
+    if text.startswith("//", i):
+        end = text.find("\n", i)
+        return len(text) if end < 0 else end
+    if text[i] in "\"'":
+        quote, j = text[i], i + 1
+        while j < len(text) and text[j] != quote:
+            j += 2 if text[j] == "\\" else 1
+        return j + 1
+    return i
+
+
+def matching_brace(text: str, open_at: int) -> int:
+    """Offset of the '}' closing the '{' at open_at, skipping comments and literals."""
+    depth, i = 0, open_at
+    while i < len(text):
+        skipped = _skip_literal(text, i)
+        if skipped != i:
+            i = skipped
+            continue
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ValueError("unbalanced braces")
+
+
+def definition(text: str, path: str, name: str) -> Span:
+    """The whole top-level definition of function or initialised variable `name`, from its first line
+    to its closing '}' (or '};').
+
+    A definition starts at the beginning of a line (kernel style) and is followed by '{' before any ';',
+    which tells it apart from prototypes and calls.
+    """
+    head = re.compile(rf"^[A-Za-z_][^;{{}}()]*\b{re.escape(name)}\s*(\([^;{{]*?\))?\s*(=\s*)?\{{", re.M | re.S)
+    for match in head.finditer(text):
+        close = matching_brace(text, match.end() - 1)
+        end = close + 1
+        if text.startswith(";", end):
+            end += 1
+        return Span(match.start(), end)
+    raise AnchorNotFound(path, f"function {name}()")
+
+
+def body(text: str, path: str, function: str) -> Span:
+    """The inside of a function's braces: from after '{' to the closing '}'."""
+    whole = definition(text, path, function)
+    open_at = text.index("{", whole.start)
+    return Span(open_at + 1, matching_brace(text, open_at))
+
+
+def _folded(statement: str) -> re.Pattern:
+    """A pattern matching `statement` with any run of white space (including none around punctuation)."""
+    parts = [re.escape(tok) for tok in re.findall(r"\w+|\S", statement)]
+    return re.compile(r"\s*".join(parts))
+
+
+def statement(text: str, path: str, function: str, stmt: str) -> Span:
+    """The first occurrence of statement `stmt` inside `function`, extended to whole lines."""
+    inside = body(text, path, function)
+    match = _folded(stmt).search(text, inside.start, inside.end)
+    if not match:
+        raise AnchorNotFound(path, f"statement `{stmt}` in {function}()")
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    return Span(start, len(text) if end < 0 else end + 1)
+
+
+def comment_above(text: str, offset: int) -> int:
+    """Start of the comment block directly above the line at offset (offset itself if none), so an
+    insertion does not come between a statement and the comment that explains it."""
+    lines = text[:offset].splitlines(keepends=True)
+    start = offset
+    while lines:
+        stripped = lines[-1].strip()
+        if not (stripped.startswith(("/*", "*", "//")) or stripped.endswith("*/")) or not stripped:
+            break
+        start -= len(lines.pop())
+    return start
+
+
+def top_line(text: str, path: str, line: str) -> Span:
+    """A whole top-level line, e.g. a Makefile rule, matched with white space folded."""
+    match = re.compile(r"^" + _folded(line).pattern + r"[ \t]*$", re.M).search(text)
+    if not match:
+        raise AnchorNotFound(path, f"line `{line}`")
+    return Span(match.start(), match.end() + 1)
+
+
+def after_includes(text: str, path: str) -> int:
+    """Offset just after the last #include line of the file's leading include block."""
+    last = None
+    for match in re.finditer(r"^#include\s+[<\"][^>\"]+[>\"][^\n]*\n", text, re.M):
+        last = match
+    if last is None:
+        raise AnchorNotFound(path, "#include block")
+    return last.end()
+
+
+def indentation_at(text: str, offset: int) -> str:
+    """The leading white space of the line containing offset."""
+    start = text.rfind("\n", 0, offset) + 1
+    return re.match(r"[ \t]*", text[start:]).group(0)
