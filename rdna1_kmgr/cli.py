@@ -1,16 +1,11 @@
 """The command line: a thin click layer over the modules that do the work."""
 
-import json
 import sys
 
 import click
 
 from . import __version__
 from .errors import KmgrError, NotBuiltYet
-
-
-def emit_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True))
 
 
 class KmgrGroup(click.Group):
@@ -55,3 +50,6 @@ def status():
 # Commands that are built live in rdna1_kmgr/commands/, one module each.
 from .commands.detect import detect  # noqa: E402
 main.add_command(detect)
+from .commands.render import quirks, render  # noqa: E402
+main.add_command(render)
+main.add_command(quirks)

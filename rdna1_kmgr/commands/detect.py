@@ -7,6 +7,7 @@ import click
 from .. import validate
 from ..devices import DEFAULT_TARGET, chip_of, format_id, is_rdna1
 from ..host import HostFacts, detect as detect_host
+from ..output import emit_json
 
 
 @click.command()
@@ -27,9 +28,6 @@ from ..host import HostFacts, detect as detect_host
 )
 def detect(as_json: bool, sysroot: str, target: str):
     """Report kernel, distro, GPUs, headers, DKMS, Secure Boot, IOMMU and KVM. Changes nothing."""
-    # cli.py imports this module at its end: importing cli at the top would be circular.
-    from ..cli import emit_json
-
     facts = detect_host(validate.existing_dir(sysroot, "sysroot"), validate.pci_device_id(target))
     if as_json:
         emit_json(facts.to_json())

@@ -1,0 +1,53 @@
+"""`rdna1-kmgr render` and `rdna1-kmgr quirks`: the patch series for a kernel source, and the catalog."""
+
+from pathlib import Path
+
+import click
+
+from .. import catalog, validate
+from ..devices import format_id
+from ..output import emit_json
+from ..render import render as render_series
+
+
+@click.command()
+@click.option("--source", "source", required=True, metavar="SRC",
+              help="Kernel source root (its top Makefile and drivers/gpu/drm/amd are enough).")
+@click.option("--out", "out", required=True, metavar="OUT", help="Folder for series, patches and manifest.json.")
+@click.option("--quirk", "quirks", multiple=True, metavar="ID", help="Render only this quirk (repeatable; default all).")
+@click.option("--device", "devices", multiple=True, metavar="0xNNNN",
+              help="RDNA1 PCI device id the quirks apply to (repeatable; default 0x731F).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, ...], as_json: bool):
+    """Render the amdgpu/amdkfd patch series for a kernel source."""
+    src = validate.existing_dir(source, "kernel source")
+    ids = [validate.pci_device_id(d) for d in devices]
+    manifest = render_series(src, Path(out), list(quirks), ids)
+    if as_json:
+        emit_json(manifest)
+        return
+    click.echo(f"Linux {manifest['kernel_version']}: {len(manifest['series'])} patches in {Path(out).resolve()}")
+    for name in manifest["series"]:
+        click.echo(f"  {name}")
+    variants = ", ".join(f"{q['id']} ({q['variant']})" for q in manifest["quirks"])
+    click.echo(f"quirks: {variants}; devices: {' '.join(manifest['devices'])}; "
+               f"self-test cases: {manifest['selftest_cases']}")
+    click.echo(f"apply with: for p in $(cat {out}/series); do patch -p1 -d {src} < {out}/$p; done")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
+def quirks(as_json: bool):
+    """List the quirks in the catalog and the kernels each variant covers."""
+    found = sorted(catalog.load_quirks().values(), key=lambda q: q.bit)
+    if as_json:
+        emit_json([
+            dict(id=q.id, bit=q.bit, mask=format_id(1 << q.bit), summary=q.summary,
+                 variants=[dict(id=v.id, kernels=str(v.kernels)) for v in q.variants])
+            for q in found
+        ])
+        return
+    for q in found:
+        click.echo(f"{q.id} (rdna1_quirks bit {q.bit}): {q.summary}")
+        for v in q.variants:
+            click.echo(f"    {v.id:<18} Linux {v.kernels}")
