@@ -76,8 +76,11 @@ class Quirk:
         return self.id.replace("-", "_")
 
     def variant_for(self, version: Version) -> Variant:
+        # A kernel's -rc1 already has the shape of its release (the merge window is over), so X.Y-rcN
+        # is matched as X.Y, not as a pre-release that `>=X.Y` would leave out.
+        release = Version(version.base_version)
         for variant in self.variants:
-            if variant.kernels.contains(version, prereleases=True):
+            if variant.kernels.contains(release):
                 return variant
         raise SourceError(
             f"quirk {self.id} has no template variant for Linux {version}",

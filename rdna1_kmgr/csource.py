@@ -104,7 +104,7 @@ def comment_above(text: str, offset: int) -> int:
     start = offset
     while lines:
         stripped = lines[-1].strip()
-        if not (stripped.startswith(("/*", "*", "//")) or stripped.endswith("*/")) or not stripped:
+        if not stripped.startswith(("/*", "*", "//")):
             break
         start -= len(lines.pop())
     return start
