@@ -195,18 +195,23 @@ class PrivateArchive:
         return proc.stdout
 
     def _apt_get(self, args: list[str], doing: str, cwd: Path | None = None, show_output: bool = False) -> None:
-        command = ["apt-get", *self.apt_options(), *args]
-        with tempfile.TemporaryFile(mode="w+") as errors:
-            if show_output and _stderr_is_terminal():
-                # apt draws its own live progress line when its stdout is a terminal.
-                code = subprocess.run(command, cwd=cwd, stdout=sys.stderr.fileno(), stderr=errors).returncode
-            else:
-                code = _run_forwarding_lines(command, cwd, errors, forward=show_output)
-            errors.seek(0)
-            message = errors.read()
-        if code != 0:
-            raise HostError(f"{doing} failed: {_last_line(message)}",
-                            "check network access to deb.debian.org and run again")
+        run_apt(["apt-get", *self.apt_options(), *args], doing, cwd=cwd, show_output=show_output)
+
+
+def run_apt(command: list[str], doing: str, cwd: Path | None = None, show_output: bool = False,
+            env: dict[str, str] | None = None, hint: str = "check network access to deb.debian.org and run again") -> None:
+    """Run an apt program; its errors become a HostError. With show_output its progress goes to stderr:
+    apt's own live line on a terminal, its few plain lines (Get:, Fetched) elsewhere."""
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        if show_output and _stderr_is_terminal():
+            # apt draws its live progress line when its stdout is a terminal.
+            code = subprocess.run(command, cwd=cwd, env=env, stdout=sys.stderr.fileno(), stderr=errors).returncode
+        else:
+            code = _run_forwarding_lines(command, cwd, env, errors, forward=show_output)
+        errors.seek(0)
+        message = errors.read()
+    if code != 0:
+        raise HostError(f"{doing} failed: {_last_line(message)}", hint)
 
 
 def current_kernel_abi(suite: str, flavour: str = "amd64") -> str:
@@ -279,8 +284,8 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
-def _run_forwarding_lines(command: list[str], cwd: Path | None, errors, forward: bool) -> int:
-    with subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=errors, text=True) as proc:
+def _run_forwarding_lines(command: list[str], cwd: Path | None, env, errors, forward: bool) -> int:
+    with subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True) as proc:
         for line in proc.stdout:
             if forward and line.strip():
                 sys.stderr.write(line)
