@@ -1,0 +1,42 @@
+#!/bin/sh
+# Install rdna1-kmgr on Debian or Ubuntu: the system packages it drives (DKMS, kbuild's tools, kmod,
+# QEMU), a Python environment in /opt/rdna1-kmgr and the command /usr/local/sbin/rdna1-kmgr.
+#   sudo ./install.sh           the tool
+#   sudo ./install.sh --test    the tool, plus what its test suite needs
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+prefix=/opt/rdna1-kmgr
+with_tests=no
+case "${1:-}" in
+    "") ;;
+    --test) with_tests=yes ;;
+    *) echo "install.sh: unknown option '$1': use no option, or --test" >&2; exit 2 ;;
+esac
+if [ "$(id -u)" != 0 ]; then
+    echo "install.sh: must run as root: sudo ./install.sh" >&2
+    exit 1
+fi
+. /etc/os-release
+case " ${ID:-} ${ID_LIKE:-} " in
+    *" debian "*|*" ubuntu "*) ;;
+    *) echo "install.sh: only Debian and Ubuntu are supported here (found ${ID:-unknown})" >&2; exit 1 ;;
+esac
+
+export DEBIAN_FRONTEND=noninteractive
+packages="python3 python3-venv python3-pip ca-certificates
+    dkms kmod patch xz-utils openssl mokutil make gcc bc bison flex libelf-dev libssl-dev dwarves
+    initramfs-tools qemu-system-x86 busybox-static pciutils"
+[ "$with_tests" = yes ] && packages="$packages ccache"
+echo "install.sh: installing system packages"
+apt-get update -q
+# shellcheck disable=SC2086 # one word a package
+apt-get install -y -q --no-install-recommends $packages
+
+echo "install.sh: installing rdna1-kmgr into $prefix"
+[ -x "$prefix/bin/python" ] || /usr/bin/python3 -m venv "$prefix"
+spec=$here
+[ "$with_tests" = yes ] && spec="$here[test]"
+"$prefix/bin/pip" install -q --disable-pip-version-check --upgrade "$spec"
+ln -sf "$prefix/bin/rdna1-kmgr" /usr/local/sbin/rdna1-kmgr
+echo "install.sh: done: $(/usr/local/sbin/rdna1-kmgr --version)"
