@@ -1,0 +1,127 @@
+"""Fixtures shared by the test suite: real Debian kernel sources and real kernel headers.
+
+Real sources are fetched from deb.debian.org through rdna1_kmgr.archive and unpacked through
+rdna1_kmgr.source, into a persistent test cache that outlives test runs:
+
+    $RDNA1_KMGR_TEST_CACHE (default /var/cache/rdna1-kmgr-tests)
+        apt/<suite>/   private package lists, refreshed when a day old
+        debs/          the linux-source .debs (~140-165 MB each)
+        src/<version>/ the unpacked amd subsets (~410-540 MB each)
+
+The first run downloads and unpacks (a few seconds to download each .deb here, ~15-25 s to unpack); later
+runs only ask the cached lists which version is current and find it unpacked. Several sessions may share the
+cache at once: entries are locked and published atomically.
+
+Every test that uses one of these fixtures is marked `realsource` (deselect with -m "not realsource").
+"""
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from rdna1_kmgr import archive, packages, source
+
+TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"
+DEFAULT_TEST_CACHE = "/var/cache/rdna1-kmgr-tests"
+
+# Fixtures that reach the Debian archive (and, for headers, install packages on this machine).
+REAL_FIXTURES = {"real_source_61", "real_source_612", "real_source_72", "headers_61", "headers_612",
+                 "persistent_cache"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.realsource)
+
+
+def persistent_cache_root() -> Path:
+    """The persistent cache real fixtures fill (created on first use)."""
+    root = Path(os.environ.get(TEST_CACHE_ENV, DEFAULT_TEST_CACHE))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@contextmanager
+def _using_test_cache() -> Iterator[Path]:
+    """Point rdna1_kmgr's cache_dir() at the persistent test cache for a while (session fixtures cannot use
+    monkeypatch)."""
+    root = persistent_cache_root()
+    before = os.environ.get("RDNA1_KMGR_CACHE")
+    os.environ["RDNA1_KMGR_CACHE"] = str(root)
+    try:
+        yield root
+    finally:
+        if before is None:
+            del os.environ["RDNA1_KMGR_CACHE"]
+        else:
+            os.environ["RDNA1_KMGR_CACHE"] = before
+
+
+@pytest.fixture
+def persistent_cache(monkeypatch) -> Path:
+    """For one test: rdna1_kmgr's cache_dir() is the persistent test cache (so its apt lists, .debs and
+    unpacked trees are shared with the session fixtures below instead of fetched again)."""
+    root = persistent_cache_root()
+    monkeypatch.setenv("RDNA1_KMGR_CACHE", str(root))
+    return root
+
+
+def current_debian_source(package: str, suite: str) -> Path:
+    """The unpacked amd subset of the newest `package` (linux-source-X.Y) Debian `suite` has today."""
+    with _using_test_cache():
+        version = archive.PrivateArchive(suite).candidate(package)
+        if version is None:
+            pytest.fail(f"Debian {suite} no longer has {package}; update the fixture to a series it has")
+        return source.fetch_debian_source(version, suite)
+
+
+@pytest.fixture(scope="session")
+def real_source_61() -> Path:
+    """linux-source-6.1 from bookworm-security, the version current today (6.1.192-2 when written):
+    a tree with the top Makefile and drivers/gpu/drm/amd. Matches `headers_61`."""
+    return current_debian_source("linux-source-6.1", "bookworm-security")
+
+
+@pytest.fixture(scope="session")
+def real_source_612() -> Path:
+    """linux-source-6.12 from bookworm-backports (6.12.95-1~bpo12+1 when written). Matches `headers_612`."""
+    return current_debian_source("linux-source-6.12", "bookworm-backports")
+
+
+@pytest.fixture(scope="session")
+def real_source_72() -> Path:
+    """linux-source-7.2 from sid (7.2.13-1 when written). No headers fixture: sid's need sid's toolchain,
+    so this tree is for rendering and applying patches only."""
+    return current_debian_source("linux-source-7.2", "sid")
+
+
+def installed_headers(suite: str) -> str:
+    """The kernel release `suite`'s linux-headers-amd64 points to today, with its headers, DKMS and the build
+    tools installed on this machine (through rdna1_kmgr.packages, installing what is missing)."""
+    with _using_test_cache():
+        krel = archive.current_kernel_abi(suite)
+        apt = packages.Apt()
+        missing = apt.missing(apt.required(krel))
+        if missing and os.geteuid() != 0:
+            pytest.skip(f"installing {' '.join(missing)} needs root")
+        packages.ensure_prerequisites(krel, yes=True, manager=apt)
+    return krel
+
+
+@pytest.fixture(scope="session")
+def headers_61() -> str:
+    """The release "6.1.0-NN-amd64" bookworm-security's metapackage points to, headers installed
+    (/lib/modules/<release>/build exists). Installs packages when missing: root only, skipped otherwise."""
+    return installed_headers("bookworm-security")
+
+
+@pytest.fixture(scope="session")
+def headers_612() -> str:
+    """The release "6.12.NN+deb12-amd64" bookworm-backports' metapackage points to, headers installed from
+    bookworm-backports (adding /etc/apt/sources.list.d/rdna1-kmgr-backports.sources if the system does not
+    list backports yet). Installs packages when missing: root only, skipped otherwise."""
+    return installed_headers("bookworm-backports")
