@@ -180,16 +180,32 @@ def assemble(
 # --- running dkms ---------------------------------------------------------------------------------
 
 
-def _dkms_binary() -> str:
-    path = shutil.which("dkms")
-    if not path:
+def require_dkms() -> None:
+    if not shutil.which("dkms"):
         raise HostError("dkms is not installed", "install it (apt install dkms) or let `rdna1-kmgr build` do it")
-    return path
+
+
+def command(args: list[str], trees: Trees) -> list[str]:
+    """The argument list of one dkms call (also what --dry-run prints)."""
+    return ["dkms", *args, *trees.cli_args()]
+
+
+def add_args(package: Package) -> list[str]:
+    return ["add", "-m", package.name, "-v", package.version]
+
+
+def build_args(package: Package, kernel: str, jobs: int) -> list[str]:
+    return ["build", "-m", package.name, "-v", package.version, "-k", kernel, "-j", str(jobs)]
+
+
+def remove_args(package: Package, kernel: str | None) -> list[str]:
+    return ["remove", "-m", package.name, "-v", package.version, *(["-k", kernel] if kernel else ["--all"])]
 
 
 def _run(args: list[str], trees: Trees, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    require_dkms()
     return subprocess.run(
-        [_dkms_binary(), *args, *trees.cli_args()],
+        command(args, trees),
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
@@ -236,7 +252,7 @@ def add(package: Package, trees: Trees) -> None:
     trees.dkms.mkdir(parents=True, exist_ok=True)
     if any(e.version == package.version for e in status(package.name, trees)):
         return
-    result = _run(["add", "-m", package.name, "-v", package.version], trees)
+    result = _run(add_args(package), trees)
     if result.returncode != 0:
         raise BuildError(f"dkms add {package.ref} failed: {_last_error(result)}")
 
@@ -244,8 +260,7 @@ def add(package: Package, trees: Trees) -> None:
 def remove(package: Package, trees: Trees, kernel: str | None = None) -> None:
     """Unregister the version (for one kernel, or entirely: then its source directory goes too)."""
     if any(e.version == package.version for e in status(package.name, trees)):
-        target = ["-k", kernel] if kernel else ["--all"]
-        result = _run(["remove", "-m", package.name, "-v", package.version, *target], trees)
+        result = _run(remove_args(package, kernel), trees)
         if result.returncode != 0:
             raise BuildError(f"dkms remove {package.ref} failed: {_last_error(result)}")
     if kernel is None or not any(e.version == package.version for e in status(package.name, trees)):
@@ -354,9 +369,9 @@ def build(
     tail = _LogTail(make_log, count)
     follower = threading.Thread(target=tail.run, daemon=True)
     follower.start()
+    require_dkms()
     proc = subprocess.Popen(
-        [_dkms_binary(), "build", "-m", package.name, "-v", package.version, "-k", kernel, "-j", str(jobs),
-         *trees.cli_args()],
+        command(build_args(package, kernel, jobs), trees),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -1,0 +1,78 @@
+"""`rdna1-kmgr build`: render, DKMS-build, sign and verify amdgpu for one kernel."""
+
+import sys
+
+import click
+
+from .. import validate
+from ..build import BuildRequest, default_jobs, plan, run
+from ..errors import UsageError
+from ..output import emit_json
+
+
+def _confirm_install(plan_) -> bool:
+    if not sys.stdin.isatty():
+        return False  # nobody to ask: packages.ensure_prerequisites names what is missing
+    click.echo("To build, these packages are needed:", err=True)
+    for step in plan_.describe():
+        click.echo(f"  {step}", err=True)
+    return click.confirm("Install them now?", default=True, err=True)
+
+
+@click.command()
+@click.option("--kernel", metavar="KREL", help="Kernel release to build for (default: the running kernel).")
+@click.option("--source", metavar="PATH|URL",
+              help="Driver source: an unpacked tree, a tarball or .deb, or a tarball URL (default: the distro's).")
+@click.option("--sha256", metavar="HEX", help="Expected SHA-256 of the --source tarball.")
+@click.option("--quirk", "quirks", multiple=True, metavar="ID", help="Only this quirk (repeatable; default all).")
+@click.option("--device", "devices", multiple=True, metavar="0xNNNN",
+              help="RDNA1 PCI device id the quirks apply to (repeatable; default 0x731F).")
+@click.option("-j", "--jobs", type=int, metavar="N", help=f"Parallel compile jobs (default: cores + 1 = {default_jobs()}).")
+@click.option("--key", metavar="FILE", help="Private key to sign with (with --cert; default: the distro's DKMS key).")
+@click.option("--cert", metavar="FILE", help="Certificate of --key (DER or PEM).")
+@click.option("--yes", is_flag=True, help="Install missing prerequisites without asking.")
+@click.option("--no-install", is_flag=True, help="Fail, naming the missing prerequisites, instead of installing them.")
+@click.option("--dry-run", is_flag=True, help="Print the plan with its exact commands; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object describing the built module.")
+def build(kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_install, dry_run, as_json):
+    """Build the patched amdgpu module for a kernel through DKMS, sign it and verify it."""
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"invalid job count {jobs}", "give -j 1 or more")
+    if yes and no_install:
+        raise UsageError("--yes and --no-install contradict each other", "give one of them")
+    if sha256 and not source:
+        raise UsageError("--sha256 needs --source", "give the tarball it is the hash of")
+    request = BuildRequest(
+        kernel=validate.kernel_release(kernel) if kernel is not None else None,
+        source=source,
+        sha256=sha256,
+        quirks=list(quirks) or None,
+        devices=[validate.pci_device_id(d) for d in devices] or None,
+        jobs=jobs,
+        yes=yes,
+        no_install=no_install,
+        key=key,
+        cert=cert,
+    )
+    if dry_run:
+        steps = plan(request)
+        if as_json:
+            emit_json({"dry_run": True, "plan": steps})
+        else:
+            click.echo("\n".join(steps))
+        return
+    result = run(request, confirm=_confirm_install)
+    if as_json:
+        emit_json(result)
+        return
+    verb = "reused" if result["reused"] else f"built in {result['seconds']} s"
+    click.echo(f"{result['module']} ({verb})")
+    click.echo(f"  kernel {result['kernel']}, package {result['package']}/{result['package_version']}")
+    click.echo(f"  signed by {result['signer']!r}, verified against {result['certificate']}")
+    click.echo(f"  quirks {' '.join(result['quirks'])}; devices {' '.join(result['devices'])}; "
+               f"parameters {' '.join(result['parameters'])}")
+    click.echo(f"  sha256 {result['sha256']}")
+    for old in result["removed_versions"]:
+        click.echo(f"  removed the older build {result['package']}/{old}")
+    for old in result["kept_installed_versions"]:
+        click.echo(f"  kept {result['package']}/{old}: it is installed (`rdna1-kmgr install` replaces it)")

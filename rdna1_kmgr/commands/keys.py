@@ -1,0 +1,97 @@
+"""`rdna1-kmgr keys status|generate|enroll`: the module-signing key and its Secure Boot enrollment."""
+
+from pathlib import Path
+
+import click
+
+from .. import signing
+from ..host import detect
+from ..output import emit_json
+
+_key_options = [
+    click.option("--key", metavar="FILE", help="Private key (with --cert; default: the distro's DKMS key)."),
+    click.option("--cert", metavar="FILE", help="Its certificate (DER or PEM)."),
+]
+
+
+def _with_key_options(func):
+    for option in reversed(_key_options):
+        func = option(func)
+    return func
+
+
+@click.group()
+def keys():
+    """The key DKMS signs the module with, and whether Secure Boot will trust it."""
+
+
+@keys.command()
+@_with_key_options
+@click.option("--sysroot", default="/", show_default=True, metavar="DIR", help="Read Secure Boot state under DIR.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(key, cert, sysroot, as_json):
+    """Secure Boot state, the key pair, and whether the certificate is enrolled. Changes nothing."""
+    pair = signing.resolve(key, cert)
+    facts = detect(Path(sysroot))
+    state = {
+        "secure_boot": {"enabled": facts.secure_boot_enabled, "state": facts.secure_boot_state},
+        **pair.to_json(),
+        "key_exists": pair.key.is_file(),
+        "key_private": pair.key.is_file() and not pair.key.stat().st_mode & 0o077,
+        "cert_exists": pair.cert.is_file(),
+        "certificate": signing.certificate_info(pair.cert).to_json() if pair.cert.is_file() else None,
+        "enrollment": signing.enrollment(pair.cert) if pair.cert.is_file() else "no certificate",
+    }
+    if as_json:
+        emit_json(state)
+        return
+    click.echo(f"secure boot  {facts.secure_boot_state}")
+    key_note = "missing" if not state["key_exists"] else ("private (0600)" if state["key_private"]
+                                                          else "READABLE BY OTHERS: chmod 600 it")
+    click.echo(f"key          {pair.key} ({pair.convention}): {key_note}")
+    click.echo(f"certificate  {pair.cert}: " + ("missing" if not state["cert_exists"] else
+               f"{state['certificate']['subject']!r}, SHA-1 {state['certificate']['sha1_fingerprint']}, "
+               f"valid until {state['certificate']['not_after']}"))
+    click.echo(f"enrollment   {state['enrollment']}")
+    if not state["key_exists"] and not state["cert_exists"]:
+        click.echo("make one with `rdna1-kmgr keys generate` (or let `rdna1-kmgr build` do it)")
+    elif facts.secure_boot_enabled and state["enrollment"] != "enrolled":
+        click.echo("Secure Boot is on: the module will not load until the certificate is enrolled "
+                   "(`rdna1-kmgr keys enroll`)")
+
+
+@keys.command()
+@_with_key_options
+@click.option("--force", is_flag=True, help="Replace an existing pair (the new one must be enrolled again).")
+@click.option("--dry-run", is_flag=True, help="Print what would be written; change nothing.")
+def generate(key, cert, force, dry_run):
+    """Make a signing key (readable by root only) and its certificate."""
+    pair = signing.resolve(key, cert)
+    if dry_run:
+        click.echo(f"openssl req -new -x509 -nodes -newkey rsa:2048 -subj /CN={signing.DEFAULT_SUBJECT} ...")
+        click.echo(f"write {pair.key} (mode 0600) and {pair.cert} (DER, mode 0644)"
+                   + (" replacing the existing pair" if force and (pair.key.exists() or pair.cert.exists()) else ""))
+        return
+    signing.generate(pair, force=force)
+    info = signing.certificate_info(pair.cert)
+    click.echo(f"wrote {pair.key} (0600) and {pair.cert}: {info.subject!r}, SHA-1 {info.sha1_fingerprint}")
+    click.echo("next: `rdna1-kmgr keys enroll` if Secure Boot is on")
+
+
+@keys.command()
+@click.option("--cert", metavar="FILE", help="Certificate to enroll (default: the distro's DKMS certificate).")
+@click.option("--dry-run", is_flag=True, help="Print the command; change nothing.")
+def enroll(cert, dry_run):
+    """Queue the certificate for enrollment as a Machine Owner Key (finished at the next boot)."""
+    path = Path(cert).absolute() if cert else signing.distro_convention().cert
+    if dry_run:
+        click.echo(" ".join(signing.enroll_command(path)))
+        click.echo("\n".join(signing.REBOOT_STEPS))
+        return
+    already = signing.enrollment(path) if path.is_file() else None
+    if already in ("enrolled", "pending"):
+        click.echo(f"{path} is already {already}; nothing to do")
+        return
+    click.echo("mokutil asks for a one-time password now; you type it again at the next boot.")
+    signing.enroll(path)
+    click.echo("\n".join(signing.REBOOT_STEPS))
