@@ -53,3 +53,7 @@ main.add_command(detect)
 from .commands.render import quirks, render  # noqa: E402
 main.add_command(render)
 main.add_command(quirks)
+from .commands.build import build  # noqa: E402
+main.add_command(build)
+from .commands.keys import keys  # noqa: E402
+main.add_command(keys)
