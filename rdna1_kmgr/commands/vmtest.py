@@ -1,0 +1,67 @@
+"""`rdna1-kmgr vm-test`: prove the built module in a QEMU VM before the host loads it."""
+
+import click
+
+from .. import builds, validate, vm
+from ..build import resolve_kernel
+from ..errors import BuildError, HostError, UsageError
+from ..host import detect as detect_host
+from ..output import emit_json
+
+
+@click.command("vm-test")
+@click.option("--kernel", metavar="KREL",
+              help="Kernel to boot and whose build to test (default: the one `build` defaults to).")
+@click.option("--module", "module_path", metavar="KO",
+              help="Test this module file instead of the build `build` left for the kernel.")
+@click.option("--manifest", metavar="FILE",
+              help="The render's manifest.json for --module (gives the selftest case count).")
+@click.option("--emulated", is_flag=True, help="Boot without a GPU (the default): module init, selftest, unload.")
+@click.option("--gpu", metavar="BDF|auto", help="Pass this RDNA1 GPU through to the VM (auto: the target board).")
+@click.option("--accel", type=click.Choice(vm.ACCELS), default="auto", show_default=True,
+              help="auto probes KVM briefly and falls back to TCG.")
+@click.option("--timeout", type=float, default=vm.DEFAULT_TIMEOUT, show_default=True, metavar="S",
+              help="Hard limit in seconds for the guest run; QEMU is killed after it.")
+@click.option("--workload", type=click.Choice(["smoke", "conv2d"]), default="smoke", show_default=True,
+              help="conv2d needs a passed-through GPU and torch in the guest.")
+@click.option("--yes", is_flag=True, help="Download the kernel's image package into the cache when it is missing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict record as JSON.")
+def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workload, yes, as_json):
+    """Boot the kernel in QEMU (virtme-ng), load the module there, and record the verdict."""
+    if timeout <= 0:
+        raise UsageError(f"invalid --timeout {timeout:g}", "give a number of seconds > 0")
+    if emulated and gpu:
+        raise UsageError("--emulated and --gpu exclude each other", "give one of them")
+    if manifest and not module_path:
+        raise UsageError("--manifest goes with --module", "without --module the build's own manifest is used")
+    if gpu:
+        _passthrough(gpu)
+    if workload != "smoke":
+        raise UsageError(f"the {workload} workload needs a GPU passed through", "use --gpu, or --workload smoke")
+    release = validate.kernel_release(kernel) if kernel else None
+    if module_path:
+        built = builds.for_path(module_path, manifest)
+    else:
+        release = release or resolve_kernel(None).release
+        built = builds.for_kernel(release)
+    record = vm.validate_module(built.path, release, accel=accel, timeout=timeout, fetch=yes,
+                                selftest_required=built.selftest_cases)
+    if as_json:
+        emit_json(record.to_json())
+    else:
+        for check in record.checks:
+            click.echo(f"{'ok  ' if check.ok else 'FAIL'}  {check.name:15} {check.detail}")
+        click.echo(f"verdict {record.verdict} ({record.mode}, {record.kernel}, {record.accel or 'not booted'}, "
+                   f"{record.seconds} s); record {record.record}")
+    if not record.passed:
+        raise BuildError(f"vm-test failed: {record.reason}", f"record {record.record}")
+
+
+def _passthrough(gpu: str) -> None:
+    if gpu != "auto":
+        validate.pci_address(gpu)
+    facts = detect_host()
+    if not facts.rdna1_devices:
+        raise HostError("passthrough needs an RDNA1 GPU on the host", "none found (see `rdna1-kmgr detect`); "
+                        "use --emulated")
+    raise HostError("passthrough is not built yet", "use --emulated for now")
