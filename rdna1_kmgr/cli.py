@@ -57,3 +57,5 @@ from .commands.build import build  # noqa: E402
 main.add_command(build)
 from .commands.keys import keys  # noqa: E402
 main.add_command(keys)
+from .commands.vmtest import vmtest  # noqa: E402
+main.add_command(vmtest)
