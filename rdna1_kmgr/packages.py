@@ -8,7 +8,11 @@ Headers Debian ships only in bookworm-backports (a 6.12 kernel on bookworm, e.g.
 installed from there: if the system's sources do not list backports yet, the plan first writes
 /etc/apt/sources.list.d/rdna1-kmgr-backports.sources (Debian's own archive and keyring; backports is
 NotAutomatic, so nothing else on the system moves to it), runs `apt-get update`, and installs the headers
-alone with `-t bookworm-backports`, so their kbuild and compiler dependencies come from the same suite.
+alone as `linux-headers-KREL/bookworm-backports`. Not with `-t bookworm-backports`: that raises every
+backports package to the candidate, and apt then upgrades the installed siblings built from the same source
+along with the headers (measured: linux-headers-amd64, linux-libc-dev and linux-perf moved to 6.12). Their
+own dependencies (common headers, kbuild, and the matching linux-image, which Debian's 6.12 headers depend
+on) exist only in backports and come from there anyway.
 """
 
 import os
@@ -28,6 +32,7 @@ from .errors import HostError
 BUILD_TOOLS = ("build-essential", "gcc", "make", "bc", "bison", "flex", "libelf-dev", "libssl-dev", "kmod",
                "openssl", "xz-utils", "patch")
 BACKPORTS_SOURCES = Path("/etc/apt/sources.list.d/rdna1-kmgr-backports.sources")
+LOCK_WAIT = 600  # seconds apt waits for dpkg's lock
 
 
 @dataclass
@@ -108,16 +113,15 @@ class Apt(PackageManager):
     def _plan_headers(self, plan: InstallPlan, headers: str, krel: str) -> None:
         suites = self.system_suites_of(headers)
         if suites:
-            # Only in backports on the system: -t lets its dependencies come from there too.
             only_backports = all(suite.endswith("-backports") for suite in suites)
-            plan.commands.append(_apt_install([headers], target=suites[0] if only_backports else None))
+            plan.commands.append(_apt_install([f"{headers}/{suites[0]}" if only_backports else headers]))
             return
         backports = f"{self.codename}-backports"
         if self.distro_id == "debian" and backports in SUITES and PrivateArchive(backports).candidate(headers):
             if not self.system_lists_backports(backports):
                 plan.files[BACKPORTS_SOURCES] = backports_sources(backports)
             plan.commands.append(["apt-get", "update"])
-            plan.commands.append(_apt_install([headers], target=backports))
+            plan.commands.append(_apt_install([f"{headers}/{backports}"]))
             return
         raise HostError(f"no package source has {headers}",
                         f"kernel {krel} is not one your distribution ships headers for: install its headers the way "
@@ -147,7 +151,9 @@ class Apt(PackageManager):
             _write_file(path, text)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         for command in plan.commands:
-            run_apt(command, f"`{' '.join(command)}`", show_output=True, env=env,
+            # Wait for another apt or dpkg (an unattended upgrade, a second session) instead of failing at once.
+            waiting = [command[0], "-o", f"DPkg::Lock::Timeout={LOCK_WAIT}", *command[1:]]
+            run_apt(waiting, f"`{' '.join(command)}`", show_output=True, env=env,
                     hint="see apt's message; fix the package sources and run again")
 
 
@@ -219,11 +225,10 @@ def backports_sources(suite: str) -> str:
             f"Types: deb\nURIs: {SUITES[suite]}\nSuites: {suite}\nComponents: main\nSigned-By: {KEYRING}\n")
 
 
-def _apt_install(packages: list[str], target: str | None = None) -> list[str]:
+def _apt_install(packages: list[str]) -> list[str]:
     # Without recommends: dkms recommends the distribution's *current* headers metapackage, which is not the
     # kernel asked for and would pull a second headers tree.
-    return ["apt-get", "install", "-y", "-q", "--no-install-recommends", *(["-t", target] if target else []),
-            *packages]
+    return ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
 
 
 def _require_root(plan: InstallPlan) -> None:

@@ -182,7 +182,7 @@ class NothingInstalledApt(packages.Apt):
 
 
 @needs_apt
-def test_backports_headers_plan_adds_the_sources_entry_and_installs_with_t(persistent_cache):
+def test_backports_headers_plan_adds_the_sources_entry_and_installs_from_backports(persistent_cache):
     krel = archive.current_kernel_abi("bookworm-backports")  # e.g. 6.12.95+deb12-amd64
     plan = NothingInstalledApt("debian", "bookworm").plan(krel)
     assert plan.files == {packages.BACKPORTS_SOURCES: packages.backports_sources("bookworm-backports")}
@@ -190,7 +190,7 @@ def test_backports_headers_plan_adds_the_sources_entry_and_installs_with_t(persi
         f"write {packages.BACKPORTS_SOURCES}",
         "apt-get install -y -q --no-install-recommends dkms " + " ".join(packages.BUILD_TOOLS),
         "apt-get update",
-        f"apt-get install -y -q --no-install-recommends -t bookworm-backports linux-headers-{krel}",
+        f"apt-get install -y -q --no-install-recommends linux-headers-{krel}/bookworm-backports",
     ]
 
 
