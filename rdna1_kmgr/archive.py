@@ -79,6 +79,10 @@ class PrivateArchive:
             "Dir::State::Lists": self.root / "lists",
             "Dir::State::status": self.root / "status",  # empty: nothing counts as installed
             "Dir::Cache": self.root / "cache",
+            # Named explicitly: a host may switch apt's binary caches off (Docker images do), and without them
+            # every query re-reads the lists (a second or two for sid).
+            "Dir::Cache::pkgcache": self.root / "cache" / "pkgcache.bin",
+            "Dir::Cache::srcpkgcache": "",  # only an intermediate of pkgcache.bin: 50 MB for sid
             "Acquire::Languages": "none",
         }
         for target in _UNUSED_INDEXES:
@@ -161,7 +165,7 @@ class PrivateArchive:
         with cacheentry.exclusive(debs, wanted.filename):
             if deb_matches(final, wanted):
                 return final
-            size = f"{wanted.size / 1e6:.1f} MB"
+            size = f"{wanted.size / 1e6:.1f} MB" if wanted.size >= 1e5 else f"{wanted.size / 1e3:.1f} kB"
             print(f"downloading {wanted.package} {wanted.version} ({size}) from Debian {self.suite}", file=sys.stderr)
             with cacheentry.staging(debs, wanted.package) as tmp:
                 _let_apt_sandbox_write(tmp)
