@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import re
 import subprocess
 import tarfile
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import __version__, cacheentry
+from . import __version__, cacheentry, validate
 from .archive import PrivateArchive, sha256_of
 from .errors import SourceError, UsageError
 from .paths import cache_dir
@@ -127,6 +128,24 @@ def debian_source_for(debian_version: str) -> DebianSource:
                       f"give --source with an unpacked tree, or the upstream tarball {tarball} (without Debian's patches)")
 
 
+def debian_kernel_version(krel: str, proc_version: str | None = None) -> str | None:
+    """The Debian package version of kernel `krel` (6.1.0-56-amd64 -> 6.1.192-2): dpkg's version of its image
+    or headers package, else, for the running kernel, what /proc/version says ("... Debian 6.1.192-2 (...)").
+    None for a kernel Debian did not build."""
+    krel = validate.kernel_release(krel)
+    packages = [f"linux-image-{krel}", f"linux-image-{krel}-unsigned", f"linux-headers-{krel}"]
+    proc = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev} ${Version}\n", *packages],
+                          capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        status, _, version = line.partition(" ")
+        if status.startswith("ii") and version.strip():
+            return version.strip()
+    if proc_version is None and krel == os.uname().release:
+        proc_version = Path("/proc/version").read_text(errors="replace")
+    found = re.search(r" Debian (\d[\w.+~:-]*) \(", proc_version or "")
+    return found.group(1) if found else None
+
+
 def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
     """The unpacked amd subset of Debian's source for a kernel version, downloaded and unpacked once."""
     tree = cache_dir() / "src" / debian_version
@@ -136,6 +155,17 @@ def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
         debian_source_for(debian_version)
     deb = PrivateArchive(found.suite).download(found.package, found.version)
     return unpack_amd_subset(deb)
+
+
+def fetch_kernel_source(krel: str) -> Path:
+    """The amd subset of exactly the Debian kernel `krel` (see debian_kernel_version), verified against it."""
+    version = debian_kernel_version(krel)
+    if version is None:
+        raise SourceError(f"kernel {krel} is not a Debian kernel: no package of it, no Debian version in /proc/version",
+                          "give its source with --source PATH or --source URL")
+    tree = fetch_debian_source(version)
+    require_version(tree, version)
+    return tree
 
 
 def _source_package_of(debian_version: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rdna1_kmgr import source
+from rdna1_kmgr import archive, source
 from rdna1_kmgr.errors import SourceError, UsageError
 
 AMD = "drivers/gpu/drm/amd"
@@ -143,6 +143,23 @@ def test_upstream_version_of_debian_and_plain_versions(given, expected):
 def test_upstream_version_refuses_nonsense():
     with pytest.raises(UsageError, match="invalid kernel version"):
         source.upstream_version("latest")
+
+
+def test_debian_kernel_version_from_dpkg():
+    """The headers of the current 6.1 kernel are installed on the test machine (headers_61 makes sure)."""
+    installed = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Version}\\n", "linux-headers-6.1.0-*-amd64"],
+                               capture_output=True, text=True).stdout.split()
+    if not installed:
+        pytest.skip("no 6.1 headers installed")
+    krel = installed[0].removeprefix("linux-headers-")
+    assert source.debian_kernel_version(krel) == installed[1]
+
+
+def test_debian_kernel_version_from_proc_version():
+    running = "Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0) " \
+              "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)\n"
+    assert source.debian_kernel_version("6.1.0-999-amd64", proc_version=running) == "6.1.192-2"
+    assert source.debian_kernel_version("6.18.44-fc", proc_version="Linux version 6.18.44-fc (builder) #1 SMP\n") is None
 
 
 def test_require_version_names_both_versions(tmp_path):
@@ -411,6 +428,20 @@ def test_real_debian_61_source(real_source_61, persistent_cache):
     started = time.monotonic()
     assert source.fetch_debian_source(origin["debian_version"]) == real_source_61
     assert time.monotonic() - started < 1
+
+
+def test_fetch_kernel_source_of_an_installed_debian_kernel(real_source_61, persistent_cache):
+    version = source.source_origin(real_source_61)["debian_version"]
+    krel = archive.current_kernel_abi("bookworm-security")
+    if source.debian_kernel_version(krel) != version:
+        pytest.skip(f"linux-headers-{krel} is not installed here (the headers_61 fixture installs it)")
+    assert source.fetch_kernel_source(krel) == real_source_61
+
+
+def test_a_kernel_debian_did_not_build_needs_source(cache):
+    with pytest.raises(SourceError) as err:
+        source.fetch_kernel_source("6.18.44-nodebian")
+    assert "kernel 6.18.44-nodebian is not a Debian kernel" in err.value.line() and "--source" in err.value.line()
 
 
 def test_debian_source_for_finds_the_suite(real_source_61, persistent_cache):
