@@ -185,7 +185,7 @@ class PrivateArchive:
             if found is None:
                 raise SourceError(f"Debian {self.suite} has no package {package}", "check the name and the suite")
             return found
-        _check_version(version)
+        check_debian_version(version)
         if version not in self.versions(package):
             raise SourceError(f"Debian {self.suite} has no {package} {version}",
                               f"it has: {', '.join(self.versions(package)) or 'no version at all'}")
@@ -266,9 +266,11 @@ def _check_package(name: str) -> None:
         raise UsageError(f"invalid Debian package name {name!r}", "e.g. linux-source-6.1")
 
 
-def _check_version(version: str) -> None:
+def check_debian_version(version: str) -> str:
+    """A Debian version from the user, before it reaches a command line or a path (it never holds a /)."""
     if not _VERSION.match(version):
         raise UsageError(f"invalid Debian version {version!r}", "e.g. 6.1.192-2")
+    return version
 
 
 def _let_apt_sandbox_write(folder: Path) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from . import __version__, cacheentry, validate
-from .archive import PrivateArchive, sha256_of
+from .archive import PrivateArchive, check_debian_version, sha256_of
 from .errors import SourceError, UsageError
 from .paths import cache_dir
 from .progress import Progress
@@ -118,8 +118,8 @@ class DebianSource:
 
 def debian_source_for(debian_version: str) -> DebianSource:
     """The linux-source package of a Debian kernel version (e.g. 6.1.192-2) and the suite that has it."""
+    package = _source_package_of(check_debian_version(debian_version))
     upstream = upstream_version(debian_version)
-    package = f"linux-source-{upstream.major}.{upstream.minor}"
     for suite in DEBIAN_SUITES:
         if debian_version in PrivateArchive(suite).versions(package):
             return DebianSource(package, debian_version, suite)
@@ -148,7 +148,7 @@ def debian_kernel_version(krel: str, proc_version: str | None = None) -> str | N
 
 def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
     """The unpacked amd subset of Debian's source for a kernel version, downloaded and unpacked once."""
-    tree = cache_dir() / "src" / debian_version
+    tree = cache_dir() / "src" / check_debian_version(debian_version)
     if (tree / ORIGIN_FILE).is_file():
         return tree
     found = DebianSource(_source_package_of(debian_version), debian_version, suite) if suite else \

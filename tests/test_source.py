@@ -162,6 +162,13 @@ def test_debian_kernel_version_from_proc_version():
     assert source.debian_kernel_version("6.18.44-fc", proc_version="Linux version 6.18.44-fc (builder) #1 SMP\n") is None
 
 
+@pytest.mark.parametrize("bad", ["../../etc", "6.1.192-2/..", "-o", ""])
+def test_a_malformed_debian_version_never_reaches_a_path(cache, bad):
+    with pytest.raises(UsageError):
+        source.fetch_debian_source(bad)
+    assert not cache.exists()
+
+
 def test_require_version_names_both_versions(tmp_path):
     tree = write_tree(tmp_path, "6.1.190")
     assert source.require_version(tree, "6.1.190-1") == Version("6.1.190")
