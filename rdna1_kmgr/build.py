@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
@@ -184,22 +185,21 @@ def build_package(
                                 seconds=time.monotonic() - started, log=None, removed=removed, kept=kept)
 
     created_source = not package.source_dir(trees).exists()
-    kbuild_tree = dkms.kbuild_root(package.name) / kernel
-    created_kbuild = not kbuild_tree.exists()
     log = log_dir() / f"build-{package.name}-{package.version}-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     progress = Progress(f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees),
                         stream=stream)
     try:
-        dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
-        dkms.add(package, trees)
-        outcome = dkms.build(package, kernel, trees, log, jobs or default_jobs(),
-                             env={**ccache_env(), **signing_env(keys)},
-                             on_line=progress.feed, on_tick=progress.tick)
-        _check_signed_with(outcome, keys)
-        report = checked(outcome.module)
+        with cache_left_as_found():
+            dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
+            dkms.add(package, trees)
+            outcome = dkms.build(package, kernel, trees, log, jobs or default_jobs(),
+                                 env={**ccache_env(), **signing_env(keys)},
+                                 on_line=progress.feed, on_tick=progress.tick)
+            _check_signed_with(outcome, keys)
+            report = checked(outcome.module)
     except BaseException:
         progress.finish("failed")
-        _discard(package, kernel, trees, created_source, kbuild_tree if created_kbuild else None)
+        _discard(package, kernel, trees, created_source)
         raise
     progress.finish("done")
     removed, kept = _remove_older(package, kernel, trees)
@@ -220,9 +220,8 @@ def _check_signed_with(outcome: dkms.BuildOutcome, keys: signing.KeyPair) -> Non
                          "/etc/dkms/framework.conf sets mok_certificate; remove that line or pass it as --key/--cert")
 
 
-def _discard(package: dkms.Package, kernel: str, trees: dkms.Trees, created_source: bool,
-             kbuild_tree: Path | None) -> None:
-    """Undo a failed build: the package if this run made it, else only this kernel's build of it."""
+def _discard(package: dkms.Package, kernel: str, trees: dkms.Trees, created_source: bool) -> None:
+    """Undo a failed build in DKMS: the package if this run made it, else only this kernel's build of it."""
     try:
         if created_source:
             dkms.remove(package, trees)
@@ -231,14 +230,44 @@ def _discard(package: dkms.Package, kernel: str, trees: dkms.Trees, created_sour
             shutil.rmtree(package.version_dir(trees) / "build", ignore_errors=True)
     except KmgrError:
         pass  # the original error matters more
-    if kbuild_tree is not None:
-        shutil.rmtree(kbuild_tree, ignore_errors=True)
-        kbuild_tree.with_name(kbuild_tree.name + ".lock").unlink(missing_ok=True)
-        for parent in (kbuild_tree.parent, kbuild_tree.parent.parent):
+
+
+def _cache_entries(root: Path, depth: int = 3) -> set[Path]:
+    """The cache's folders and files down to `depth` (src/<version>, kbuild/<package>/<release>, locks...)."""
+    found: set[Path] = set()
+    level = [root] if root.is_dir() else []
+    found.update(level)
+    for _ in range(depth):
+        below = []
+        for folder in level:
             try:
-                parent.rmdir()  # only when empty
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        found.add(Path(entry.path))
+                        if entry.is_dir(follow_symlinks=False):
+                            below.append(Path(entry.path))
             except OSError:
-                break
+                continue
+        level = below
+    return found
+
+
+@contextmanager
+def cache_left_as_found():
+    """When the work inside fails, remove what it added to the cache (an unpacked source, a download, a kbuild
+    tree, ccache's folder, lock files), so a refused or failed build leaves the cache as it was. What was
+    there before stays, with whatever the failed run added inside it."""
+    root = cache_dir()
+    before = _cache_entries(root)
+    try:
+        yield
+    except BaseException:
+        for path in sorted(_cache_entries(root) - before, key=lambda p: len(p.parts)):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        raise
 
 
 def _remove_older(package: dkms.Package, kernel: str, trees: dkms.Trees) -> tuple[list[str], list[str]]:
@@ -306,6 +335,12 @@ def run(request: BuildRequest, confirm: Callable[[packages.InstallPlan], bool] |
     if kernel.note:
         stream.write(f"rdna1-kmgr: {kernel.note}\n")
     keys = signing.resolve(request.key, request.cert)
+    with cache_left_as_found():
+        return _run(request, kernel, keys, confirm, stream, started)
+
+
+def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, stream: TextIO,
+         started: float) -> dict:
     packages.ensure_prerequisites(kernel.release, yes=request.yes, no_install=request.no_install, confirm=confirm)
     if kernel.package_version is None:  # the headers may have come with the prerequisites
         kernel = Kernel(kernel.release, kernel_package_version(kernel.release), kernel.note)

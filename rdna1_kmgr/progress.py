@@ -127,8 +127,11 @@ class Progress:
                 self.stream.flush()
             return
         if self.total:
+            crossed = False
             while self._next_quarter < 4 and self.done >= self.total * self._next_quarter / 4:
                 self._next_quarter += 1
+                crossed = True
+            if crossed:
                 self._plain(f"{self.label}: {self._count()}, {_clock(now - self.started)}")
         elif now - self._last_plain >= self.plain_interval:
             self._last_plain = now

@@ -44,6 +44,12 @@ class Sandbox:
                 found += [str(p) for p in folder.rglob("*")]
         return found
 
+    @property
+    def kernel_version(self) -> str:
+        """The Linux version of the sandbox's kernel (6.1.192 for 6.1.0-56-amd64), from its package."""
+        from rdna1_kmgr import build, source
+        return str(source.upstream_version(build.kernel_package_version(self.kernel)))
+
     def package(self, manifest: dict) -> dkms.Package:
         version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"])
         return dkms.Package("rdna1hello", version, hellomod.MODULE)
