@@ -51,27 +51,6 @@ class Kernel:
     note: str | None = None  # said to the user when the release was chosen for them
 
 
-def kernel_package_version(release: str) -> str | None:
-    """The distro package version of a kernel release: from dpkg (its image, else its headers), or for the
-    running kernel from /proc/version (Debian writes `Debian 6.1.192-2` there)."""
-    if shutil.which("dpkg-query"):
-        for package in (f"linux-image-{release}", f"linux-image-{release}-unsigned", f"linux-headers-{release}"):
-            proc = subprocess.run(["dpkg-query", "--show", "--showformat=${Version}\\t${db:Status-Abbrev}", package],
-                                  capture_output=True, text=True)
-            version, _, state = proc.stdout.partition("\t")
-            if proc.returncode == 0 and state.startswith("ii") and version:
-                return version
-    if release == os.uname().release:
-        try:
-            text = Path("/proc/version").read_text()
-        except OSError:
-            return None
-        m = re.search(r"\b(?:Debian|Ubuntu) (\d[\w.+~:-]*)", text)
-        if m:
-            return m.group(1)
-    return None
-
-
 def distro_current_kernel() -> str | None:
     """The release the distro's kernel metapackage points to today (installed one first, else apt's candidate)."""
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
@@ -98,16 +77,16 @@ def resolve_kernel(requested: str | None) -> Kernel:
     """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one."""
     if requested is not None:
         release = validate.kernel_release(requested)
-        return Kernel(release, kernel_package_version(release))
+        return Kernel(release, source.debian_kernel_version(release))
     running = os.uname().release
-    version = kernel_package_version(running)
+    version = source.debian_kernel_version(running)
     if version is not None:
         return Kernel(running, version)
     current = distro_current_kernel()
     if current is None:
         raise HostError(f"the running kernel {running} is not a {distro.name() or 'distribution'} kernel "
                         "and no distribution kernel is known", "give --kernel RELEASE")
-    return Kernel(current, kernel_package_version(current),
+    return Kernel(current, source.debian_kernel_version(current),
                   note=f"the running kernel {running} is not a {distro.name() or 'distribution'} kernel; "
                        f"building for the distribution's current kernel {current} (give --kernel to choose)")
 
@@ -318,12 +297,7 @@ def source_tree(request: BuildRequest, kernel: Kernel) -> Path:
         if kernel.package_version:
             source.require_version(tree, kernel.package_version)
         return tree
-    if not kernel.package_version:
-        raise HostError(f"the package version of kernel {kernel.release} is unknown (not installed through the "
-                        "distribution)", "give --source with that kernel's source")
-    tree = source.fetch_debian_source(kernel.package_version)
-    source.require_version(tree, kernel.package_version)
-    return tree
+    return source.fetch_kernel_source(kernel.release)
 
 
 def run(request: BuildRequest, confirm: Callable[[packages.InstallPlan], bool] | None = None,
@@ -343,7 +317,7 @@ def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, 
          started: float) -> dict:
     packages.ensure_prerequisites(kernel.release, yes=request.yes, no_install=request.no_install, confirm=confirm)
     if kernel.package_version is None:  # the headers may have come with the prerequisites
-        kernel = Kernel(kernel.release, kernel_package_version(kernel.release), kernel.note)
+        kernel = Kernel(kernel.release, source.debian_kernel_version(kernel.release), kernel.note)
     if signing.ensure(keys):
         stream.write(f"rdna1-kmgr: made the signing key {keys.key} and certificate {keys.cert}; "
                      "enroll it for Secure Boot with `rdna1-kmgr keys enroll`\n")

@@ -47,8 +47,8 @@ class Sandbox:
     @property
     def kernel_version(self) -> str:
         """The Linux version of the sandbox's kernel (6.1.192 for 6.1.0-56-amd64), from its package."""
-        from rdna1_kmgr import build, source
-        return str(source.upstream_version(build.kernel_package_version(self.kernel)))
+        from rdna1_kmgr import source
+        return str(source.upstream_version(source.debian_kernel_version(self.kernel)))
 
     def package(self, manifest: dict) -> dkms.Package:
         version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"])

@@ -122,7 +122,8 @@ def test_series_parameters_come_from_the_patches(tmp_path):
 
 
 def test_kernel_release_is_resolved_and_explained(monkeypatch):
-    monkeypatch.setattr(build, "kernel_package_version", lambda release: {"6.1.0-56-amd64": "6.1.192-2"}.get(release))
+    monkeypatch.setattr(build.source, "debian_kernel_version",
+                        lambda release: {"6.1.0-56-amd64": "6.1.192-2"}.get(release))
     monkeypatch.setattr(build, "distro_current_kernel", lambda: "6.1.0-56-amd64")
     monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "h", "6.18.44-custom", "#1", "x86_64")))
     kernel = build.resolve_kernel(None)
@@ -135,7 +136,7 @@ def test_the_distro_kernel_of_this_machine_is_found():
     release = build.distro_current_kernel()
     installed = sorted(p.name for p in Path("/lib/modules").iterdir() if (p / "build").exists())
     assert release is not None and release in installed
-    assert build.kernel_package_version(release)  # e.g. 6.1.192-2 from dpkg
+    assert build.source.debian_kernel_version(release)  # e.g. 6.1.192-2 from dpkg
 
 
 # --- the command's refusals -----------------------------------------------------------------------------
