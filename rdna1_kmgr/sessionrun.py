@@ -9,6 +9,7 @@ sweeping /proc for anything left in the session.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -26,6 +27,7 @@ class Outcome:
     timed_out: bool
     stopped_early: bool  # `watch` asked to stop
     elapsed: float
+    session: int  # the session id the run had (its first process's pid)
 
 
 def run(
@@ -40,29 +42,54 @@ def run(
 
     `watch` gets every new chunk of output as it arrives; when it returns True the run is stopped there
     (a probe that has seen enough). Ctrl-C stops the session too, then goes on up.
+
+    The output goes through a pipe that this process copies to `output`, not straight to the file:
+    QEMU reopens /proc/self/fd/1 for its console with O_TRUNC, which would cut a file back to zero.
     """
     started = time.monotonic()
-    with open(output, "wb") as sink, open(output, "rb") as source:
+    with open(output, "wb") as sink:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=env, cwd=cwd, start_new_session=True,
         )
+        pipe = proc.stdout
+        os.set_blocking(pipe.fileno(), False)
+
+        def pump(wait: float) -> tuple[bool, bool]:
+            """Copy what the pipe holds to the file: (got something, `watch` asks to stop)."""
+            ready, _, _ = select.select([pipe], [], [], wait)
+            data = pipe.read() if ready else None
+            if not data:
+                return False, False
+            sink.write(data)
+            sink.flush()
+            return True, watch is not None and watch(data.decode(errors="replace"))
+
+        def drain() -> None:
+            while pump(0)[0]:
+                pass
+
+        def end(returncode, timed_out=False, stopped_early=False) -> Outcome:
+            drain()
+            pipe.close()
+            return Outcome(returncode, timed_out, stopped_early, time.monotonic() - started, proc.pid)
+
         try:
             while True:
                 code = proc.poll()
-                chunk = source.read().decode(errors="replace")
-                if chunk and watch is not None and watch(chunk):
+                _, enough = pump(_POLL)
+                if enough:
                     stop(proc)
-                    return Outcome(None, False, True, time.monotonic() - started)
+                    return end(None, stopped_early=True)
                 if code is not None:
-                    sweep(proc.pid)  # a child may outlive its parent
-                    return Outcome(code, False, False, time.monotonic() - started)
+                    sweep(proc.pid)  # a child may outlive its parent (and hold the pipe open)
+                    return end(code)
                 if time.monotonic() - started >= timeout:
                     stop(proc)
-                    return Outcome(None, True, False, time.monotonic() - started)
-                time.sleep(_POLL)
+                    return end(None, timed_out=True)
         except BaseException:
             stop(proc)
+            pipe.close()
             raise
 
 

@@ -208,14 +208,21 @@ def _taint(result, step) -> Check:
     after = step.get("after", {})
     letters = set(after.get("taint") or "")
     added = after.get("tainted", 0) & ~result.get("tainted_before", 0)
-    extra_letters = letters - ALLOWED_TAINT_LETTERS
-    extra_bits = added & ~ALLOWED_TAINT_BITS
-    ok = not extra_letters and not extra_bits
-    detail = f"module taint {''.join(sorted(letters)) or 'none'}, kernel taint {after.get('tainted', 0)}" \
-             f" (was {result.get('tainted_before', 0)})"
-    if not ok:
-        detail += f"; not allowed: {''.join(sorted(extra_letters)) or ''}{' bits ' + str(extra_bits) if extra_bits else ''}"
-    return Check("taint", ok, detail)
+    extra = sorted(letters - ALLOWED_TAINT_LETTERS) + taint_letters(added & ~ALLOWED_TAINT_BITS)
+    detail = (f"module taint {''.join(sorted(letters)) or 'none'}, kernel taint {after.get('tainted', 0)} "
+              f"(was {result.get('tainted_before', 0)})")
+    if extra:
+        detail += f"; not allowed: {', '.join(sorted(set(extra)))}"
+    return Check("taint", not extra, detail)
+
+
+# The kernel's taint flags by bit, as /proc/sys/kernel/tainted counts them (Documentation/admin-guide/tainted-kernels.rst).
+_TAINT_FLAGS = "PFSRMBUDAWCIOELKXTN"
+
+
+def taint_letters(mask: int) -> list[str]:
+    return [(_TAINT_FLAGS[bit] if bit < len(_TAINT_FLAGS) else f"bit {bit}")
+            for bit in range(mask.bit_length()) if mask >> bit & 1]
 
 
 def _stock_reload(module, step) -> Check:
