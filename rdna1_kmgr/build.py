@@ -120,6 +120,9 @@ def ccache_env() -> dict[str, str]:
         "CCACHE_DIR": str(cache_dir() / "ccache"),
         "CCACHE_BASEDIR": str(cache_dir() / "kbuild"),
         "CCACHE_NOHASHDIR": "1",
+        # Depend mode keys on kbuild's own -MMD output, so a miss costs no extra preprocessor run (a cold
+        # build stays close to a plain one).
+        "CCACHE_DEPEND": "1",
     }
 
 

@@ -158,7 +158,7 @@ def assemble(
             src = source_root / sub
             if not src.is_dir():
                 raise BuildError(f"the source has no {sub}/", f"check the source tree {source_root}")
-            shutil.copytree(src, partial / sub, symlinks=True)
+            shutil.copytree(src, partial / sub, symlinks=True, copy_function=_copier(source_root))
         (partial / "patches").mkdir()
         for name in patches:
             shutil.copy2(series_dir / name, partial / "patches" / name)
@@ -175,6 +175,25 @@ def assemble(
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+def _copier(source_root: Path):
+    """Hard links for a source in our own cache (it is only ever read, and 400 MB need not be written again);
+    real copies for a tree of the user's, which an editor may later change in place."""
+    try:
+        ours = source_root.resolve().is_relative_to(cache_dir().resolve())
+    except OSError:
+        ours = False
+    if not ours:
+        return shutil.copy2
+
+    def link_or_copy(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    return link_or_copy
 
 
 # --- running dkms ---------------------------------------------------------------------------------

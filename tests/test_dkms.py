@@ -265,3 +265,16 @@ def test_remove_takes_the_version_and_its_source_away(sandbox):
     assert dkms.status("rdna1hello", sandbox.trees) == []
     assert not package.source_dir(sandbox.trees).exists()
     assert not package.version_dir(sandbox.trees).exists()
+
+
+def test_assemble_links_a_cached_source_and_copies_a_users_tree(sandbox):
+    series_dir, _, package = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("x")})
+    rel = f"{hellomod.LOCATION}/main.c"
+
+    users = dkms.assemble(package, sandbox.root / "tree", [hellomod.LOCATION], series_dir, sandbox.trees)
+    assert (users / rel).stat().st_ino != (sandbox.root / "tree" / rel).stat().st_ino  # an editor may change it
+    dkms.remove(package, sandbox.trees)
+
+    cached = hellomod.write_tree(sandbox.cache / "src" / "6.1.192-2")
+    linked = dkms.assemble(package, cached, [hellomod.LOCATION], series_dir, sandbox.trees)
+    assert (linked / rel).stat().st_ino == (cached / rel).stat().st_ino  # our own cache: no second copy

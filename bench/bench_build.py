@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Benchmark of `rdna1-kmgr build` against a raw kbuild of the same source, in one run.
+
+    sudo /opt/rdna1-kmgr/bin/python bench/bench_build.py [--kernel KREL] [--source TREE] [-j N] [--quirk-off ID]
+
+Measures on this machine, one after the other:
+  raw      `make -C /lib/modules/KREL/build M=<copy>/drivers/gpu/drm/amd/amdgpu FULL_AMD_PATH=... modules` of the
+           unpatched driver source, with only the out-of-tree build fix applied (without it amdgpu does not
+           build outside the kernel tree at all), plain compiler, fresh copy;
+  cold     `rdna1-kmgr build` of every quirk: render, DKMS package, dkms add/build (sign), verify; empty cache
+           (no kbuild tree, empty ccache when ccache is installed), fresh DKMS trees;
+  rebuild  `rdna1-kmgr build` again with one quirk switched off: a new patch set, so a new DKMS package version.
+and prints the ratios against the targets: cold <= 1.05 x raw, rebuild <= 0.15 x cold.
+
+Everything happens in a scratch folder (DKMS trees, cache, logs, keys) that is removed afterwards; the system's
+/usr/src, /var/lib/dkms and caches are not touched. The source is Debian's for KREL (fetched into the normal
+cache when missing) unless --source names a tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rdna1_kmgr import build, catalog, signing, source
+from rdna1_kmgr.render import render
+
+AMD = "drivers/gpu/drm/amd"
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def warm_page_cache(tree: Path) -> None:
+    """Read the source once so neither contestant pays for the disk."""
+    for path in tree.rglob("*"):
+        if path.is_file():
+            path.read_bytes()
+
+
+def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) -> float:
+    copy = work / "raw"
+    shutil.copytree(tree / AMD, copy / AMD, symlinks=True)
+    subprocess.run(["patch", "-p1", "-s", "-d", str(copy), "-i", str(fix_patch)], check=True)
+    command = ["make", f"-j{jobs}", "-C", f"/lib/modules/{kernel}/build", f"M={copy / AMD}/amdgpu",
+               f"FULL_AMD_PATH={copy / AMD}", "modules"]
+    started = time.monotonic()
+    with open(work / "raw.log", "w") as log:
+        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+    seconds = time.monotonic() - started
+    shutil.rmtree(copy)
+    return seconds
+
+
+def tool_build(kernel: str, tree: Path, jobs: int, keys: signing.KeyPair, env: dict, quirks: list[str]) -> dict:
+    cli = Path(sys.executable).parent / "rdna1-kmgr"
+    command = [str(cli), "build", "--kernel", kernel, "--source", str(tree), "-j", str(jobs), "--no-install",
+               "--key", str(keys.key), "--cert", str(keys.cert), "--json"]
+    for quirk in quirks:
+        command += ["--quirk", quirk]
+    started = time.monotonic()
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        sys.exit(f"bench: {' '.join(command)} failed:\n{proc.stderr}")
+    result = json.loads(proc.stdout)
+    result["wall_seconds"] = seconds
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernel", help="kernel release (default: the distribution's current one)")
+    parser.add_argument("--source", help="unpacked kernel source tree (default: Debian's for the kernel)")
+    parser.add_argument("-j", "--jobs", type=int, default=build.default_jobs())
+    parser.add_argument("--quirk-off", help="the quirk to switch off for the rebuild (default: the last one)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    args = parser.parse_args()
+
+    kernel = build.resolve_kernel(args.kernel).release
+    tree = source.checked_tree(Path(args.source)) if args.source else source.fetch_kernel_source(kernel)
+    quirk_ids = sorted(catalog.load_quirks())
+    off = args.quirk_off or quirk_ids[-1]
+    kept = [q for q in quirk_ids if q != off]
+
+    work = Path(tempfile.mkdtemp(prefix="rdna1-kmgr-bench-", dir="/var/tmp"))
+    env = {**os.environ,
+           "RDNA1_KMGR_DKMS_SOURCE_TREE": str(work / "usr-src"), "RDNA1_KMGR_DKMS_TREE": str(work / "dkms"),
+           "RDNA1_KMGR_CACHE": str(work / "cache"), "RDNA1_KMGR_LOG": str(work / "log"),
+           "RDNA1_KMGR_STATE": str(work / "state")}
+    try:
+        keys = signing.KeyPair(work / "keys/bench.key", work / "keys/bench.der", "given")
+        signing.generate(keys, subject="rdna1-kmgr bench key", days=2)
+        series = work / "series"
+        render(tree, series, quirk_ids)
+        fix_patch = series / (series / "series").read_text().split()[0]  # the out-of-tree build fix comes first
+        ccache = "on (cold)" if build.ccache_env() else "off (not installed)"
+        say(f"bench: kernel {kernel}, source {tree} (Linux {source.kernel_version(tree)}), -j{args.jobs}, "
+            f"{os.cpu_count()} cores, ccache {ccache}, load {load()}")
+        warm_page_cache(tree / AMD)
+
+        say("bench: raw kbuild of the unpatched source (out-of-tree fix only)...")
+        raw = raw_kbuild(tree, kernel, args.jobs, work, fix_patch)
+        say(f"bench: raw {raw:.1f} s (load {load()})")
+
+        say(f"bench: cold rdna1-kmgr build, quirks {' '.join(quirk_ids)}...")
+        cold = tool_build(kernel, tree, args.jobs, keys, env, quirk_ids)
+        say(f"bench: cold {cold['wall_seconds']:.1f} s, {cold['compiled_objects']} objects (load {load()})")
+
+        say(f"bench: rebuild with {off} switched off (quirks {' '.join(kept)})...")
+        rebuild = tool_build(kernel, tree, args.jobs, keys, env, kept)
+        say(f"bench: rebuild {rebuild['wall_seconds']:.1f} s, {rebuild['compiled_objects']} objects (load {load()})")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    assert rebuild["package_version"] != cold["package_version"]
+    cold_ratio = cold["wall_seconds"] / raw
+    rebuild_ratio = rebuild["wall_seconds"] / cold["wall_seconds"]
+    figures = {
+        "kernel": kernel,
+        "kernel_version": cold["kernel_version"],
+        "jobs": args.jobs,
+        "cores": os.cpu_count(),
+        "ccache": ccache,
+        "raw_kbuild_seconds": round(raw, 1),
+        "cold_build_seconds": round(cold["wall_seconds"], 1),
+        "cold_objects": cold["compiled_objects"],
+        "cold_vs_raw": round(cold_ratio, 3),
+        "cold_target": 1.05,
+        "rebuild_quirk_off": off,
+        "rebuild_seconds": round(rebuild["wall_seconds"], 1),
+        "rebuild_objects": rebuild["compiled_objects"],
+        "rebuild_vs_cold": round(rebuild_ratio, 3),
+        "rebuild_target": 0.15,
+    }
+    print(json.dumps(figures, indent=2))
+    print(f"cold build     {cold['wall_seconds']:7.1f} s = {cold_ratio:.3f} x raw kbuild ({raw:.1f} s)   "
+          f"target <= 1.05: {'met' if cold_ratio <= 1.05 else 'MISSED'}")
+    print(f"quirk-off      {rebuild['wall_seconds']:7.1f} s = {rebuild_ratio:.3f} x cold build   "
+          f"target <= 0.15: {'met' if rebuild_ratio <= 0.15 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
