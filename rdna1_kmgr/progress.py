@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TextIO
@@ -81,6 +82,8 @@ class Progress:
         self._next_quarter = 1
         self._last_plain = self.started
         self._finished = False
+        # A build feeds lines from a log-following thread while the main thread ticks the clock.
+        self._lock = threading.Lock()
         if not self.live:
             self._plain(f"{label}: started" + (f", {total} {unit} to go" if total else ""))
 
@@ -94,14 +97,20 @@ class Progress:
             self.advance()
 
     def advance(self, n: int = 1) -> None:
-        self.done += n
-        self._report()
+        with self._lock:
+            self.done += n
+            self._report()
 
     def tick(self) -> None:
         """Redraw the elapsed time even when nothing was counted (call it now and then)."""
-        self._report()
+        with self._lock:
+            self._report()
 
     def finish(self, outcome: str = "done") -> None:
+        with self._lock:
+            self._finish(outcome)
+
+    def _finish(self, outcome: str) -> None:
         if self._finished:
             return
         self._finished = True
@@ -119,6 +128,8 @@ class Progress:
         return f"{self.done} {self.unit}"
 
     def _report(self) -> None:
+        if self._finished:
+            return
         now = self._clock()
         if self.live:
             if now - self._last_draw >= 0.2:
