@@ -179,7 +179,7 @@ def lock_holder() -> Holder | None:
     path = lock_path()
     try:
         fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     with os.fdopen(fd) as handle:
         try:
@@ -198,6 +198,14 @@ def _read_holder(path: Path) -> Holder:
     return Holder(data.get("pid"), data.get("command", ""), data.get("since", "?"))
 
 
+def refuse_if_busy() -> None:
+    """Say at once that another run is at work, before judging its half-written journal as unfinished."""
+    holder = lock_holder()
+    if holder is not None:
+        raise Busy(f"another rdna1-kmgr run holds {lock_path()}: {holder.describe()}",
+                   "wait for it to finish; nothing was changed")
+
+
 @contextmanager
 def locked(command: str) -> Iterator[None]:
     """Hold the run lock for the block. A second run is refused at once, naming the holder."""
@@ -211,9 +219,8 @@ def locked(command: str) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_holder(lock_path())
-            raise Busy(f"another rdna1-kmgr run holds {lock_path()}: {holder.describe()}",
-                       "wait for it to finish; nothing was changed") from None
+            refuse_if_busy()
+            raise Busy(f"another rdna1-kmgr run holds {lock_path()}", "wait for it to finish; nothing was changed") from None
         # The kernel drops the lock when the process dies, however it dies: no stale lock to clean up.
         handle.seek(0)
         handle.truncate()
@@ -306,8 +313,8 @@ class Journal:
         """The records and the length of the file's whole lines (a torn last write is not one of them)."""
         try:
             raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return [], 0
+        except (FileNotFoundError, NotADirectoryError):
+            return [], 0  # no journal (NotADirectoryError: the state path runs through a file; writing says so)
         except OSError as err:
             raise JournalError(f"cannot read the journal {self.path}: {err.strerror}",
                                "check the state directory") from None

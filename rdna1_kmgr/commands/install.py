@@ -1,0 +1,46 @@
+"""`rdna1-kmgr install`: install the built, VM-validated module for a kernel, journaled."""
+
+import sys
+
+import click
+
+from .. import validate
+from ..install import InstallRequest, run
+from ..output import emit_json
+
+
+def confirm_plan(question: str):
+    """Ask on a terminal; without one, nobody can say yes (pass --yes)."""
+    def confirm(lines: list[str]) -> bool:
+        if not sys.stdin.isatty():
+            return False
+        click.echo("\n".join(lines), err=True)
+        return click.confirm(question, default=False, err=True)
+    return confirm
+
+
+@click.command()
+@click.option("--kernel", metavar="KREL", help="Kernel release to install for (default: the running kernel, "
+              "or the distribution's current one when the running kernel is not the distribution's).")
+@click.option("--dry-run", is_flag=True, help="Print the exact ordered plan (commands, files); change nothing.")
+@click.option("--skip-vm-check", is_flag=True,
+              help="Install without a passing VM verdict (warned about, and recorded in the journal).")
+@click.option("--cert", metavar="FILE", help="Certificate the module was signed with (default: the distro's DKMS one).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def install(kernel, dry_run, skip_vm_check, cert, yes, as_json):
+    """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
+    request = InstallRequest(kernel=validate.kernel_release(kernel) if kernel is not None else None,
+                             skip_vm_check=skip_vm_check, cert=cert, dry_run=dry_run)
+    result = run(request, confirm=None if yes else confirm_plan("Install it?"))
+    if as_json:
+        emit_json(result)
+        return
+    if result.get("already_installed"):
+        click.echo(f"{result['package']}/{result['package_version']} is already installed for {result['kernel']} "
+                   f"and verified: {result['module']}")
+        return
+    if result["dry_run"]:
+        click.echo("\n".join(result["plan"]))
+        return
+    click.echo("\n".join(result["next_boot"]))

@@ -1,0 +1,30 @@
+"""`rdna1-kmgr rollback`: undo an install exactly, from its journal."""
+
+import click
+
+from .. import validate
+from ..output import emit_json
+from ..rollback import run
+from .install import confirm_plan
+
+
+@click.command()
+@click.option("--kernel", metavar="KREL", help="Roll back this kernel only (default: every kernel with an install).")
+@click.option("--dry-run", is_flag=True, help="Print the exact ordered plan; change nothing.")
+@click.option("--keep-build", is_flag=True,
+              help="Keep the built DKMS package (a later install needs no rebuild); by default it is removed.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def rollback(kernel, dry_run, keep_build, yes, as_json):
+    """Undo what install did, newest step first; safe to run again after an interruption."""
+    kernel = validate.kernel_release(kernel) if kernel is not None else None
+    result = run(kernel, keep_build=keep_build, dry_run=dry_run,
+                 confirm=None if yes else confirm_plan("Roll back?"))
+    if as_json:
+        emit_json(result)
+    elif result["nothing_installed"]:
+        click.echo(result["message"])
+    elif result["dry_run"]:
+        click.echo("\n".join(result["plan"]))
+    else:
+        click.echo(f"rolled back: {' '.join(result['kernels'])}")
