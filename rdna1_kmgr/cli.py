@@ -5,7 +5,7 @@ import sys
 import click
 
 from . import __version__
-from .errors import KmgrError, NotBuiltYet
+from .errors import KmgrError
 
 
 class KmgrGroup(click.Group):
@@ -25,28 +25,6 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-def _not_built(name: str, issue: str):
-    raise NotBuiltYet(f"`{name}` is not built yet", f"see the project's issue: {issue}")
-
-
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def install():
-    """Install the built, VM-validated module (not built yet)."""
-    _not_built("install", "journaled install gated by the VM verdict")
-
-
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def rollback():
-    """Undo an install exactly, from the journal (not built yet)."""
-    _not_built("rollback", "journaled install and crash-safe rollback")
-
-
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def status():
-    """Show what is installed per kernel (not built yet)."""
-    _not_built("status", "journaled install and crash-safe rollback")
-
-
 # Commands that are built live in rdna1_kmgr/commands/, one module each.
 from .commands.detect import detect  # noqa: E402
 main.add_command(detect)
@@ -59,3 +37,9 @@ from .commands.keys import keys  # noqa: E402
 main.add_command(keys)
 from .commands.vmtest import vmtest  # noqa: E402
 main.add_command(vmtest)
+from .commands.install import install  # noqa: E402
+main.add_command(install)
+from .commands.rollback import rollback  # noqa: E402
+main.add_command(rollback)
+from .commands.status import status  # noqa: E402
+main.add_command(status)
