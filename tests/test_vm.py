@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 import fakeamdgpu
+from build_fixtures import built_module_61, built_module_612  # noqa: F401  (session fixtures)
 from conftest import _using_test_cache, persistent_cache_root
 from rdna1_kmgr import guestkernel, modfile, sessionrun, verdict, vm
 from rdna1_kmgr.cli import main
@@ -376,6 +377,29 @@ def test_a_cached_kernel_tree_is_used_and_a_host_kernel_preferred(tmp_path, monk
     assert guestkernel.locate("6.1.0-99-amd64").origin == "host"
 
 
+def dpkg_status(package: str) -> str:
+    proc = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", package],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+
+
+def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(tmp_path, monkeypatch, headers_61,
+                                                                    persistent_cache):
+    """Real: the .deb from Debian's archive (shared test cache), dpkg-deb -x and depmod into a fresh entry."""
+    monkeypatch.setattr(guestkernel, "HOST_ROOT", tmp_path / "host")  # as if not installed here
+    monkeypatch.setattr(guestkernel, "cached_root", lambda release: tmp_path / "kernels" / release)
+    package = f"linux-image-{headers_61}"
+    before = dpkg_status(package)
+    kernel = guestkernel.locate(headers_61, fetch=True)
+    assert kernel.origin == "cache" and kernel.root == tmp_path / "kernels" / headers_61
+    assert kernel.image.is_file() and kernel.image.stat().st_size > 1_000_000
+    assert "kernel/drivers/gpu/drm/drm.ko" in (kernel.modules / "modules.dep").read_text()
+    assert kernel.vermagic().startswith(headers_61 + " ")
+    assert [p.name for p in (tmp_path / "kernels").iterdir() if not p.name.startswith(".")] == [headers_61]
+    assert dpkg_status(package) == before  # unpacked, never installed
+    assert guestkernel.locate(headers_61) == kernel  # found again without fetching
+
+
 def test_an_invalid_kernel_release_is_refused():
     with pytest.raises(UsageError):
         guestkernel.locate("../../etc")
@@ -450,12 +474,21 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def unpacked_guest_kernel(release: str) -> str:
+    """The Debian kernel `release`, unpacked into the persistent test cache (fetched once)."""
+    with _using_test_cache():
+        guestkernel.locate(release, fetch=True)
+    return release
+
+
 @pytest.fixture(scope="session")
 def guest_kernel_61(headers_61) -> str:
-    """The Debian 6.1 kernel the headers are for, unpacked into the persistent test cache (fetched once)."""
-    with _using_test_cache():
-        guestkernel.locate(headers_61, fetch=True)
-    return headers_61
+    return unpacked_guest_kernel(headers_61)
+
+
+@pytest.fixture(scope="session")
+def guest_kernel_612(headers_612) -> str:
+    return unpacked_guest_kernel(headers_612)
 
 
 @pytest.fixture(scope="session")
@@ -545,16 +578,19 @@ def test_the_hard_timeout_kills_qemu_and_fails_with_the_console_tail(fake_module
 
 
 @pytest.mark.vm
-def test_the_real_amdgpu_module_of_61_passes(request, guest_kernel_61, vm_env):
-    try:
-        built = request.getfixturevalue("built_module_61")
-    except pytest.FixtureLookupError:
-        pytest.skip("the built_module_61 fixture (the module `build` makes) is not available yet")
-    proc = rdna1_kmgr(["vm-test", "--module", built["module"], "--kernel", built["kernel"], "--json"], vm_env)
+@pytest.mark.realbuild
+@pytest.mark.parametrize("series", ["61", "612"])
+def test_the_real_amdgpu_module_passes_every_check(request, series, vm_env):
+    """`build`'s module, patched with every quirk, in an emulated VM of its own Debian kernel."""
+    built = request.getfixturevalue(f"built_module_{series}")
+    request.getfixturevalue(f"guest_kernel_{series}")
+    proc = rdna1_kmgr(["vm-test", "--kernel", built["kernel"], "--json"], vm_env)
     out = json.loads(proc.stdout)
     assert proc.returncode == 0, out.get("reason")
-    assert out["module_sha256"] == built["sha256"]
-    assert out["selftest"]["failed"] == 0 and out["selftest"]["passed"] >= out["selftest"]["required"] >= 1
+    assert out["module_sha256"] == built["sha256"] and out["module"] == built["module"]
+    assert out["selftest"]["failed"] == 0 and out["selftest"]["passed"] >= out["selftest"]["required"] > 1
+    assert all(check["ok"] for check in out["checks"])
+    assert_nothing_left_running(vm_env)
 
 
 @pytest.mark.vm
@@ -566,4 +602,4 @@ def test_a_module_built_for_another_kernel_fails_without_booting(fake_modules_61
     assert proc.returncode == 5 and out["console_log"] is None and out["accel"] is None
     assert out["reason"].startswith("vermagic: ")
     assert f"built for {fake_modules_61['good'].parent.name.split('-good-')[1]}" in out["reason"]
-    assert (persistent_cache_root() / "kernels" / headers_612 / "boot" / f"vmlinuz-{headers_612}").is_file()
+    assert out["details"]["kernel_origin"] in ("host", "cache")  # installed here, or fetched by --yes
