@@ -280,7 +280,12 @@ def validate_module(
     kernel = guestkernel.locate(release, fetch=fetch)
     checks = verdict.check_module_file(module, release, kernel.vermagic())
     logs = log_dir() / "vm-test"
-    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        verdict.validations_dir().mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise HostError(f"cannot write the console log or the verdict record: {err}",
+                        "run as root (they go to /var/log/rdna1-kmgr and /var/lib/rdna1-kmgr)") from None
     console = logs / f"{started_at:%Y%m%dT%H%M%SZ}-{module.sha256[:12]}.log"
     details: dict = {"build_id": module.build_id, "vermagic": module.vermagic, "kernel_origin": kernel.origin}
     chosen = None

@@ -307,6 +307,24 @@ def test_watch_can_stop_a_run_early(tmp_path):
     assert sessionrun.session_members(outcome.session) == []
 
 
+def test_ctrl_c_stops_the_session_and_goes_on_up(tmp_path, monkeypatch):
+    def interrupt(chunk):
+        raise KeyboardInterrupt
+
+    sessions = []
+    real_popen = sessionrun.subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        sessions.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(sessionrun.subprocess, "Popen", recording_popen)
+    with pytest.raises(KeyboardInterrupt):
+        sessionrun.run(["sh", "-c", "echo go; sleep 300 & sleep 300"], tmp_path / "out", timeout=30, watch=interrupt)
+    assert sessions and sessionrun.session_members(sessions[0]) == []
+
+
 def test_output_survives_a_child_that_reopens_its_stdout(tmp_path):
     """QEMU opens /proc/self/fd/1 for its console; on a plain file that truncated what came before."""
     script = "echo from-the-shell; sleep 0.3; echo from-the-reopen > /proc/self/fd/1"
