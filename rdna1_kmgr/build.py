@@ -154,6 +154,7 @@ def build_package(
         return modverify.verify(module, kernel, keys.cert, devices, parameters=parameters)
 
     if dkms.is_built(package, kernel, trees):
+        dkms.assemble(package, source_root, subtrees, series_dir, trees, description)  # dkms.conf up to date
         module = dkms.built_module(package, kernel, trees)
         try:
             report = checked(module)

@@ -142,12 +142,18 @@ def assemble(
     """Write the package directory under the source tree; returns it.
 
     It is written beside its final place and renamed into it, so an interrupted run never leaves a
-    half package that DKMS would pick up. An existing directory with the same dkms.conf is reused.
+    half package that DKMS would pick up. An existing directory is reused, its dkms.conf and hook
+    script brought up to date.
     """
     patches = read_series(series_dir)
     conf = render_conf(package, patches, description or f"{package.module.name} for rdna1-kmgr")
     target = package.source_dir(trees)
-    if target.is_dir() and (target / "dkms.conf").is_file() and (target / "dkms.conf").read_text() == conf:
+    hook = resources.files("rdna1_kmgr.dkms").joinpath(HOOK_SCRIPT).read_bytes()
+    if target.is_dir() and (target / "dkms.conf").is_file():
+        # The version names the source and the series; only what this tool writes around them can differ
+        # (a newer rdna1-kmgr): bring those up to date in place.
+        _replace_if_changed(target / "dkms.conf", conf.encode(), 0o644)
+        _replace_if_changed(target / HOOK_SCRIPT, hook, 0o755)
         return target
 
     trees.source.mkdir(parents=True, exist_ok=True)
@@ -165,8 +171,7 @@ def assemble(
         (partial / "patches" / "series").write_text("".join(p + "\n" for p in patches))
         if (series_dir / "manifest.json").is_file():
             shutil.copy2(series_dir / "manifest.json", partial / MANIFEST_NAME)
-        hook = resources.files("rdna1_kmgr.dkms").joinpath(HOOK_SCRIPT)
-        (partial / HOOK_SCRIPT).write_bytes(hook.read_bytes())
+        (partial / HOOK_SCRIPT).write_bytes(hook)
         (partial / HOOK_SCRIPT).chmod(0o755)
         (partial / "dkms.conf").write_text(conf)
         if target.exists():
@@ -175,6 +180,15 @@ def assemble(
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+def _replace_if_changed(path: Path, data: bytes, mode: int) -> None:
+    if path.is_file() and path.read_bytes() == data:
+        return
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
 
 
 def _copier(source_root: Path):

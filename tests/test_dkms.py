@@ -89,13 +89,14 @@ def test_dkms_conf_is_the_shell_dkms_sources(tmp_path, monkeypatch):
         'kernelver=6.1.0-56-amd64 kernel_source_dir=/lib/modules/6.1.0-56-amd64/build parallel_jobs=3; '
         f'. "{conf}"; '
         'printf "%s\\n" "$PACKAGE_NAME" "$PACKAGE_VERSION" "${PATCH[0]}" "${PATCH[1]}" "${#PATCH[@]}" '
-        '"$BUILT_MODULE_NAME" "$BUILT_MODULE_LOCATION" "$DEST_MODULE_LOCATION" "$AUTOINSTALL" "$STRIP" "$MAKE"'
+        '"$BUILT_MODULE_NAME" "$BUILT_MODULE_LOCATION" "$DEST_MODULE_LOCATION" "${AUTOINSTALL-unset}" "$STRIP" "$MAKE"'
     )
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
     tree = tmp_path / "cache/kbuild/rdna1-amdgpu/6.1.0-56-amd64"
     assert out[:10] == [
         "rdna1-amdgpu", "6.1.192+p0123456789ab", "0001-out-of-tree.patch", "0002-core.patch", "2",
-        "amdgpu", "drivers/gpu/drm/amd/amdgpu/", "/updates/dkms", "no", "no",
+        # AUTOINSTALL unset: DKMS autoinstalls on any value, and a kernel upgrade must not build this
+        "amdgpu", "drivers/gpu/drm/amd/amdgpu/", "/updates/dkms", "unset", "no",
     ]
     make = out[10].split()
     assert make[:5] == ["./rdna1-kbuild", "--tree", str(tree), "--module", "drivers/gpu/drm/amd/amdgpu/amdgpu.ko"]
@@ -186,8 +187,14 @@ def test_assemble_mirrors_the_tree_root_with_patches_in_order(sandbox):
     assert [p.name for p in sandbox.trees.source.iterdir()] == [target.name]  # no partial directory left
     # the same package again: the directory is reused as it is
     stamp = (target / "dkms.conf").stat().st_mtime_ns
+    source_inode = (target / hellomod.LOCATION / "table.c").stat().st_ino
     dkms.assemble(package, sandbox.root / "tree", [hellomod.LOCATION], series_dir, sandbox.trees)
     assert (target / "dkms.conf").stat().st_mtime_ns == stamp
+    # a dkms.conf an older rdna1-kmgr wrote is brought up to date, the source left alone
+    (target / "dkms.conf").write_text(conf + 'AUTOINSTALL="no"\n')
+    dkms.assemble(package, sandbox.root / "tree", [hellomod.LOCATION], series_dir, sandbox.trees)
+    assert (target / "dkms.conf").read_text() == conf
+    assert (target / hellomod.LOCATION / "table.c").stat().st_ino == source_inode
 
 
 def test_assemble_refuses_a_source_without_the_subtree_and_leaves_nothing(sandbox):
@@ -206,14 +213,17 @@ def test_dkms_applies_the_series_builds_and_signs(sandbox):
 
     assert [(e.version, e.kernel, e.state) for e in dkms.status("rdna1hello", sandbox.trees)] == [
         (package.version, sandbox.kernel, "built")]
-    assert outcome.module == package.module_dir(sandbox.trees, sandbox.kernel) / "rdna1hello.ko"
-    assert b"greetings-from-one" in outcome.module.read_bytes()  # DKMS applied the patch
+    # DKMS compresses the module when the kernel's own modules are (6.12 on Debian: .ko.xz)
+    assert outcome.module.parent == package.module_dir(sandbox.trees, sandbox.kernel)
+    assert outcome.module.name in ("rdna1hello.ko", "rdna1hello.ko.xz", "rdna1hello.ko.zst", "rdna1hello.ko.gz")
+    elf = modverify.read_module(outcome.module)
+    assert b"greetings-from-one" in elf  # DKMS applied the patch
     assert outcome.compiled >= 2  # main.o, table.o (and the .mod.o)
     assert outcome.certificate == str(sandbox.keys.cert)
     report = modverify.verify(outcome.module, sandbox.kernel, sandbox.keys.cert, [0x731F])
     assert report.parameters == ("rdna1_hello_enable",)
     assert report.signer == "rdna1-kmgr test key"
-    assert b".debug_info" not in outcome.module.read_bytes()  # stripped as DKMS would
+    assert b".debug_info" not in elf  # stripped as DKMS would
     log = outcome.log.read_text()
     assert "CC [M]" in log and "Signing module" in log
     # the private key stayed where it was: nothing in the DKMS trees holds it
@@ -231,14 +241,14 @@ def test_another_patch_set_recompiles_only_what_it_changes(sandbox):
     outcome = assemble_and_build(sandbox, second_dir, second)
     assert outcome.compiled == 1  # table.c only; main.o is reused from the kbuild tree
     assert "table.o" in next(line for line in outcome.log.read_text().splitlines() if "CC [M]" in line)
-    assert b"greetings-from-two" in outcome.module.read_bytes()
+    assert b"greetings-from-two" in modverify.read_module(outcome.module)
     modverify.verify(outcome.module, sandbox.kernel, sandbox.keys.cert, [0x731F])
 
     # and back: the first text comes back although that source file is older than the object built last
     dkms.remove(first, sandbox.trees)
     outcome = assemble_and_build(sandbox, first_dir, first)
     assert outcome.compiled == 1
-    assert b"greetings-from-one" in outcome.module.read_bytes()
+    assert b"greetings-from-one" in modverify.read_module(outcome.module)
 
 
 def test_compile_error_names_the_first_compiler_error_and_the_log(sandbox):
@@ -278,3 +288,17 @@ def test_assemble_links_a_cached_source_and_copies_a_users_tree(sandbox):
     cached = hellomod.write_tree(sandbox.cache / "src" / "6.1.192-2")
     linked = dkms.assemble(package, cached, [hellomod.LOCATION], series_dir, sandbox.trees)
     assert (linked / rel).stat().st_ino == (cached / rel).stat().st_ino  # our own cache: no second copy
+
+
+def test_a_kernel_upgrade_does_not_build_the_package_on_its_own(sandbox):
+    """What a kernel package's postinst runs (`dkms autoinstall`) must leave this package alone."""
+    series_dir, _, package = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("x")})
+    dkms.assemble(package, sandbox.root / "tree", [hellomod.LOCATION], series_dir, sandbox.trees)
+    dkms.add(package, sandbox.trees)
+    install_tree = sandbox.root / "lib-modules"
+    (install_tree / sandbox.kernel).mkdir(parents=True)  # DKMS wants it there already
+    result = subprocess.run(["dkms", "autoinstall", "-k", sandbox.kernel, *sandbox.trees.cli_args(),
+                             f"--installtree={install_tree}"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [(e.version, e.state) for e in dkms.status("rdna1hello", sandbox.trees)] == [(package.version, "added")]
+    assert list((install_tree / sandbox.kernel).rglob("*.ko*")) == []
