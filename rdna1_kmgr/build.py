@@ -25,7 +25,7 @@ from typing import Callable, TextIO
 import distro
 
 from . import dkms_package as dkms
-from . import modverify, packages, signing, source, validate
+from . import cacheentry, modverify, packages, signing, source, validate
 from .devices import format_id
 from .errors import BuildError, HostError, KmgrError
 from .paths import cache_dir, log_dir
@@ -148,6 +148,15 @@ def build_package(
     """Build (or reuse) one package version for one kernel, verified; on failure nothing of it is left."""
     trees = trees or dkms.Trees.from_env()
     stream = stream if stream is not None else sys.stderr
+    # DKMS has no locking of its own: a second run for the same kernel waits here instead of
+    # deleting the first one's build directory under it.
+    with cache_left_as_found(), cacheentry.exclusive(dkms.kbuild_root(package.name), kernel):
+        return _build_package(package, kernel, source_root, subtrees, series_dir, keys, devices, parameters,
+                              jobs, description, trees, stream)
+
+
+def _build_package(package, kernel, source_root, subtrees, series_dir, keys, devices, parameters, jobs,
+                   description, trees, stream) -> PackageBuild:
     started = time.monotonic()
 
     def checked(module: Path) -> modverify.ModuleReport:
@@ -172,14 +181,13 @@ def build_package(
     progress = Progress(f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees),
                         stream=stream)
     try:
-        with cache_left_as_found():
-            dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
-            dkms.add(package, trees)
-            outcome = dkms.build(package, kernel, trees, log, jobs or default_jobs(),
-                                 env={**ccache_env(), **signing_env(keys)},
-                                 on_line=progress.feed, on_tick=progress.tick)
-            _check_signed_with(outcome, keys)
-            report = checked(outcome.module)
+        dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
+        dkms.add(package, trees)
+        outcome = dkms.build(package, kernel, trees, log, jobs or default_jobs(),
+                             env={**ccache_env(), **signing_env(keys)},
+                             on_line=progress.feed, on_tick=progress.tick)
+        _check_signed_with(outcome, keys)
+        report = checked(outcome.module)
     except BaseException:
         progress.finish("failed")
         _discard(package, kernel, trees, created_source)
