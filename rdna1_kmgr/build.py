@@ -168,7 +168,11 @@ def _build_package(package, kernel, source_root, subtrees, series_dir, keys, dev
         try:
             report = checked(module)
         except BuildError as err:
-            # Built before, but not as asked now (another key, say): build it again.
+            # Built before, but not as asked now (another key, say): build it again, unless it is installed
+            # (rebuilding would uninstall it behind the install journal's back).
+            if dkms.is_installed(package, kernel, trees):
+                raise BuildError(f"{package.ref} is installed for {kernel} and fails a check: {err.what}",
+                                 "roll the install back first (`rdna1-kmgr rollback`), then build again") from None
             stream.write(f"rdna1-kmgr: rebuilding {package.ref}: the earlier build fails a check ({err.what})\n")
             dkms.remove(package, trees, kernel)
         else:

@@ -281,6 +281,11 @@ def is_built(package: Package, kernel: str, trees: Trees) -> bool:
     )
 
 
+def is_installed(package: Package, kernel: str, trees: Trees) -> bool:
+    return any(e.version == package.version and e.kernel == kernel and e.state == "installed"
+               for e in status(package.name, trees))
+
+
 def add(package: Package, trees: Trees) -> None:
     trees.dkms.mkdir(parents=True, exist_ok=True)
     if any(e.version == package.version for e in status(package.name, trees)):

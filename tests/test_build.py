@@ -326,3 +326,17 @@ def test_building_the_same_again_reuses_it(built_module_61, headers_61):
     assert again["reused"] is True
     assert again["sha256"] == built_module_61["sha256"] and again["module"] == built_module_61["module"]
     assert time.monotonic() - started < 120
+
+
+def test_an_installed_build_failing_a_check_is_not_rebuilt_behind_installs_back(sandbox, monkeypatch):
+    """Unit (fake DKMS state): the module is installed and signed with another key than asked for now."""
+    good = hello_build(sandbox, "greetings-installed")
+    monkeypatch.setattr(dkms, "is_installed", lambda package, kernel, trees: True)
+    removed = []
+    monkeypatch.setattr(dkms, "remove", lambda *args, **kwargs: removed.append(args))
+    other_dir = sandbox.root / "other-keys"
+    other_dir.mkdir()
+    with pytest.raises(BuildError, match="is installed for .* and fails a check"):
+        hello_build(sandbox, "greetings-installed", keys=make_keys(other_dir, subject="another key"))
+    assert removed == []
+    assert good.module.is_file()
