@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -176,14 +177,25 @@ def check_kernel_installed(kernel: str, root: TargetRoot) -> None:
                              f"install its image package (linux-image-{kernel}) first; nothing was changed")
 
 
-def check_no_foreign_module(candidate: Candidate, root: TargetRoot) -> None:
-    """Another package's module where ours goes (AMD's amdgpu-dkms, say) would be overwritten: refuse."""
+def check_no_foreign_module(candidate: Candidate, root: TargetRoot, trees: dkms.Trees) -> None:
+    """A module where ours goes that no journal of ours accounts for would be overwritten: refuse."""
     dest = installed_path(candidate, root).parent
     pattern = re.compile(rf"^{re.escape(candidate.module_name)}\.ko(\.xz|\.zst|\.gz)?$")
     found = [p for p in dest.iterdir() if pattern.match(p.name)] if dest.is_dir() else []
-    if found:
-        raise InstallRefused(f"{found[0]} is already there, and not from rdna1-kmgr",
-                             "remove the package that installed it (see `dkms status`); nothing was changed")
+    if not found:
+        return
+    # DKMS's kernel hook (`dkms autoinstall`, run when a kernel package is installed) may have put one of
+    # our own builds there behind the journal's back.
+    ours = [e for e in dkms.status(candidate.package.name, trees) if e.kernel == candidate.kernel
+            and e.state == "installed"] if shutil.which("dkms") else []
+    if ours:
+        raise InstallRefused(
+            f"{candidate.package.name}/{ours[0].version} was installed for {candidate.kernel} outside "
+            "rdna1-kmgr (by DKMS's kernel hook?), so there is no journal to roll it back with",
+            f"undo it with `dkms uninstall -m {candidate.package.name} -v {ours[0].version} -k "
+            f"{candidate.kernel}` and `depmod {candidate.kernel}`, then install again; nothing was changed")
+    raise InstallRefused(f"{found[0]} is already there, and not from rdna1-kmgr",
+                         "remove the package that installed it (see `dkms status`); nothing was changed")
 
 
 # --- the steps ----------------------------------------------------------------------------------------------
@@ -389,7 +401,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
         replacing = ["first undo the install now in place:"] + [
             f"  {line}" for line in rollback.plan_for(journal, keep_build=False)]
     else:
-        check_no_foreign_module(candidate, root)
+        check_no_foreign_module(candidate, root, trees)
     tool.require_supported()
     verified: dict = {}
     steps = plan_steps(candidate, root, trees, tool, cert, verified.update)
