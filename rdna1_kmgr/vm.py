@@ -122,9 +122,15 @@ def choose_accel(requested: str, kernel: guestkernel.GuestKernel, tools: Tools, 
 
 def probe_kvm(kernel: guestkernel.GuestKernel, tools: Tools, workdir: Path,
               timeout: float = PROBE_TIMEOUT) -> tuple[bool, str]:
-    """Boot `kernel` under KVM with no root file system: works when it gets to the root-mount panic."""
+    """Boot `kernel` under KVM, with the CPU vng would ask for, and see whether its init completes."""
+    return kernel_init_completes(kernel, tools, workdir, "kvm", KVM_CPU, timeout)
+
+
+def kernel_init_completes(kernel: guestkernel.GuestKernel, tools: Tools, workdir: Path, accel: str, cpu: str,
+                          timeout: float) -> tuple[bool, str]:
+    """Boot `kernel` with no root file system: it works when it gets to the panic about the root mount."""
     argv = [
-        tools.qemu, "-machine", "accel=kvm", "-cpu", KVM_CPU, "-m", "256", "-smp", "1",
+        tools.qemu, "-machine", f"accel={accel}", "-cpu", cpu, "-m", "256", "-smp", "1",
         "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none", "-serial", "stdio",
         "-no-reboot", "-kernel", str(kernel.image), "-append", "console=ttyS0 panic=-1 loglevel=4",
     ]
@@ -134,7 +140,7 @@ def probe_kvm(kernel: guestkernel.GuestKernel, tools: Tools, workdir: Path,
         seen.append(chunk)
         return bool(_PROBE_DONE.search("".join(seen)[-4096:]))
 
-    outcome = sessionrun.run(argv, workdir / "kvm-probe.log", timeout, watch=watch)
+    outcome = sessionrun.run(argv, workdir / f"{accel}-probe.log", timeout, watch=watch)
     if outcome.stopped_early:
         return True, f"kernel init completed in {outcome.elapsed:.1f} s"
     if outcome.timed_out:

@@ -566,6 +566,20 @@ def test_a_broken_module_fails_with_its_reason(fake_modules_61, vm_env, variant,
 
 
 @pytest.mark.vm
+def test_the_accel_probe_tells_a_kernel_that_boots_from_one_that_hangs(guest_kernel_61, tmp_path):
+    """The probe's two answers, on the real kernel under TCG (KVM itself may not work on the test host)."""
+    with _using_test_cache():
+        kernel = guestkernel.locate(guest_kernel_61)
+    tools = vm.find_tools()
+    works, why = vm.kernel_init_completes(kernel, tools, tmp_path, "tcg", "max", timeout=120)
+    assert works, why
+    # Half a second is far too little for TCG to get through init: the probe gives up and says so.
+    works, why = vm.kernel_init_completes(kernel, tools, tmp_path, "tcg", "max", timeout=0.5)
+    assert not works and "no progress within" in why
+    assert [c for c in processes_mentioning(str(kernel.image)) if "panic=-1 loglevel=4" in c] == []
+
+
+@pytest.mark.vm
 def test_kvm_that_does_not_work_ends_as_a_failure_with_no_qemu_left(fake_modules_61, vm_env):
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         pytest.skip("no usable /dev/kvm: --accel kvm is refused before any boot (see the bad-input tests)")
