@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,25 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+class Stopwatch:
+    """Wall time, and the CPU time (user + system) of the child processes that ran meanwhile: on a shared
+    machine the wall time moves with the others' load, the CPU time much less."""
+
+    def __enter__(self):
+        self.wall = time.monotonic()
+        self.cpu = self._children_cpu()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.monotonic() - self.wall
+        self.cpu = self._children_cpu() - self.cpu
+
+    @staticmethod
+    def _children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+
 def warm_page_cache(tree: Path) -> None:
     """Read the source once so neither contestant pays for the disk."""
     for path in tree.rglob("*"):
@@ -50,18 +70,16 @@ def warm_page_cache(tree: Path) -> None:
             path.read_bytes()
 
 
-def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) -> float:
+def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) -> Stopwatch:
     copy = work / "raw"
     shutil.copytree(tree / AMD, copy / AMD, symlinks=True)
     subprocess.run(["patch", "-p1", "-s", "-d", str(copy), "-i", str(fix_patch)], check=True)
     command = ["make", f"-j{jobs}", "-C", f"/lib/modules/{kernel}/build", f"M={copy / AMD}/amdgpu",
                f"FULL_AMD_PATH={copy / AMD}", "modules"]
-    started = time.monotonic()
-    with open(work / "raw.log", "w") as log:
+    with open(work / "raw.log", "w") as log, Stopwatch() as watch:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
-    seconds = time.monotonic() - started
     shutil.rmtree(copy)
-    return seconds
+    return watch
 
 
 def tool_build(kernel: str, tree: Path, jobs: int, keys: signing.KeyPair, env: dict, quirks: list[str]) -> dict:
@@ -70,13 +88,12 @@ def tool_build(kernel: str, tree: Path, jobs: int, keys: signing.KeyPair, env: d
                "--key", str(keys.key), "--cert", str(keys.cert), "--json"]
     for quirk in quirks:
         command += ["--quirk", quirk]
-    started = time.monotonic()
-    proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    seconds = time.monotonic() - started
+    with Stopwatch() as watch:
+        proc = subprocess.run(command, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"bench: {' '.join(command)} failed:\n{proc.stderr}")
     result = json.loads(proc.stdout)
-    result["wall_seconds"] = seconds
+    result["wall_seconds"], result["cpu_seconds"] = watch.wall, watch.cpu
     return result
 
 
@@ -112,16 +129,19 @@ def main() -> int:
         warm_page_cache(tree / AMD)
 
         say("bench: raw kbuild of the unpatched source (out-of-tree fix only)...")
-        raw = raw_kbuild(tree, kernel, args.jobs, work, fix_patch)
-        say(f"bench: raw {raw:.1f} s (load {load()})")
+        raw_watch = raw_kbuild(tree, kernel, args.jobs, work, fix_patch)
+        raw, raw_cpu = raw_watch.wall, raw_watch.cpu
+        say(f"bench: raw {raw:.1f} s, CPU {raw_cpu:.1f} s (load {load()})")
 
         say(f"bench: cold rdna1-kmgr build, quirks {' '.join(quirk_ids)}...")
         cold = tool_build(kernel, tree, args.jobs, keys, env, quirk_ids)
-        say(f"bench: cold {cold['wall_seconds']:.1f} s, {cold['compiled_objects']} objects (load {load()})")
+        say(f"bench: cold {cold['wall_seconds']:.1f} s, CPU {cold['cpu_seconds']:.1f} s, "
+            f"{cold['compiled_objects']} objects (load {load()})")
 
         say(f"bench: rebuild with {off} switched off (quirks {' '.join(kept)})...")
         rebuild = tool_build(kernel, tree, args.jobs, keys, env, kept)
-        say(f"bench: rebuild {rebuild['wall_seconds']:.1f} s, {rebuild['compiled_objects']} objects (load {load()})")
+        say(f"bench: rebuild {rebuild['wall_seconds']:.1f} s, CPU {rebuild['cpu_seconds']:.1f} s, "
+            f"{rebuild['compiled_objects']} objects (load {load()})")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -135,13 +155,19 @@ def main() -> int:
         "jobs": args.jobs,
         "cores": os.cpu_count(),
         "ccache": ccache,
+        "load_average_at_end": load(),
         "raw_kbuild_seconds": round(raw, 1),
+        "raw_kbuild_cpu_seconds": round(raw_cpu, 1),
         "cold_build_seconds": round(cold["wall_seconds"], 1),
+        "cold_build_cpu_seconds": round(cold["cpu_seconds"], 1),
+        "cold_vs_raw_cpu": round(cold["cpu_seconds"] / raw_cpu, 3),
         "cold_objects": cold["compiled_objects"],
         "cold_vs_raw": round(cold_ratio, 3),
         "cold_target": 1.05,
         "rebuild_quirk_off": off,
         "rebuild_seconds": round(rebuild["wall_seconds"], 1),
+        "rebuild_cpu_seconds": round(rebuild["cpu_seconds"], 1),
+        "rebuild_vs_cold_cpu": round(rebuild["cpu_seconds"] / cold["cpu_seconds"], 3),
         "rebuild_objects": rebuild["compiled_objects"],
         "rebuild_vs_cold": round(rebuild_ratio, 3),
         "rebuild_target": 0.15,
