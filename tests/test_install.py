@@ -376,6 +376,8 @@ def test_install_makes_modinfo_resolve_to_the_built_module_and_rollback_restores
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert system.resolves_to() == system.installed_path
+    changed = system.hash()
+    assert all(changed[part] != before[part] for part in changed)  # the hash sees all three parts move
     assert jr.sha256_file(system.installed_path) == system.pristine.module_sha256
     assert result["verified"]["sha256"] == system.pristine.module_sha256
     assert result["vm_check"]["verdict"] == "pass"
@@ -917,6 +919,8 @@ def test_real_install_resolves_to_the_built_module_refuses_a_second_run_and_roll
 
     installed = modinfo_resolves(real.kernel)
     assert installed.parent == Path(f"/lib/modules/{real.kernel}/updates/dkms")
+    changed = real.hash()
+    assert all(changed[part] != real.baseline[part] for part in changed)  # the hash sees all three parts move
     assert jr.sha256_file(installed) == real.built["sha256"] == result["verified"]["sha256"]
     modverify.verify_signature(installed, Path(real.built["certificate"]))
     assert "etc/modprobe.d/rdna1-kmgr.conf" in initramfs_list(Path(f"/boot/initrd.img-{real.kernel}"))
