@@ -328,12 +328,12 @@ def plan_lines(candidate: Candidate, gate: Gate, steps: list[Step], replacing: l
     lines += replacing
     for number, step in enumerate(steps, 1):
         lines.append(f"{number}. {step.name}" + (f": {' '.join(step.command)}" if step.command else ""))
+        for folder in reversed(step.dirs):  # outermost first
+            lines.append(f"    create the directory {folder}")
         for path in step.replaces:
             if path.name.endswith(".new"):
                 continue  # the tool's temporary name for the image (journaled in case a crash leaves it)
             lines.append(f"    {'replace' if path.exists() or path.is_symlink() else 'create'} {path}")
-        for folder in reversed(step.dirs):
-            lines.append(f"    create the directory {folder}")
         lines += step.text
     journal = Journal(candidate.kernel)
     lines.append(f"journal {journal.path}; the files replaced are backed up in {journal.backups}/ before each step")
