@@ -118,6 +118,11 @@ def main() -> int:
            "RDNA1_KMGR_CACHE": str(work / "cache"), "RDNA1_KMGR_LOG": str(work / "log"),
            "RDNA1_KMGR_STATE": str(work / "state")}
     try:
+        # The tool finds a Debian source in its cache; so does the bench (hard links: no copy, no time).
+        cached = work / "cache/src" / tree.name
+        cached.parent.mkdir(parents=True)
+        subprocess.run(["cp", "-al", str(tree), str(cached)], check=True)
+        tree = cached
         keys = signing.KeyPair(work / "keys/bench.key", work / "keys/bench.der", "given")
         signing.generate(keys, subject="rdna1-kmgr bench key", days=2)
         series = work / "series"
