@@ -80,6 +80,20 @@ def read_device(bdf: str, sysroot: Path = Path("/")) -> PciDevice:
     )
 
 
+def driver_override(bdf: str, sysroot: Path = Path("/")) -> str | None:
+    """The driver a device is pinned to by driver_override, None when unset ("(null)") or unsupported."""
+    text = _read_text(devices_dir(sysroot) / bdf / "driver_override")
+    return None if text in (None, "", "(null)") else text
+
+
+def drm_nodes(bdf: str, sysroot: Path = Path("/")) -> tuple[str, ...]:
+    """The DRM minors a bound GPU driver made for the device: card0, renderD128 (none when unbound)."""
+    drm = devices_dir(sysroot) / bdf / "drm"
+    if not drm.is_dir():
+        return ()
+    return tuple(sorted(e.name for e in drm.iterdir() if e.name.startswith(("card", "renderD"))))
+
+
 def _group_members(sysroot: Path, group: str | None, bdf: str) -> tuple[str, ...]:
     if group is None:
         return ()

@@ -98,6 +98,37 @@ class FakeSysroot:
         return self
 
 
+    def drm(self, bdf: str, *nodes: str) -> "FakeSysroot":
+        """DRM minors a bound GPU driver made for the device (card0, renderD128)."""
+        for node in nodes:
+            (self.root / f"sys/devices/pci0000:00/{bdf}/drm/{node}").mkdir(parents=True, exist_ok=True)
+        return self
+
+    def process(self, pid: int, comm: str, *open_paths: str) -> "FakeSysroot":
+        """A process with files open: /proc/<pid>/fd/<n> links whose targets are the absolute paths."""
+        self._write(f"proc/{pid}/comm", comm + "\n")
+        for n, target in enumerate(open_paths, start=3):
+            link = self.root / f"proc/{pid}/fd/{n}"
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(target)
+        return self
+
+    def driver(self, name: str) -> "FakeSysroot":
+        """A registered PCI driver with no device (vfio-pci loaded, nothing bound yet)."""
+        (self.root / f"sys/bus/pci/drivers/{name}").mkdir(parents=True, exist_ok=True)
+        return self
+
+    def module(self, name: str) -> "FakeSysroot":
+        (self.root / f"sys/module/{name}").mkdir(parents=True, exist_ok=True)
+        return self
+
+    def kmsg(self, *messages: str, first_seq: int = 1000) -> "FakeSysroot":
+        """/dev/kmsg as a file of records `prio,seq,usec,flags;message` with a continuation line each."""
+        records = "".join(f"6,{first_seq + i},{i * 1000},-;{m}\n SUBSYSTEM=pci\n" for i, m in enumerate(messages))
+        self._write("dev/kmsg", records)
+        return self
+
+
 # The trees the detect tests read. Ids as in pci.ids: 731F is Navi10 (RX 5600 XT, and also RX 5700 / 5700 XT,
 # told apart only by revision), AB38 its HDMI/DP audio, 7340 Navi14 (RX 5500 XT), 2484 an NVIDIA GA104.
 
