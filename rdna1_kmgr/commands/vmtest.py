@@ -4,9 +4,9 @@ import click
 
 from .. import builds, validate, vm
 from ..build import resolve_kernel
-from ..errors import BuildError, HostError, UsageError
-from ..host import detect as detect_host
+from ..errors import BuildError, UsageError
 from ..output import emit_json
+from .passthrough import dispatch as passthrough_dispatch, passthrough_options
 
 
 @click.command("vm-test")
@@ -17,7 +17,8 @@ from ..output import emit_json
 @click.option("--manifest", metavar="FILE",
               help="The render's manifest.json for --module (gives the selftest case count).")
 @click.option("--emulated", is_flag=True, help="Boot without a GPU (the default): module init, selftest, unload.")
-@click.option("--gpu", metavar="BDF|auto", help="Pass this RDNA1 GPU through to the VM (auto: the target board).")
+@click.option("--gpu", metavar="BDF|auto",
+              help="Pass this RDNA1 GPU through to the VM (auto: the target board); any device with --plumbing-only.")
 @click.option("--accel", type=click.Choice(vm.ACCELS), default="auto", show_default=True,
               help="auto probes KVM briefly and falls back to TCG.")
 @click.option("--timeout", type=float, default=vm.DEFAULT_TIMEOUT, show_default=True, metavar="S",
@@ -26,7 +27,9 @@ from ..output import emit_json
               help="conv2d needs a passed-through GPU and torch in the guest.")
 @click.option("--yes", is_flag=True, help="Download the kernel's image package into the cache when it is missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict record as JSON.")
-def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workload, yes, as_json):
+@passthrough_options
+def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workload, yes, as_json,
+           plumbing_only, restore, accept_reset_risk, force):
     """Boot the kernel in QEMU (virtme-ng), load the module there, and record the verdict."""
     if timeout <= 0:
         raise UsageError(f"invalid --timeout {timeout:g}", "give a number of seconds > 0")
@@ -34,8 +37,9 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
         raise UsageError("--emulated and --gpu exclude each other", "give one of them")
     if manifest and not module_path:
         raise UsageError("--manifest goes with --module", "without --module the build's own manifest is used")
-    if gpu:
-        _passthrough(gpu)
+    if passthrough_dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, accel, timeout, yes,
+                            as_json):
+        return
     if workload != "smoke":
         raise UsageError(f"the {workload} workload needs a GPU passed through", "use --gpu, or --workload smoke")
     release = validate.kernel_release(kernel) if kernel else None
@@ -56,12 +60,3 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
     if not record.passed:
         raise BuildError(f"vm-test failed: {record.reason}", f"record {record.record}")
 
-
-def _passthrough(gpu: str) -> None:
-    if gpu != "auto":
-        validate.pci_address(gpu)
-    facts = detect_host()
-    if not facts.rdna1_devices:
-        raise HostError("passthrough needs an RDNA1 GPU on the host", "none found (see `rdna1-kmgr detect`); "
-                        "use --emulated")
-    raise HostError("passthrough is not built yet", "use --emulated for now")
