@@ -37,9 +37,3 @@ class BuildError(KmgrError):
     """A build or verification step failed."""
 
     exit_code = 5
-
-
-class NotBuiltYet(KmgrError):
-    """A command whose capability does not exist yet."""
-
-    exit_code = 64
