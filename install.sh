@@ -26,7 +26,7 @@ esac
 export DEBIAN_FRONTEND=noninteractive
 packages="python3 python3-venv python3-pip ca-certificates
     dkms kmod patch xz-utils openssl mokutil make gcc bc bison flex libelf-dev libssl-dev dwarves
-    initramfs-tools qemu-system-x86 busybox-static pciutils"
+    initramfs-tools cpio file qemu-system-x86 busybox-static pciutils"
 [ "$with_tests" = yes ] && packages="$packages ccache"
 echo "install.sh: installing system packages"
 apt-get update -q
