@@ -53,6 +53,8 @@ class Kernel:
 
 def distro_current_kernel() -> str | None:
     """The release the distro's kernel metapackage points to today (installed one first, else apt's candidate)."""
+    if not shutil.which("dpkg-query"):
+        return None  # dnf and pacman hosts: their place is here, not written yet
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
     metas = [f"linux-image-{arch}", f"linux-headers-{arch}", "linux-image-generic", "linux-headers-generic"]
     for meta in metas:
