@@ -115,12 +115,15 @@ def selftest_counts(result: dict | None) -> dict | None:
 
 
 def _dependencies(module, steps) -> Check:
-    failed = [d for d in module.depends if steps.get(f"depends {d}", {}).get("rc") != 0]
-    if failed:
-        first = steps.get(f"depends {failed[0]}")
-        why = _first_line(first["output"]) if first else "not reached"
-        return Check("dependencies", False, f"could not load {', '.join(failed)}: {why}")
-    return Check("dependencies", True, f"loaded {', '.join(module.depends) or 'none needed'}")
+    if not module.depends:
+        return Check("dependencies", True, "none needed")
+    step = steps.get("depends")
+    if step is None:
+        return Check("dependencies", False, "not reached")
+    if step["rc"] != 0:
+        return Check("dependencies", False, f"modprobe of {', '.join(module.depends)} failed: "
+                                            f"{_first_line(step['output']) or 'exit code ' + str(step['rc'])}")
+    return Check("dependencies", True, f"loaded {', '.join(module.depends)}")
 
 
 def _loaded(name: str, step: dict | None) -> Check:

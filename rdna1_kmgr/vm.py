@@ -34,15 +34,18 @@ ACCELS = ("auto", "kvm", "tcg")
 DEFAULT_TIMEOUT = 300  # seconds for the guest run; an emulated verdict takes ~20-30 s under TCG
 PROBE_TIMEOUT = 10.0  # a working KVM gets a kernel to its root mount in ~1 s
 GUEST_MEMORY = "2G"  # an unstripped amdgpu.ko is ~350 MB and is read whole by the kernel
+# Loading a module is single-threaded; a second vCPU only made TCG boots ~3 s slower on a 2-core host.
+GUEST_CPUS = "1"
 KVM_CPU = "host,topoext=on"  # what vng asks for under KVM: the probe must use the same
 # udev in the guest autoloads drivers for the emulated q35 machine (AHCI, ICH9, watchdogs, input) and
 # the CPU's crypto accelerators, and nested KVM: none is needed to test amdgpu, and under TCG they made
-# "udev settle" take 19 s instead of 6 s here. modprobe.blacklist= stops alias loads only, so an
+# "udev settle" take 19 s instead of 6 s here (cpufreq drivers probe in vain under TCG too). modprobe.blacklist= stops alias loads only, so an
 # explicit `modprobe dep` of amdgpu's dependencies (none of these) still works.
 GUEST_BLACKLIST = (
-    "kvm", "kvm_amd", "kvm_intel", "ahci", "lpc_ich", "i2c_i801", "i6300esb", "iTCO_wdt", "intel_pmc_bxt",
-    "psmouse", "serio_raw", "pcspkr", "evdev", "qemu_fw_cfg", "aesni_intel", "ghash_clmulni_intel",
-    "sha1_ssse3", "sha256_ssse3", "sha512_ssse3", "crc32_pclmul", "crc32c_intel", "crct10dif_pclmul",
+    "kvm", "kvm_amd", "kvm_intel", "powernow_k8", "acpi_cpufreq", "ahci", "lpc_ich", "i2c_i801",
+    "i6300esb", "iTCO_wdt", "intel_pmc_bxt", "psmouse", "serio_raw", "pcspkr", "evdev", "qemu_fw_cfg",
+    "aesni_intel", "ghash_clmulni_intel", "sha1_ssse3", "sha256_ssse3", "sha512_ssse3", "crc32_pclmul",
+    "crc32c_intel", "crct10dif_pclmul",
 )
 
 # Console lines that mark boot stages, for progress and for the record's timings.
@@ -211,6 +214,7 @@ def vng_argv(tools: Tools, kernel: guestkernel.GuestKernel, rundir: Path, accel:
         "--user", "root",  # insmod needs it, whoever runs the host side
         "--cwd", "/",
         "--memory", GUEST_MEMORY,
+        "--cpus", GUEST_CPUS,
         "--verbose",  # the kernel console goes to our log: progress, and the tail on failure
         "--qemu", tools.qemu,
         # virtiofsd is tried first otherwise; where it cannot start, vng waits ~5 s before using 9p.

@@ -149,6 +149,13 @@ def test_a_module_the_kernel_rejects_fails_with_the_kernel_reason():
     assert {"load", "identity", "selftest", "init-messages", "taint", "unload"} <= failing(checks)
 
 
+def test_dependencies_that_do_not_load_fail_with_modprobe_s_reason():
+    result = patched_result()
+    step(result, "depends").update(rc=1, output="modprobe: FATAL: Module drm_buddy not found in directory x\n")
+    check = judge(result)["dependencies"]
+    assert not check.ok and "Module drm_buddy not found" in check.detail
+
+
 def test_the_loaded_module_must_be_the_file_under_test():
     checks = judge(patched_result(), module=patched_module(build_id="0" * 40))
     assert failing(checks) == {"identity"}
@@ -201,7 +208,7 @@ def test_no_result_after_a_timeout_is_one_failing_check_with_the_reason():
 def test_a_guest_that_stopped_midway_fails():
     result = patched_result()
     result["finished"] = False
-    result["steps"] = result["steps"][:10]
+    result["steps"] = result["steps"][:2]  # the dependencies and the first insmod, then nothing
     checks = judge(result)
     assert "insmod selftest" in checks["guest-run"].detail
     assert {"guest-run", "stock-reload", "unload"} <= failing(checks)
