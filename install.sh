@@ -6,7 +6,7 @@
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
-prefix=/opt/rdna1-kmgr
+prefix=${RDNA1_KMGR_PREFIX:-/opt/rdna1-kmgr}  # where the Python environment goes
 with_tests=no
 case "${1:-}" in
     "") ;;
