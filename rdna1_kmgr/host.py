@@ -16,7 +16,7 @@ from . import sysfs, validate
 from .devices import AMD_VENDOR, DEFAULT_TARGET, RDNA1_IDS, chip_of, format_id, is_rdna1
 from .errors import HostError, UsageError
 
-EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-e98c6b4f67fe"
+EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 SECURE_BOOT_VAR = f"sys/firmware/efi/efivars/SecureBoot-{EFI_GLOBAL_GUID}"
 
 

@@ -5,8 +5,7 @@ package built and reuse it after checking it again) and returns the command's JS
 module it names. Sources come through the persistent test cache that `real_source_*` use, so they are
 downloaded and unpacked once. The build itself uses the system's DKMS trees and signing key, like a user's.
 
-Use them from a test module with `from build_fixtures import built_module_61, built_module_612  # noqa: F401`
-(or list this module in the root conftest's `pytest_plugins`).
+tests/conftest.py lists this module in `pytest_plugins`, so every test module can ask for them.
 """
 
 import json

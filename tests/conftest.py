@@ -24,6 +24,9 @@ import pytest
 
 from rdna1_kmgr import archive, packages, source
 
+# built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
+pytest_plugins = ["build_fixtures"]
+
 TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"
 DEFAULT_TEST_CACHE = "/var/cache/rdna1-kmgr-tests"
 

@@ -8,7 +8,7 @@ are relative so the tree is self-contained wherever tmp_path is.
 import os
 from pathlib import Path
 
-EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-e98c6b4f67fe"
+EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 
 class FakeSysroot:

@@ -18,7 +18,6 @@ from rdna1_kmgr.errors import BuildError
 
 import fake_kernel
 import hellomod
-from build_fixtures import built_module_61, built_module_612  # noqa: F401  (session fixtures)
 from dkms_helpers import make_keys, make_sandbox
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")

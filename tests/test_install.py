@@ -35,7 +35,6 @@ from rdna1_kmgr import dkms_package as dkms
 from rdna1_kmgr import journal as jr
 from rdna1_kmgr import modverify, signing, verdict
 
-from build_fixtures import built_module_61  # noqa: F401  (session fixture)
 from dkms_helpers import installed_release, make_keys
 from sysfs_fixtures import FakeSysroot
 

@@ -22,7 +22,6 @@ import pytest
 from click.testing import CliRunner
 
 import fakeamdgpu
-from build_fixtures import built_module_61, built_module_612  # noqa: F401  (session fixtures)
 from conftest import _using_test_cache, persistent_cache_root
 from rdna1_kmgr import guestkernel, modfile, sessionrun, verdict, vm
 from rdna1_kmgr.cli import main
