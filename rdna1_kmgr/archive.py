@@ -7,7 +7,6 @@ system. Authenticity comes from apt itself: the lists are checked against the De
 """
 
 import grp
-import hashlib
 import os
 import pwd
 import re
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from . import cacheentry
 from .errors import HostError, SourceError, UsageError
+from .files import sha256_file
 from .paths import cache_dir
 
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -40,7 +40,6 @@ _UNUSED_INDEXES = ("DEP-11", "DEP-11-icons", "DEP-11-icons-small", "DEP-11-icons
 
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
-_SHA256_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -233,15 +232,7 @@ def deb_matches(path: Path, wanted: PackageFile) -> bool:
     """True when `path` is exactly the file the archive describes (size, then SHA-256)."""
     if not path.is_file() or path.stat().st_size != wanted.size:
         return False
-    return sha256_of(path) == wanted.sha256
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_SHA256_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return sha256_file(path) == wanted.sha256
 
 
 def parse_record(text: str) -> dict[str, str]:

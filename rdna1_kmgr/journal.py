@@ -41,6 +41,7 @@ from typing import Iterator
 
 from . import __version__, validate
 from .errors import HostError, KmgrError
+from .files import fsync_dir, sha256_file  # noqa: F401  (sha256_file: install and status use it from here)
 from .paths import state_dir
 
 # Test-only: `RDNA1_KMGR_TEST_ABORT_AFTER=<step>` makes install or rollback die like `kill -9` (exit 137)
@@ -82,14 +83,6 @@ def lock_path() -> Path:
 # --- durable writes -----------------------------------------------------------------------------------
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def make_dirs(path: Path) -> None:
     """mkdir -p, with every directory it creates made durable in its parent."""
     missing = []
@@ -128,14 +121,6 @@ def copy_durably(src: Path, dst: Path) -> str:
         out.flush()
         os.fsync(out.fileno())
     fsync_dir(dst.parent)
-    return digest.hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
     return digest.hexdigest()
 
 

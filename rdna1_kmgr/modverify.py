@@ -10,7 +10,6 @@ byte in the content makes it fail.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import lzma
 import struct
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from .devices import AMD_VENDOR, format_id
 from .errors import BuildError
+from .files import sha256_file
 from .signing import certificate_pem
 
 MAGIC = b"~Module signature appended~\n"
@@ -97,14 +97,6 @@ def pci_alias(device: int, vendor: int = AMD_VENDOR) -> str:
     return f"pci:v{vendor:08X}d{device:08X}sv*sd*bc*sc*i*"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class ModuleReport:
     module: Path
@@ -141,5 +133,5 @@ def verify(
         if pci_alias(device) not in aliases:
             raise BuildError(f"the module has no alias for 1002:{format_id(device)[2:]}", "the device table lacks it")
     signer = " ".join(modinfo_field(module, "signer"))
-    return ModuleReport(module=module, sha256=sha256_of(module), vermagic=vermagic, signer=signer,
+    return ModuleReport(module=module, sha256=sha256_file(module), vermagic=vermagic, signer=signer,
                         parameters=ours, aliases=aliases)

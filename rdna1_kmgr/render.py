@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
-from packaging.version import Version
 
 from . import __version__, catalog, csource
 from .devices import RDNA1_IDS, DEFAULT_TARGET, format_id

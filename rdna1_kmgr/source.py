@@ -30,7 +30,8 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from . import __version__, cacheentry, validate
-from .archive import PrivateArchive, check_debian_version, sha256_of
+from .archive import PrivateArchive, check_debian_version
+from .files import sha256_file
 from .errors import SourceError, UsageError
 from .paths import cache_dir
 from .progress import Progress
@@ -189,7 +190,7 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
     dest_root = Path(dest_root) if dest_root is not None else cache_dir() / "src"
     dest_root.mkdir(parents=True, exist_ok=True)
     deb = _deb_identity(archive) if _is_deb(archive) else None
-    key = deb[1] if deb else f"sha256.{sha256_of(archive)[:16]}"
+    key = deb[1] if deb else f"sha256.{sha256_file(archive)[:16]}"
     with cacheentry.exclusive(dest_root, key):
         done = _unpacked(dest_root, key, is_deb=deb is not None)
         if done:
@@ -208,7 +209,7 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
                 origin.update(package=deb[0], debian_version=deb[1])
                 name = deb[1]
             else:
-                origin["sha256"] = sha256_of(archive)
+                origin["sha256"] = sha256_file(archive)
                 name = f"{version}+{key}"
             (tree / ORIGIN_FILE).write_text(json.dumps(origin, indent=2, sort_keys=True) + "\n")
             return cacheentry.publish(tree, dest_root / name)
@@ -367,7 +368,7 @@ def fetch_tarball(url: str, sha256: str | None = None) -> Path:
     final = tarballs / name
     tarballs.mkdir(parents=True, exist_ok=True)
     with cacheentry.exclusive(tarballs, name):
-        if final.is_file() and sha256_of(final) == expected:
+        if final.is_file() and sha256_file(final) == expected:
             return final
         with cacheentry.staging(tarballs, name) as tmp:
             actual = _download(url, tmp / name)
@@ -463,8 +464,8 @@ def resolve_source_option(value: str, sha256: str | None = None) -> Path:
     if path.is_dir():
         return checked_tree(path)
     if path.is_file():
-        if sha256 and sha256_of(path) != _check_sha256(sha256):
-            raise SourceError(f"{path} has SHA-256 {sha256_of(path)}, expected {sha256.lower()}",
+        if sha256 and sha256_file(path) != _check_sha256(sha256):
+            raise SourceError(f"{path} has SHA-256 {sha256_file(path)}, expected {sha256.lower()}",
                               "check the file and the hash")
         return unpack_amd_subset(path)
     raise UsageError(f"--source {value!r}: no such file or folder",

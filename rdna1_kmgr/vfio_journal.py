@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import validate
+from .files import fsync_dir
 from .paths import state_dir
 
 RUN_ENV = "RDNA1_KMGR_VFIO_RUN"  # set in the VM's environment; names the run whose devices it holds
@@ -62,7 +63,7 @@ def write(binding: Binding) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
 
 
@@ -83,7 +84,7 @@ def pending() -> list[Binding]:
 def forget(bdf: str) -> None:
     path_of(bdf).unlink(missing_ok=True)
     if directory().is_dir():
-        _fsync_dir(directory())
+        fsync_dir(directory())
 
 
 def me() -> tuple[int, int, str]:
@@ -112,11 +113,3 @@ def process_start(pid: int) -> int | None:
     # The command name is in parentheses and may hold spaces: count fields after its closing parenthesis.
     fields = stat[stat.rindex(")") + 2:].split()
     return int(fields[19])  # field 22 of the whole line: starttime
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
