@@ -1,5 +1,7 @@
 """`rdna1-kmgr vm-test`: prove the built module in a QEMU VM before the host loads it."""
 
+import os
+
 import click
 
 from .. import builds, validate, vm
@@ -46,7 +48,11 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
     if module_path:
         built = builds.for_path(module_path, manifest)
     else:
-        release = release or resolve_kernel(None).release
+        if release is None:
+            release = resolve_kernel(None).release
+            if release != os.uname().release:
+                click.echo(f"rdna1-kmgr: the running kernel {os.uname().release} is not the distribution's; "
+                           f"testing the build for {release} (give --kernel to choose)", err=True)
         built = builds.for_kernel(release)
     record = vm.validate_module(built.path, release, accel=accel, timeout=timeout, fetch=yes,
                                 selftest_required=built.selftest_cases)
