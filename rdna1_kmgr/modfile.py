@@ -1,23 +1,22 @@
 """What a kernel module file says about itself, read from its ELF sections with no tool installed.
 
 `modinfo` reads the same `.modinfo` section; reading it here keeps the facts a verdict rests on
-(vermagic, dependencies, parameters, build id) independent of the host's kmod and lets one pass over the
-file give its sha256 too. Compressed modules (.ko.xz, .ko.gz, .ko.zst) are decompressed the way
+(vermagic, dependencies, parameters, build id) independent of the host's kmod, and gives the build id,
+which modinfo does not show. Compressed modules (.ko.xz, .ko.gz, .ko.zst) are decompressed the way
 modverify does it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UsageError
+from .files import sha256_file
 from .modverify import read_module
 
-_CHUNK = 1 << 20
 _SUFFIXES = (".ko", ".ko.xz", ".ko.gz", ".ko.zst")
 
 
@@ -48,12 +47,9 @@ def read(path: Path, texts: tuple[str, ...] = ()) -> ModuleFile:
     if path.stat().st_size == 0:
         raise UsageError(f"{str(path)!r} is empty", "rebuild the module")
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as raw:
-        # An unstripped amdgpu.ko is ~350 MB: map it rather than read it, hash it in chunks.
-        digest = hashlib.sha256()
-        for start in range(0, len(raw), _CHUNK):
-            digest.update(raw[start : start + _CHUNK])
+        # An unstripped amdgpu.ko is ~350 MB: map it rather than read it whole.
         data = raw if path.suffix == ".ko" else read_module(path)
-        return _parse(path, digest.hexdigest(), data, texts)
+        return _parse(path, sha256_file(path), data, texts)
 
 
 def _parse(path: Path, sha256: str, data, texts: tuple[str, ...]) -> ModuleFile:

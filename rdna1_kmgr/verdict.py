@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import modfile
+from .files import sha256_file
 from .paths import state_dir
 
 SCHEMA = 1
@@ -353,7 +354,7 @@ def read(sha256: str) -> Record | None:
 
 def passing_record(module_path: Path, kernel: str) -> Record | None:
     """The passing verdict for exactly these bytes on `kernel`, or None (for `install`)."""
-    record = read(modfile.read(module_path).sha256)
+    record = read(sha256_file(module_path))
     if record is None or not record.passed or record.kernel != kernel:
         return None
     return record
