@@ -17,6 +17,7 @@ Every test compares a hash of what install touches, taken before, with the same 
 /lib/modules/KREL (paths, types, link targets, modes, contents), /etc/modprobe.d, and the initramfs's file list.
 """
 
+from collections.abc import Iterator
 import hashlib
 import json
 import os
@@ -863,7 +864,7 @@ class RealSystem:
 
 
 @pytest.fixture(scope="module")
-def real(built_module_61, tmp_path_factory) -> RealSystem:
+def real(built_module_61, tmp_path_factory) -> Iterator[RealSystem]:
     kernel = built_module_61["kernel"]
     ensure_image_installed(kernel)
     state = tmp_path_factory.mktemp("real-state")
@@ -884,7 +885,11 @@ def real(built_module_61, tmp_path_factory) -> RealSystem:
     assert system.dkms_state() == "built", "the 6.1 build is installed already: roll it back by hand first"
     system.baseline = system.hash()
     assert system.baseline["initramfs"], f"/boot/initrd.img-{kernel} should exist with the image package"
-    return system
+    yield system
+    # A failed test must not leave this machine installed for the next run (CI reuses the machine): roll back
+    # whatever the tests' journal still holds. A no-op when every test cleaned up after itself.
+    done = system.cli("rollback", "--kernel", kernel, "--yes", "--keep-build")
+    assert done.returncode == 0, done.stderr
 
 
 def modinfo_resolves(kernel: str) -> Path:
