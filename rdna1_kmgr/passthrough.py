@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, guestkernel, host, kmsg, plumbguest, resetcheck, sessionrun, sysfs, validate, vfio
-from . import vfio_journal, vm
+from . import __version__, guestkernel, host, kmsg, modfile, plumbguest, resetcheck, sessionrun, sysfs, validate
+from . import verdict, vfio, vfio_journal, vm
 from .devices import DEFAULT_TARGET, format_id, is_rdna1
 from .errors import HostError, KmgrError, UsageError
 from .paths import log_dir
@@ -269,6 +269,54 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+# --- the GPU run ------------------------------------------------------------------------------------------
+
+
+def run_gpu(spec: str, module_path: Path, quirks: list[str] | None, release: str | None = None, accel: str = "auto",
+            timeout: float = vm.DEFAULT_TIMEOUT, fetch: bool = False, force: bool = False,
+            accept_reset_risk: bool = False, workload: str = "smoke", selftest_required: int | None = None,
+            report=vm.say) -> verdict.Record:
+    """`vm-test --gpu SPEC`: every emulated check, in a guest that drives the GPU, plus the GPU's own.
+
+    preflight (every refusal) -> devices on vfio-pci -> vm.validate_module in passthrough mode -> devices
+    given back -> whether they came back goes into the record (a board that did not is a failed verdict:
+    the host is not in the state the test found it in). `quirks`: the ids the render made (the manifest).
+    """
+    if timeout <= 0:
+        raise UsageError(f"invalid --timeout {timeout}", "give a number of seconds > 0")
+    bdf = resolve_gpu(spec)
+    require_root()
+    pre = preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
+    # The kernel is needed before the boot: a cached one is shared with the guest by vng_passthrough_args.
+    release = validate.kernel_release(release or modfile.read(Path(module_path), verdict.INIT_MESSAGES).release)
+    kernel = guestkernel.locate(release, fetch=fetch)
+    gpu = verdict.GpuTarget(_id(pre.plan.target), tuple(quirks) if quirks is not None else None,
+                            workload if workload != "smoke" else None)
+    story = {"bdf": bdf, "vendor_device": gpu.vendor_device, "iommu_group": pre.plan.iommu_group,
+             "passed": [d.bdf for d in pre.plan.passed], "accepted_reset_risk": pre.accepted_reset_risk,
+             "forced": list(pre.forced), "reset": [r.to_json() for r in pre.reset]}
+    with bound(pre, report) as session:
+        record = vm.validate_module(module_path, release, accel=accel, timeout=timeout, fetch=fetch,
+                                    selftest_required=selftest_required, report=report, mode="passthrough",
+                                    extra_vng_args=vng_passthrough_args(pre, kernel), gpu=gpu, passthrough=story)
+        session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
+    return settle(record, session)
+
+
+def settle(record: verdict.Record, session: Session) -> verdict.Record:
+    """Add what happened to the devices after the guest to the record, judge again, store it."""
+    back = [r for r in session.returned if not r["ok"]]
+    complete = len(session.returned) == len(session.bindings)
+    record.checks.append(verdict.Check(
+        "restored", not back and complete,
+        back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound"))
+    record.passthrough = {**(record.passthrough or {}), "during": session.during, "devices": session.returned,
+                          "came_back": not back and complete}
+    record.verdict, record.reason = verdict.decide(record.checks)
+    verdict.write(record)
+    return record
 
 
 # --- the plumbing-only run ----------------------------------------------------------------------------------

@@ -208,7 +208,8 @@ class GuestRun:
             return "(no console log)"
 
 
-def vng_argv(tools: Tools, kernel: guestkernel.GuestKernel, rundir: Path, accel: Accel, guest_command: str) -> list[str]:
+def vng_argv(tools: Tools, kernel: guestkernel.GuestKernel, rundir: Path, accel: Accel, guest_command: str,
+             extra: list[str] | tuple[str, ...] = (), blacklist: tuple[str, ...] = GUEST_BLACKLIST) -> list[str]:
     argv = [
         tools.vng, "--run", str(kernel.image),
         "--user", "root",  # insmod needs it, whoever runs the host side
@@ -220,16 +221,24 @@ def vng_argv(tools: Tools, kernel: guestkernel.GuestKernel, rundir: Path, accel:
         # virtiofsd is tried first otherwise; where it cannot start, vng waits ~5 s before using 9p.
         "--force-9p",
         "--rwdir", str(rundir),
-        "--append", "modprobe.blacklist=" + ",".join(GUEST_BLACKLIST),
+        "--append", "modprobe.blacklist=" + ",".join(blacklist),
     ]
     if accel.name == "tcg":
         argv.append("--disable-kvm")
-    return argv + ["--exec", guest_command]
+    # extra: a passthrough run's devices and machine (passthrough.vng_passthrough_args)
+    return argv + list(extra) + ["--exec", guest_command]
 
 
-def collector_path() -> Path:
-    path = resources.files("rdna1_kmgr.qemu") / "guest" / "collect.py"
+def collector_path(name: str = "collect.py") -> Path:
+    path = resources.files("rdna1_kmgr.qemu") / "guest" / name
     return Path(str(path))
+
+
+def workload_plan(name: str) -> dict:
+    """How the guest runs a workload script: under rdna1-kmgr's Python (its venv may hold torch), else the
+    system's; both are on the host's root the guest sees. Not with -I: torch lives in site-packages."""
+    return {"name": name, "script": str(collector_path(f"{name}.py")), "device": "cuda",
+            "pythons": list(dict.fromkeys([sys.executable, "/usr/bin/python3"]))}
 
 
 def guest_command(rundir: Path) -> str:
@@ -245,12 +254,15 @@ def guest_command(rundir: Path) -> str:
 
 
 def boot(tools: Tools, kernel: guestkernel.GuestKernel, rundir: Path, accel: Accel, timeout: float,
-         console: Path, report: Reporter = say) -> GuestRun:
+         console: Path, report: Reporter = say, extra_vng_args: list[str] | tuple[str, ...] = (),
+         mode: str = "emulated") -> GuestRun:
     """Boot the kernel, run collect.py on rundir/plan.json, and return what came back."""
     watcher = StageWatcher(report)
     report(f"booting {kernel.release} ({accel.name}, hard limit {timeout:.0f} s), console log {console}")
+    # With a GPU passed, udev would autoload the distro's own amdgpu for it before the test loads ours.
+    blacklist = GUEST_BLACKLIST + (("amdgpu",) if mode == "passthrough" else ())
     outcome = sessionrun.run(
-        vng_argv(tools, kernel, rundir, accel, guest_command(rundir)),
+        vng_argv(tools, kernel, rundir, accel, guest_command(rundir), extra_vng_args, blacklist),
         console, timeout, env=tools.env(), cwd="/", watch=watcher.feed,
     )
     return GuestRun(outcome, console, _read_result(rundir / "result.json"), watcher.stages)
@@ -274,12 +286,22 @@ def validate_module(
     fetch: bool = False,
     selftest_required: int | None = None,
     report: Reporter = say,
+    mode: str = "emulated",
+    extra_vng_args: list[str] | tuple[str, ...] = (),
+    gpu: verdict.GpuTarget | None = None,
+    passthrough: dict | None = None,
 ) -> verdict.Record:
-    """Validate a built amdgpu.ko in an emulated VM of its kernel; store and return the verdict record.
+    """Validate a built amdgpu.ko in a VM of its kernel; store and return the verdict record.
 
     The kernel defaults to the one the module was built for (its vermagic). Bad input raises before
     anything is written; a module that fails any check gives a record with verdict "fail".
+    mode "passthrough": the caller has the GPU on vfio-pci and gives the vng arguments that pass it
+    (`extra_vng_args`), what the guest looks for (`gpu`) and the host's side for the record (`passthrough`).
     """
+    if mode not in ("emulated", "passthrough"):
+        raise UsageError(f"invalid mode {mode!r}", "emulated or passthrough")
+    if (mode == "passthrough") != (gpu is not None):
+        raise UsageError("a passthrough run needs the GPU it looks for, and only it does", "give gpu= with mode")
     started_at = datetime.now(timezone.utc)
     started = time.monotonic()
     if timeout <= 0:
@@ -307,11 +329,12 @@ def validate_module(
             copy = rundir / module.path.name
             shutil.copyfile(module.path, copy)
             module = modfile.read(copy, verdict.INIT_MESSAGES)
-            (rundir / "plan.json").write_text(_json(verdict.guest_plan(module, str(copy))))
+            workload = workload_plan(gpu.workload) if gpu and gpu.workload else None
+            (rundir / "plan.json").write_text(_json(verdict.guest_plan(module, str(copy), gpu=gpu, workload=workload)))
             chosen = choose_accel(accel, kernel, tools, rundir, report)
-            run = boot(tools, kernel, rundir, chosen, timeout, console, report)
+            run = boot(tools, kernel, rundir, chosen, timeout, console, report, extra_vng_args, mode)
             result = run.result
-            checks += verdict.check_guest(result, module, release, selftest_required, run.problem(timeout))
+            checks += verdict.check_guest(result, module, release, selftest_required, run.problem(timeout), gpu)
             details.update(accel_why=chosen.why, stages=run.stages, vm_seconds=round(run.outcome.elapsed, 1))
             if result is not None:
                 # The raw facts behind the verdict, kept beside the console log.
@@ -325,11 +348,14 @@ def validate_module(
     counts = verdict.selftest_counts(result)
     if counts is not None:
         counts["required"] = max(selftest_required or 1, 1)
+    if passthrough is not None:
+        passthrough = {**passthrough, "workload": verdict.workload_cases(result)}
     record = verdict.Record(
-        verdict=outcome, reason=reason, mode="emulated", kernel=release, module=str(Path(module_path).resolve()),
+        verdict=outcome, reason=reason, mode=mode, kernel=release, module=str(Path(module_path).resolve()),
         module_sha256=module.sha256, accel=chosen.name if chosen else None, checks=checks, selftest=counts,
         console_log=str(console) if console else None, seconds=round(time.monotonic() - started, 1),
         started=started_at.isoformat(timespec="seconds"), tool_version=__version__, details=details,
+        passthrough=passthrough,
     )
     verdict.write(record)
     report(f"verdict {outcome}: {reason} (record {record.record})")

@@ -7,7 +7,7 @@ under the host's own Python, seen read-only through the VM's 9p root, with `-I`.
     python3 -I collect.py RUNDIR
 
 RUNDIR is shared read-write with the host. In: plan.json (the module path, its dependencies, the
-parameters of each load). Out: result.json, rewritten after every step so that a crash or a hard timeout
+parameters of each load; in a passthrough run, the GPU's vendor:device and the workload). Out: result.json, rewritten after every step so that a crash or a hard timeout
 still leaves what was seen up to then. Each step logs a stage line to the kernel log, which the host
 follows on the console to show progress.
 """
@@ -90,6 +90,72 @@ def module_state(name: str, parameters: list) -> dict:
     return state
 
 
+def read_properties(path: str) -> dict:
+    """A KFD `properties` file: one `name value` pair per line, values are integers."""
+    found = {}
+    for line in (read_text(path) or "").splitlines():
+        key, _, value = line.partition(" ")
+        try:
+            found[key] = int(value)
+        except ValueError:
+            found[key] = value
+    return found
+
+
+def kfd_nodes(base: str = "/sys/class/kfd/kfd/topology/nodes") -> list:
+    """Every KFD topology node with its properties and its memory banks' properties."""
+    nodes = []
+    for name in sorted(os.listdir(base) if os.path.isdir(base) else [], key=lambda n: int(n) if n.isdigit() else -1):
+        banks_dir = os.path.join(base, name, "mem_banks")
+        banks = sorted(os.listdir(banks_dir)) if os.path.isdir(banks_dir) else []
+        nodes.append({"node": name, "properties": read_properties(os.path.join(base, name, "properties")),
+                      "mem_banks": [{"bank": b, "properties": read_properties(os.path.join(banks_dir, b, "properties"))}
+                                    for b in banks]})
+    return nodes
+
+
+def pci_devices_with(vendor_device: str) -> list:
+    """The guest's PCI devices with that vendor:device, and the driver each is bound to."""
+    vendor, device = vendor_device.split(":")
+    found = []
+    base = "/sys/bus/pci/devices"
+    for bdf in sorted(os.listdir(base)):
+        ids = (read_text(f"{base}/{bdf}/vendor"), read_text(f"{base}/{bdf}/device"))
+        if ids == (f"0x{vendor}", f"0x{device}"):
+            link = f"{base}/{bdf}/driver"
+            found.append({"bdf": bdf, "driver": os.path.basename(os.readlink(link)) if os.path.islink(link) else None})
+    return found
+
+
+def gpu_facts(gpu: dict) -> dict:
+    """While the module is loaded: which driver has the GPU, and what KFD made of it."""
+    deadline = time.monotonic() + 10  # probe is synchronous in insmod; KFD's sysfs may trail it a little
+    while True:
+        devices = pci_devices_with(gpu["vendor_device"])
+        nodes = kfd_nodes()
+        if time.monotonic() > deadline or (devices and all(d["driver"] for d in devices) and len(nodes) > 1):
+            return {"devices": devices, "kfd_nodes": nodes}
+        time.sleep(0.5)
+
+
+def run_workload(workload: dict, timeout: float) -> dict:
+    """The workload script under the first Python that can run it (exit 3 with {"error"} means it cannot)."""
+    tried = []
+    for python in workload["pythons"]:
+        outcome = run([python, workload["script"], "--device", workload.get("device", "cuda")], timeout)
+        report = None
+        lines = [line for line in outcome["output"].splitlines() if line.startswith("{")]
+        try:
+            report = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            pass
+        outcome["report"] = report
+        tried.append(outcome)
+        if outcome["rc"] != 3:
+            break
+    return {"name": workload["name"], "runs": tried}
+
+
 def main(rundir: str) -> int:
     with open(os.path.join(rundir, "plan.json")) as handle:
         plan = json.load(handle)
@@ -128,6 +194,16 @@ def main(rundir: str) -> int:
         state = lambda: module_state(name, plan["read_parameters"])  # noqa: E731
         # By path: the module under test, never whatever modprobe would find in /lib/modules.
         loaded = step(f"insmod {load['label']}", ["insmod", module, *load["params"]], after=state)
+        if loaded["rc"] == 0 and plan.get("gpu") and load["label"] == plan["gpu"].get("on_load"):
+            # Passthrough: the facts of the GPU while this load drives it, before it is unloaded.
+            log.stage("gpu facts")
+            result["gpu"] = gpu_facts(plan["gpu"])
+            save()
+            if plan["gpu"].get("workload"):
+                log.stage(f"workload {plan['gpu']['workload']['name']}")
+                result["gpu"]["workload"] = run_workload(plan["gpu"]["workload"], timeout)
+            result["gpu"]["log"] = log.new_lines()
+            save()
         if loaded["rc"] == 0:
             step(f"rmmod {load['label']}", ["rmmod", name], after=state)
     time.sleep(0.5)  # late, asynchronous messages (a deferred WARN) still count

@@ -1,7 +1,8 @@
 """The passthrough side of `rdna1-kmgr vm-test`: --gpu, --plumbing-only, --restore, --accept-reset-risk, --force.
 
 `passthrough_options` adds the options to the vm-test command; `dispatch` runs the invocations that are
-passthrough's alone (`--restore`, `--plumbing-only`) and tells vm-test whether it still has work to do.
+passthrough's alone (`--restore`, `--plumbing-only`) and tells vm-test whether it still has work to do;
+`run_gpu` is the full GPU run of the build vm-test found.
 """
 
 import click
@@ -56,12 +57,10 @@ def dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, acce
     if not gpu:
         return False
     if not plumbing_only:
-        # Every refusal is real already; the run itself needs vm.py to boot vng with the devices
-        # (passthrough.bound + vng_passthrough_args) and collect.py to read the GPU's facts in the guest.
-        bdf = passthrough.resolve_gpu(gpu)
-        passthrough.preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
-        raise HostError(f"{bdf} passes the host checks, but the GPU passthrough run is not built yet",
-                        "test the VFIO plumbing with --plumbing-only meanwhile, or use --emulated")
+        # The full GPU run: vm-test finds the build, then calls run_gpu. A host with no such board, or a
+        # bad address, is refused now, before a missing build could hide it.
+        passthrough.resolve_gpu(gpu)
+        return False
     result = passthrough.run_plumbing(gpu, release=kernel, accel=accel, timeout=timeout, fetch=yes, force=force,
                                       accept_reset_risk=accept_reset_risk)
     if as_json:
@@ -71,6 +70,15 @@ def dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, acce
     if result["verdict"] != "pass":
         raise BuildError(f"vm-test failed: {result['reason']}", f"record {result['record']}")
     return True
+
+
+def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, workload):
+    """The full GPU run of a build (builds.BuiltModule): its record, written; exit 5 is vm-test's, on a fail."""
+    manifest = built.manifest or {}
+    quirks = [q["id"] for q in manifest["quirks"]] if "quirks" in manifest else None
+    return passthrough.run_gpu(gpu, built.path, quirks, release=release, accel=accel, timeout=timeout, fetch=yes,
+                               force=force, accept_reset_risk=accept_reset_risk, workload=workload,
+                               selftest_required=built.selftest_cases)
 
 
 def report(result: dict) -> str:

@@ -8,7 +8,7 @@ from .. import builds, validate, vm
 from ..build import resolve_kernel
 from ..errors import BuildError, UsageError
 from ..output import emit_json
-from .passthrough import dispatch as passthrough_dispatch, passthrough_options
+from .passthrough import dispatch as passthrough_dispatch, passthrough_options, run_gpu
 
 
 @click.command("vm-test")
@@ -42,7 +42,7 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
     if passthrough_dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, accel, timeout, yes,
                             as_json):
         return
-    if workload != "smoke":
+    if workload != "smoke" and not gpu:
         raise UsageError(f"the {workload} workload needs a GPU passed through", "use --gpu, or --workload smoke")
     release = validate.kernel_release(kernel) if kernel else None
     if module_path:
@@ -54,8 +54,11 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
                 click.echo(f"rdna1-kmgr: the running kernel {os.uname().release} is not the distribution's; "
                            f"testing the build for {release} (give --kernel to choose)", err=True)
         built = builds.for_kernel(release)
-    record = vm.validate_module(built.path, release, accel=accel, timeout=timeout, fetch=yes,
-                                selftest_required=built.selftest_cases)
+    if gpu:
+        record = run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, workload)
+    else:
+        record = vm.validate_module(built.path, release, accel=accel, timeout=timeout, fetch=yes,
+                                    selftest_required=built.selftest_cases)
     if as_json:
         emit_json(record.to_json())
     else:
