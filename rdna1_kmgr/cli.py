@@ -5,6 +5,14 @@ import sys
 import click
 
 from . import __version__
+from .commands.build import build
+from .commands.detect import detect
+from .commands.install import install
+from .commands.keys import keys
+from .commands.render import quirks, render
+from .commands.rollback import rollback
+from .commands.status import status
+from .commands.vmtest import vmtest
 from .errors import KmgrError
 
 
@@ -25,21 +33,5 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-# Commands that are built live in rdna1_kmgr/commands/, one module each.
-from .commands.detect import detect  # noqa: E402
-main.add_command(detect)
-from .commands.render import quirks, render  # noqa: E402
-main.add_command(render)
-main.add_command(quirks)
-from .commands.build import build  # noqa: E402
-main.add_command(build)
-from .commands.keys import keys  # noqa: E402
-main.add_command(keys)
-from .commands.vmtest import vmtest  # noqa: E402
-main.add_command(vmtest)
-from .commands.install import install  # noqa: E402
-main.add_command(install)
-from .commands.rollback import rollback  # noqa: E402
-main.add_command(rollback)
-from .commands.status import status  # noqa: E402
-main.add_command(status)
+for command in (detect, render, quirks, build, keys, vmtest, install, rollback, status):
+    main.add_command(command)
