@@ -299,7 +299,7 @@ def run_gpu(spec: str, module_path: Path, quirks: list[str] | None, release: str
              "forced": list(pre.forced), "reset": [r.to_json() for r in pre.reset]}
     with bound(pre, report) as session:
         record = vm.validate_module(module_path, release, accel=accel, timeout=timeout, fetch=fetch,
-                                    selftest_required=selftest_required, report=report, mode="passthrough",
+                                    selftest_required=selftest_required, report=report,
                                     extra_vng_args=vng_passthrough_args(pre, kernel), gpu=gpu, passthrough=story)
         session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
     return settle(record, session)

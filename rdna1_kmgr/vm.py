@@ -286,7 +286,6 @@ def validate_module(
     fetch: bool = False,
     selftest_required: int | None = None,
     report: Reporter = say,
-    mode: str = "emulated",
     extra_vng_args: list[str] | tuple[str, ...] = (),
     gpu: verdict.GpuTarget | None = None,
     passthrough: dict | None = None,
@@ -295,13 +294,11 @@ def validate_module(
 
     The kernel defaults to the one the module was built for (its vermagic). Bad input raises before
     anything is written; a module that fails any check gives a record with verdict "fail".
-    mode "passthrough": the caller has the GPU on vfio-pci and gives the vng arguments that pass it
-    (`extra_vng_args`), what the guest looks for (`gpu`) and the host's side for the record (`passthrough`).
+    With `gpu` it is a passthrough run: the caller has the GPU on vfio-pci and gives the vng arguments that
+    pass it (`extra_vng_args`), what the guest looks for (`gpu`) and the host's side for the record
+    (`passthrough`).
     """
-    if mode not in ("emulated", "passthrough"):
-        raise UsageError(f"invalid mode {mode!r}", "emulated or passthrough")
-    if (mode == "passthrough") != (gpu is not None):
-        raise UsageError("a passthrough run needs the GPU it looks for, and only it does", "give gpu= with mode")
+    mode = "passthrough" if gpu is not None else "emulated"
     started_at = datetime.now(timezone.utc)
     started = time.monotonic()
     if timeout <= 0:
