@@ -30,8 +30,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdna1_kmgr import build, catalog, signing, source
-from rdna1_kmgr.render import render
+from rdna1_kmgr.build import module_build
+
+from rdna1_kmgr.render import quirk_catalog
+
+from rdna1_kmgr.build import signing
+
+from rdna1_kmgr.source import kernel_source
+from rdna1_kmgr.render.patch_series import render
 
 AMD = "drivers/gpu/drm/amd"
 
@@ -101,14 +107,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernel", help="kernel release (default: the distribution's current one)")
     parser.add_argument("--source", help="unpacked kernel source tree (default: Debian's for the kernel)")
-    parser.add_argument("-j", "--jobs", type=int, default=build.default_jobs())
+    parser.add_argument("-j", "--jobs", type=int, default=module_build.default_jobs())
     parser.add_argument("--quirk-off", help="the quirk to switch off for the rebuild (default: the last one)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args()
 
-    kernel = build.resolve_kernel(args.kernel).release
-    tree = source.checked_tree(Path(args.source)) if args.source else source.fetch_kernel_source(kernel)
-    quirk_ids = sorted(catalog.load_quirks())
+    kernel = module_build.resolve_kernel(args.kernel).release
+    tree = kernel_source.checked_tree(Path(args.source)) if args.source else kernel_source.fetch_kernel_source(kernel)
+    quirk_ids = sorted(quirk_catalog.load_quirks())
     off = args.quirk_off or quirk_ids[-1]
     kept = [q for q in quirk_ids if q != off]
 
@@ -128,8 +134,8 @@ def main() -> int:
         series = work / "series"
         render(tree, series, quirk_ids)
         fix_patch = series / (series / "series").read_text().split()[0]  # the out-of-tree build fix comes first
-        ccache = "on (cold)" if build.ccache_env() else "off (not installed)"
-        say(f"bench: kernel {kernel}, source {tree} (Linux {source.kernel_version(tree)}), -j{args.jobs}, "
+        ccache = "on (cold)" if module_build.ccache_env() else "off (not installed)"
+        say(f"bench: kernel {kernel}, source {tree} (Linux {kernel_source.kernel_version(tree)}), -j{args.jobs}, "
             f"{os.cpu_count()} cores, ccache {ccache}, load {load()}")
         warm_page_cache(tree / AMD)
 

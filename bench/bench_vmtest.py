@@ -25,8 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdna1_kmgr import builds, vm
-from rdna1_kmgr.build import resolve_kernel
+from rdna1_kmgr.build import built_module
+
+from rdna1_kmgr.vm import engine
+from rdna1_kmgr.build.module_build import resolve_kernel
 
 TARGET_SECONDS = 30.0
 
@@ -43,9 +45,9 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.module:
-        built = builds.for_path(Path(args.module))
+        built = built_module.for_path(Path(args.module))
     else:
-        built = builds.for_kernel(args.kernel or resolve_kernel(None).release)
+        built = built_module.for_kernel(args.kernel or resolve_kernel(None).release)
     runs = []
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-bench-") as scratch:
         os.environ["RDNA1_KMGR_STATE"] = str(Path(scratch) / "state")
@@ -53,7 +55,7 @@ def main() -> int:
         for n in range(1, args.runs + 1):
             print(f"run {n}/{args.runs}, load {load()}", file=sys.stderr, flush=True)
             started = time.monotonic()
-            record = vm.validate_module(built.path, args.kernel, accel="tcg", selftest_required=built.selftest_cases,
+            record = engine.validate_module(built.path, args.kernel, accel="tcg", selftest_required=built.selftest_cases,
                                         report=lambda line: None)
             runs.append({
                 "seconds": round(time.monotonic() - started, 1),

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import __version__
+from rdna1_kmgr import __version__
 from .commands.build import build
 from .commands.detect import detect
 from .commands.install import install
@@ -13,7 +13,7 @@ from .commands.render import quirks, render
 from .commands.rollback import rollback
 from .commands.status import status
 from .commands.vmtest import vmtest
-from .errors import KmgrError
+from rdna1_kmgr.core.errors import KmgrError
 
 
 class KmgrGroup(click.Group):

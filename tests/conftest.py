@@ -1,7 +1,7 @@
 """Fixtures shared by the test suite: real Debian kernel sources and real kernel headers.
 
-Real sources are fetched from deb.debian.org through rdna1_kmgr.archive and unpacked through
-rdna1_kmgr.source, into a persistent test cache that outlives test runs:
+Real sources are fetched from deb.debian.org through rdna1_kmgr.source.debian_archive and unpacked through
+rdna1_kmgr.source.kernel_source, into a persistent test cache that outlives test runs:
 
     $RDNA1_KMGR_TEST_CACHE (default /var/cache/rdna1-kmgr-tests)
         apt/<suite>/   private package lists, refreshed when a day old
@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr import archive, packages, source
+from rdna1_kmgr.source import debian_archive
 
-# built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
+from rdna1_kmgr.build import prerequisites
+
+from rdna1_kmgr.source import kernel_source  # built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
 pytest_plugins = ["build_fixtures"]
 
 TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"
@@ -76,10 +78,10 @@ def persistent_cache(monkeypatch) -> Path:
 def current_debian_source(package: str, suite: str) -> Path:
     """The unpacked amd subset of the newest `package` (linux-source-X.Y) Debian `suite` has today."""
     with _using_test_cache():
-        version = archive.PrivateArchive(suite).candidate(package)
+        version = debian_archive.PrivateArchive(suite).candidate(package)
         if version is None:
             pytest.fail(f"Debian {suite} no longer has {package}; update the fixture to a series it has")
-        return source.fetch_debian_source(version, suite)
+        return kernel_source.fetch_debian_source(version, suite)
 
 
 @pytest.fixture(scope="session")
@@ -104,14 +106,14 @@ def real_source_72() -> Path:
 
 def installed_headers(suite: str) -> str:
     """The kernel release `suite`'s linux-headers-amd64 points to today, with its headers, DKMS and the build
-    tools installed on this machine (through rdna1_kmgr.packages, installing what is missing)."""
+    tools installed on this machine (through rdna1_kmgr.build.prerequisites, installing what is missing)."""
     with _using_test_cache():
-        krel = archive.current_kernel_abi(suite)
-        apt = packages.Apt()
+        krel = debian_archive.current_kernel_abi(suite)
+        apt = prerequisites.Apt()
         missing = apt.missing(apt.required(krel))
         if missing and os.geteuid() != 0:
             pytest.skip(f"installing {' '.join(missing)} needs root")
-        packages.ensure_prerequisites(krel, yes=True, manager=apt)
+        prerequisites.ensure_prerequisites(krel, yes=True, manager=apt)
     return krel
 
 

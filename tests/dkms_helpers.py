@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr import dkms_package as dkms
-from rdna1_kmgr import signing
-
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.build import signing
 import hellomod
 
 
@@ -47,8 +46,8 @@ class Sandbox:
     @property
     def kernel_version(self) -> str:
         """The Linux version of the sandbox's kernel (6.1.192 for 6.1.0-56-amd64), from its package."""
-        from rdna1_kmgr import source
-        return str(source.upstream_version(source.debian_kernel_version(self.kernel)))
+        from rdna1_kmgr.source import kernel_source
+        return str(kernel_source.upstream_version(kernel_source.debian_kernel_version(self.kernel)))
 
     def package(self, manifest: dict) -> dkms.Package:
         version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"])

@@ -4,10 +4,10 @@ import sys
 
 import click
 
-from .. import validate
-from ..build import BuildRequest, default_jobs, plan, run
-from ..errors import UsageError
-from ..output import emit_json
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.build.module_build import BuildRequest, default_jobs, plan, run
+from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.core.output import emit_json
 
 
 def _confirm_install(plan_) -> bool:
@@ -43,11 +43,11 @@ def build(kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_inst
     if sha256 and not source:
         raise UsageError("--sha256 needs --source", "give the tarball it is the hash of")
     request = BuildRequest(
-        kernel=validate.kernel_release(kernel) if kernel is not None else None,
+        kernel=user_input.kernel_release(kernel) if kernel is not None else None,
         source=source,
         sha256=sha256,
         quirks=list(quirks) or None,
-        devices=[validate.pci_device_id(d) for d in devices] or None,
+        devices=[user_input.pci_device_id(d) for d in devices] or None,
         jobs=jobs,
         yes=yes,
         no_install=no_install,

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import click
 
-from .. import validate
-from ..devices import DEFAULT_TARGET, chip_of, format_id, is_rdna1
-from ..host import HostFacts, detect as detect_host
-from ..output import emit_json
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of, format_id, is_rdna1
+from rdna1_kmgr.host.host_facts import HostFacts, detect as detect_host
+from rdna1_kmgr.core.output import emit_json
 
 
 @click.command()
@@ -28,7 +28,7 @@ from ..output import emit_json
 )
 def detect(as_json: bool, sysroot: str, target: str):
     """Report kernel, distro, GPUs, headers, DKMS, Secure Boot, IOMMU and KVM. Changes nothing."""
-    facts = detect_host(validate.existing_dir(sysroot, "sysroot"), validate.pci_device_id(target))
+    facts = detect_host(user_input.existing_dir(sysroot, "sysroot"), user_input.pci_device_id(target))
     if as_json:
         emit_json(facts.to_json())
     else:

@@ -4,9 +4,9 @@ import sys
 
 import click
 
-from .. import validate
-from ..install import InstallRequest, run
-from ..output import emit_json
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.install.module_install import InstallRequest, run
+from rdna1_kmgr.core.output import emit_json
 
 
 def confirm_plan(question: str):
@@ -30,7 +30,7 @@ def confirm_plan(question: str):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def install(kernel, dry_run, skip_vm_check, cert, yes, as_json):
     """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
-    request = InstallRequest(kernel=validate.kernel_release(kernel) if kernel is not None else None,
+    request = InstallRequest(kernel=user_input.kernel_release(kernel) if kernel is not None else None,
                              skip_vm_check=skip_vm_check, cert=cert, dry_run=dry_run)
     result = run(request, confirm=None if yes else confirm_plan("Install it?"))
     if as_json:

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import click
 
-from .. import signing
-from ..host import detect
-from ..output import emit_json
+from rdna1_kmgr.build import signing
+from rdna1_kmgr.host.host_facts import detect
+from rdna1_kmgr.core.output import emit_json
 
 _key_options = [
     click.option("--key", metavar="FILE", help="Private key (with --cert; default: the distro's DKMS key)."),

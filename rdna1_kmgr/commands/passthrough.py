@@ -7,9 +7,9 @@ passthrough's alone (`--restore`, `--plumbing-only`) and tells vm-test whether i
 
 import click
 
-from .. import passthrough
-from ..errors import BuildError, HostError, UsageError
-from ..output import emit_json
+from rdna1_kmgr.vm import passthrough
+from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
+from rdna1_kmgr.core.output import emit_json
 
 _OPTIONS = (
     click.option("--plumbing-only", is_flag=True,

@@ -4,10 +4,12 @@ from pathlib import Path
 
 import click
 
-from .. import catalog, validate
-from ..devices import format_id
-from ..output import emit_json
-from ..render import render as render_series
+from rdna1_kmgr.render import quirk_catalog
+
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.host.rdna1_boards import format_id
+from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.render.patch_series import render as render_series
 
 
 @click.command()
@@ -20,8 +22,8 @@ from ..render import render as render_series
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, ...], as_json: bool):
     """Render the amdgpu/amdkfd patch series for a kernel source."""
-    src = validate.existing_dir(source, "kernel source")
-    ids = [validate.pci_device_id(d) for d in devices]
+    src = user_input.existing_dir(source, "kernel source")
+    ids = [user_input.pci_device_id(d) for d in devices]
     manifest = render_series(src, Path(out), list(quirks), ids)
     if as_json:
         emit_json(manifest)
@@ -39,7 +41,7 @@ def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, .
 @click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
 def quirks(as_json: bool):
     """List the quirks in the catalog and the kernels each variant covers."""
-    found = sorted(catalog.load_quirks().values(), key=lambda q: q.bit)
+    found = sorted(quirk_catalog.load_quirks().values(), key=lambda q: q.bit)
     if as_json:
         emit_json([
             dict(id=q.id, bit=q.bit, mask=format_id(1 << q.bit), summary=q.summary,

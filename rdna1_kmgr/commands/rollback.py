@@ -2,10 +2,10 @@
 
 import click
 
-from .. import validate
-from ..output import emit_json
-from ..rollback import run
-from .install import confirm_plan
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.install.rollback import run
+from rdna1_kmgr.commands.install import confirm_plan
 
 
 @click.command()
@@ -17,7 +17,7 @@ from .install import confirm_plan
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def rollback(kernel, dry_run, keep_build, yes, as_json):
     """Undo what install did, newest step first; safe to run again after an interruption."""
-    kernel = validate.kernel_release(kernel) if kernel is not None else None
+    kernel = user_input.kernel_release(kernel) if kernel is not None else None
     result = run(kernel, keep_build=keep_build, dry_run=dry_run,
                  confirm=None if yes else confirm_plan("Roll back?"))
     if as_json:

@@ -2,8 +2,8 @@
 
 import click
 
-from ..output import emit_json
-from ..status import run, text_lines
+from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.install.status import run, text_lines
 
 
 @click.command()

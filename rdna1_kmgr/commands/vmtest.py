@@ -4,11 +4,15 @@ import os
 
 import click
 
-from .. import builds, validate, vm
-from ..build import resolve_kernel
-from ..errors import BuildError, UsageError
-from ..output import emit_json
-from .passthrough import dispatch as passthrough_dispatch, passthrough_options, run_gpu
+from rdna1_kmgr.build import built_module
+
+from rdna1_kmgr.core import user_input
+
+from rdna1_kmgr.vm import engine
+from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.core.errors import BuildError, UsageError
+from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.commands.passthrough import dispatch as passthrough_dispatch, passthrough_options, run_gpu
 
 
 @click.command("vm-test")
@@ -21,9 +25,9 @@ from .passthrough import dispatch as passthrough_dispatch, passthrough_options, 
 @click.option("--emulated", is_flag=True, help="Boot without a GPU (the default): module init, selftest, unload.")
 @click.option("--gpu", metavar="BDF|auto",
               help="Pass this RDNA1 GPU through to the VM (auto: the target board); any device with --plumbing-only.")
-@click.option("--accel", type=click.Choice(vm.ACCELS), default="auto", show_default=True,
+@click.option("--accel", type=click.Choice(engine.ACCELS), default="auto", show_default=True,
               help="auto probes KVM briefly and falls back to TCG.")
-@click.option("--timeout", type=float, default=vm.DEFAULT_TIMEOUT, show_default=True, metavar="S",
+@click.option("--timeout", type=float, default=engine.DEFAULT_TIMEOUT, show_default=True, metavar="S",
               help="Hard limit in seconds for the guest run; QEMU is killed after it.")
 @click.option("--workload", type=click.Choice(["smoke", "conv2d"]), default="smoke", show_default=True,
               help="conv2d needs a passed-through GPU and torch in the guest.")
@@ -44,20 +48,20 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
         return
     if workload != "smoke" and not gpu:
         raise UsageError(f"the {workload} workload needs a GPU passed through", "use --gpu, or --workload smoke")
-    release = validate.kernel_release(kernel) if kernel else None
+    release = user_input.kernel_release(kernel) if kernel else None
     if module_path:
-        built = builds.for_path(module_path, manifest)
+        built = built_module.for_path(module_path, manifest)
     else:
         if release is None:
             release = resolve_kernel(None).release
             if release != os.uname().release:
                 click.echo(f"rdna1-kmgr: the running kernel {os.uname().release} is not the distribution's; "
                            f"testing the build for {release} (give --kernel to choose)", err=True)
-        built = builds.for_kernel(release)
+        built = built_module.for_kernel(release)
     if gpu:
         record = run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, workload)
     else:
-        record = vm.validate_module(built.path, release, accel=accel, timeout=timeout, fetch=yes,
+        record = engine.validate_module(built.path, release, accel=accel, timeout=timeout, fetch=yes,
                                     selftest_required=built.selftest_cases)
     if as_json:
         emit_json(record.to_json())

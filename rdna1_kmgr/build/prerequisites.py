@@ -1,0 +1,245 @@
+"""What a module build needs on the host (the kernel's headers, DKMS, compiler and tools), and installing
+what is missing through the distribution's package manager, after the user agreed.
+
+One small class per package manager. apt (Debian, Ubuntu) is complete; dnf and pacman have their place and
+their package names, and say they are not implemented here.
+
+Headers Debian ships only in bookworm-backports (a 6.12 kernel on bookworm, e.g. 6.12.95+deb12-amd64) are
+installed from there: if the system's sources do not list backports yet, the plan first writes
+/etc/apt/sources.list.d/rdna1-kmgr-backports.sources (Debian's own archive and keyring; backports is
+NotAutomatic, so nothing else on the system moves to it), runs `apt-get update`, and installs the headers
+alone as `linux-headers-KREL/bookworm-backports`. Not with `-t bookworm-backports`: that raises every
+backports package to the candidate, and apt then upgrades the installed siblings built from the same source
+along with the headers (measured: linux-headers-amd64, linux-libc-dev and linux-perf moved to 6.12). Their
+own dependencies (common headers, kbuild, and the matching linux-image, which Debian's 6.12 headers depend
+on) exist only in backports and come from there anyway.
+"""
+
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import distro
+
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.source.debian_archive import KEYRING, SUITES, PrivateArchive, run_apt
+from rdna1_kmgr.core.errors import HostError
+
+# Everything an out-of-tree kbuild run and DKMS's signing step use, besides the headers and dkms.
+BUILD_TOOLS = ("build-essential", "gcc", "make", "bc", "bison", "flex", "libelf-dev", "libssl-dev", "kmod",
+               "openssl", "xz-utils", "patch")
+BACKPORTS_SOURCES = Path("/etc/apt/sources.list.d/rdna1-kmgr-backports.sources")
+LOCK_WAIT = 600  # seconds apt waits for dpkg's lock
+
+
+@dataclass
+class InstallPlan:
+    """What installing the missing prerequisites would do, step by step (printable before it happens)."""
+
+    manager: str
+    missing: list[str]
+    files: dict[Path, str] = field(default_factory=dict)  # written before the commands run
+    commands: list[list[str]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.missing
+
+    def describe(self) -> list[str]:
+        lines = [f"write {path}" for path in self.files]
+        return lines + [" ".join(command) for command in self.commands]
+
+    def to_json(self) -> dict:
+        return {"manager": self.manager, "missing": self.missing, "files": [str(path) for path in self.files],
+                "commands": self.commands}
+
+
+class PackageManager:
+    """One distribution family's way of naming, checking and installing the prerequisites."""
+
+    name = "?"
+
+    def required(self, krel: str) -> list[str]:
+        raise NotImplementedError
+
+    def missing(self, packages: list[str]) -> list[str]:
+        raise self._not_here(packages)
+
+    def plan(self, krel: str) -> InstallPlan:
+        raise self._not_here(self.required(krel))
+
+    def apply(self, plan: InstallPlan) -> None:
+        raise self._not_here(plan.missing)
+
+    def _not_here(self, packages: list[str]) -> HostError:
+        return HostError(f"checking and installing prerequisites with {self.name} is not implemented here",
+                         f"install them yourself: {self.name} install {' '.join(packages)}")
+
+
+class Apt(PackageManager):
+    """Debian and Ubuntu."""
+
+    name = "apt"
+
+    def __init__(self, distro_id: str | None = None, codename: str | None = None):
+        self.distro_id = distro_id if distro_id is not None else distro.id()
+        self.codename = codename if codename is not None else distro.codename()
+
+    def required(self, krel: str) -> list[str]:
+        return [f"linux-headers-{krel}", "dkms", *BUILD_TOOLS]
+
+    def missing(self, packages: list[str]) -> list[str]:
+        """The packages dpkg does not have fully installed."""
+        proc = subprocess.run(["dpkg-query", "--show", "--showformat=${Package}\\t${db:Status-Abbrev}\\n", *packages],
+                              capture_output=True, text=True)  # exits 1 when some package is unknown to dpkg
+        installed = {name for name, _, status in (line.partition("\t") for line in proc.stdout.splitlines())
+                     if status.startswith("ii")}
+        return [package for package in packages if package not in installed]
+
+    def plan(self, krel: str) -> InstallPlan:
+        missing = self.missing(self.required(krel))
+        plan = InstallPlan(self.name, missing)
+        headers = f"linux-headers-{krel}"
+        others = [package for package in missing if package != headers]
+        if others:
+            plan.commands.append(_apt_install(others))
+        if headers in missing:
+            self._plan_headers(plan, headers, krel)
+        return plan
+
+    def _plan_headers(self, plan: InstallPlan, headers: str, krel: str) -> None:
+        suites = self.system_suites_of(headers)
+        if suites:
+            only_backports = all(suite.endswith("-backports") for suite in suites)
+            plan.commands.append(_apt_install([f"{headers}/{suites[0]}" if only_backports else headers]))
+            return
+        backports = f"{self.codename}-backports"
+        if self.distro_id == "debian" and backports in SUITES and PrivateArchive(backports).candidate(headers):
+            if not self.system_lists_backports(backports):
+                plan.files[BACKPORTS_SOURCES] = backports_sources(backports)
+            plan.commands.append(["apt-get", "update"])
+            plan.commands.append(_apt_install([f"{headers}/{backports}"]))
+            return
+        raise HostError(f"no package source has {headers}",
+                        f"kernel {krel} is not one your distribution ships headers for: install its headers the way "
+                        "the kernel was built, or boot a distribution kernel")
+
+    def system_suites_of(self, package: str) -> list[str]:
+        """The suites of the system's own sources that offer `package`'s candidate version (none: unavailable)."""
+        proc = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True)
+        candidate = re.search(r"^\s*Candidate:\s*(\S+)", proc.stdout, re.M)
+        if proc.returncode != 0 or candidate is None or candidate.group(1) == "(none)":
+            return []
+        table = proc.stdout.split("Version table:", 1)[-1]
+        block = re.search(rf"^\s*(?:\*\*\*)?\s*{re.escape(candidate.group(1))} -?\d+\n((?:\s+-?\d+ .*\n?)*)", table, re.M)
+        lines = block.group(1).splitlines() if block else []
+        # "     100 http://deb.debian.org/debian bookworm-backports/main amd64 Packages"
+        return [parts[2].split("/")[0] for parts in (line.split() for line in lines)
+                if len(parts) >= 3 and "://" in parts[1]]
+
+    def system_lists_backports(self, suite: str) -> bool:
+        """True when the system's apt sources already include `suite` (whether or not it fetched it yet)."""
+        proc = subprocess.run(["apt-get", "update", "--print-uris"], capture_output=True, text=True)
+        return f"/dists/{suite}/" in proc.stdout
+
+    def apply(self, plan: InstallPlan) -> None:
+        _require_root(plan)
+        for path, text in plan.files.items():
+            _write_file(path, text)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for command in plan.commands:
+            # Wait for another apt or dpkg (an unattended upgrade, a second session) instead of failing at once.
+            waiting = [command[0], "-o", f"DPkg::Lock::Timeout={LOCK_WAIT}", *command[1:]]
+            run_apt(waiting, f"`{' '.join(command)}`", show_output=True, env=env,
+                    hint="see apt's message; fix the package sources and run again")
+
+
+class Dnf(PackageManager):
+    """Fedora, RHEL and relatives (their names; the install itself is not implemented here)."""
+
+    name = "dnf"
+
+    def required(self, krel: str) -> list[str]:
+        return [f"kernel-devel-{krel}", "dkms", "gcc", "make", "bc", "bison", "flex", "elfutils-libelf-devel",
+                "openssl-devel", "kmod", "openssl", "xz", "patch"]
+
+
+class Pacman(PackageManager):
+    """Arch Linux and relatives (their names; the install itself is not implemented here)."""
+
+    name = "pacman"
+
+    def required(self, krel: str) -> list[str]:
+        return ["linux-headers", "dkms", "base-devel", "bc", "libelf", "openssl", "kmod", "xz", "patch"]
+
+
+def manager_for_host(distro_id: str | None = None, like: str | None = None) -> PackageManager:
+    """The package manager of this distribution (ids as os-release names them)."""
+    distro_id = distro_id if distro_id is not None else distro.id()
+    family = {distro_id, *(like if like is not None else distro.like()).split()}
+    if family & {"debian", "ubuntu"}:
+        return Apt()
+    if family & {"fedora", "rhel", "centos"}:
+        return Dnf()
+    if family & {"arch"}:
+        return Pacman()
+    raise HostError(f"no package manager support for the distribution {distro_id!r}",
+                    "install the kernel's headers, dkms, gcc, make, bc, bison, flex, libelf and openssl headers, "
+                    "kmod, xz and patch yourself")
+
+
+def ensure_prerequisites(krel: str, *, yes: bool = False, no_install: bool = False,
+                         confirm: Callable[[InstallPlan], bool] | None = None,
+                         manager: PackageManager | None = None) -> InstallPlan:
+    """Make sure the headers for `krel`, DKMS and the build tools are installed.
+
+    Missing packages are installed when `yes` is set or `confirm(plan)` says yes; with `no_install` (or
+    nobody to ask) a HostError names them instead. Returns the plan that was carried out (empty: nothing was
+    missing).
+    """
+    krel = user_input.kernel_release(krel)
+    manager = manager or manager_for_host()
+    plan = manager.plan(krel)
+    if plan.empty:
+        return plan
+    names = " ".join(plan.missing)
+    if no_install:
+        raise HostError(f"missing packages: {names}", f"install them ({'; '.join(plan.describe())}), "
+                        "or run without --no-install")
+    if not yes and (confirm is None or not confirm(plan)):
+        raise HostError(f"missing packages were not installed: {names}",
+                        "agree to the install, pass --yes, or install them yourself")
+    manager.apply(plan)
+    still = manager.missing(plan.missing)
+    if still:
+        raise HostError(f"packages still missing after the install: {' '.join(still)}", "see apt's messages above")
+    return plan
+
+
+def backports_sources(suite: str) -> str:
+    """A deb822 sources entry for Debian's `suite` (a backports suite), signed by the archive keyring."""
+    return (f"# Added by rdna1-kmgr to install kernel headers Debian ships only in {suite}.\n"
+            f"Types: deb\nURIs: {SUITES[suite]}\nSuites: {suite}\nComponents: main\nSigned-By: {KEYRING}\n")
+
+
+def _apt_install(packages: list[str]) -> list[str]:
+    # Without recommends: dkms recommends the distribution's *current* headers metapackage, which is not the
+    # kernel asked for and would pull a second headers tree.
+    return ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
+
+
+def _require_root(plan: InstallPlan) -> None:
+    if os.geteuid() != 0:
+        raise HostError("installing packages needs root",
+                        f"run as root, or do it yourself: {'; '.join(plan.describe())}")
+
+
+def _write_file(path: Path, text: str) -> None:
+    """Write a small system file whole or not at all."""
+    tmp = path.with_name(f".{path.name}.rdna1-kmgr-tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    os.replace(tmp, path)

@@ -1,0 +1,502 @@
+"""`rdna1-kmgr install`: put the built, VM-validated module in place for one kernel, every change journaled.
+
+The gate, checked before anything changes: a module `build` made for KREL, signed with a signature that
+verifies against the certificate; a passing VM verdict for exactly its sha256 (or --skip-vm-check, said
+loudly and recorded in the journal); with Secure Boot on, that certificate enrolled.
+
+The steps, each journaled (intent and backups on disk first, then the step, then `done`):
+
+    dkms-install   dkms install: the module goes to /lib/modules/KREL/updates/dkms
+    depmod         depmod KREL: the module index now resolves amdgpu to it
+    modprobe-conf  /etc/modprobe.d/rdna1-kmgr.conf with the parameters the build was made for
+    initramfs      the distribution's tool regenerates KREL's image (it copies modprobe.d, and amdgpu when the
+                   image carries it)
+    verify         `modinfo -k KREL -n amdgpu` is the installed file with the built sha256, and any amdgpu
+                   the image carries is that one too (changes nothing)
+
+A step that fails rolls back what was done (the journal replayed, the build kept); a crash leaves the journal
+for `rdna1-kmgr rollback`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from rdna1_kmgr.build import built_module
+
+from rdna1_kmgr.host import host_facts
+
+from rdna1_kmgr.install import initramfs
+
+from rdna1_kmgr.build import module_checks
+
+from rdna1_kmgr.install import rollback
+
+from rdna1_kmgr.build import signing
+
+from rdna1_kmgr.core import user_input
+
+from rdna1_kmgr.vm import verdict
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
+from rdna1_kmgr.install.journal import (Journal, JournalError, abort_point, check_writable, locked, refuse_if_busy, sha256_file,
+                      write_durably)
+from rdna1_kmgr.install.target_root import TargetRoot
+
+MODPROBE_CONF = "rdna1-kmgr.conf"
+STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "verify")
+# What depmod writes (kmod 30); the package's modules.order, modules.builtin(.modinfo) are its inputs.
+DEPMOD_OUTPUTS = ("modules.alias", "modules.alias.bin", "modules.builtin.alias.bin", "modules.builtin.bin",
+                  "modules.dep", "modules.dep.bin", "modules.devname", "modules.softdep", "modules.symbols",
+                  "modules.symbols.bin")
+DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
+ESCAPE_PARAMETER = "amdgpu.rdna1_quirks=0"
+
+
+class InstallRefused(KmgrError):
+    """The gate said no: no build, no passing verdict, a bad signature, Secure Boot without enrollment."""
+
+    exit_code = 8
+
+
+# --- what is installed -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The built module to install."""
+
+    package: dkms.Package
+    kernel: str
+    module: Path  # in the DKMS tree
+    sha256: str
+    parameters: dict[str, str]  # written to /etc/modprobe.d
+
+    @property
+    def module_name(self) -> str:
+        return self.package.module.name
+
+
+def module_parameters(manifest: dict | None) -> dict[str, str]:
+    """The parameters the build was rendered for: the quirks it carries, all switched on."""
+    mask = (manifest or {}).get("quirks_mask")
+    return {"rdna1_quirks": f"0x{mask:x}"} if isinstance(mask, int) else {}
+
+
+def find_candidate(kernel: str, trees: dkms.Trees) -> Candidate:
+    """The rdna1-amdgpu module `build` made for `kernel` (the newest when there are several)."""
+    try:
+        built = built_module.for_kernel(kernel, trees)
+    except UsageError:
+        raise InstallRefused(f"no rdna1-amdgpu build for kernel {kernel}",
+                             f"run `rdna1-kmgr build --kernel {kernel}` first; nothing was changed") from None
+    package = dkms.Package(dkms.PACKAGE_NAME, built.package_version)
+    return Candidate(package, kernel, built.path, sha256_file(built.path), module_parameters(built.manifest))
+
+
+def installed_path(candidate: Candidate, root: TargetRoot) -> Path:
+    """Where `dkms install` puts the module (DKMS keeps the built file's name, compressed or not)."""
+    location = candidate.package.module.dest_location.strip("/")
+    return root.modules_dir(candidate.kernel) / location / candidate.module.name
+
+
+def resolved_module(kernel: str, module: str, root: TargetRoot) -> Path | None:
+    """The file `modinfo -k KREL -n <module>` resolves to (what modprobe would load), or None."""
+    result = subprocess.run(root.modinfo_command(kernel, module), capture_output=True, text=True)
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    return Path(result.stdout.strip().splitlines()[0])
+
+
+# --- the gate ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Gate:
+    certificate: Path
+    signer: str
+    vm_check: dict  # {"verdict": "pass", "record": ..., "mode": ...} or {"skipped": True, ...}
+    secure_boot: str
+
+    @property
+    def vm_skipped(self) -> bool:
+        return bool(self.vm_check.get("skipped"))
+
+
+def check_gate(candidate: Candidate, cert: Path, skip_vm_check: bool, root: TargetRoot) -> Gate:
+    if not cert.is_file():
+        raise InstallRefused(f"the signing certificate {cert} does not exist",
+                             "give the one the build used with --cert; nothing was changed")
+    try:
+        module_checks.verify_signature(candidate.module, cert)
+    except BuildError as err:
+        raise InstallRefused(f"the built module {candidate.module} is not validly signed: {err.what}",
+                             f"rebuild it with `rdna1-kmgr build --kernel {candidate.kernel}`, or give the "
+                             "certificate it was signed with as --cert; nothing was changed") from None
+    signer = " ".join(module_checks.modinfo_field(candidate.module, "signer"))
+    vm_check = _vm_check(candidate, skip_vm_check)
+    facts = host_facts.detect(root.path)
+    if facts.secure_boot_enabled:
+        enrolled = signing.enrollment(cert)
+        if enrolled != "enrolled":
+            raise InstallRefused(
+                f"Secure Boot is on and the signing certificate {cert} is {enrolled}: the firmware would "
+                "refuse the module",
+                f"run `sudo rdna1-kmgr keys enroll --cert {cert}`, choose a one-time password, reboot, pick "
+                "'Enroll MOK' in the blue MOK Manager screen and type that password, then install again; "
+                "nothing was changed")
+    return Gate(cert, signer, vm_check, facts.secure_boot_state)
+
+
+def _vm_check(candidate: Candidate, skip: bool) -> dict:
+    """The passing verdict for exactly this module on this kernel; what stands in for it with --skip-vm-check."""
+    short = candidate.sha256[:12]
+    try:
+        record = verdict.read(candidate.sha256)
+    except (ValueError, OSError) as err:
+        problem = f"its VM verdict record is unreadable ({err})"
+        record = None
+    else:
+        problem = None
+        if record is None:
+            problem = f"there is no VM verdict for this module (sha256 {short}...)"
+        elif record.module_sha256 != candidate.sha256:
+            problem = f"the verdict record {verdict.record_path(candidate.sha256)} names another module " \
+                      f"(sha256 {record.module_sha256[:12]}...)"
+        elif record.kernel != candidate.kernel:
+            problem = f"its VM verdict is for kernel {record.kernel}, not {candidate.kernel}"
+        elif not record.passed:
+            problem = f"its VM verdict is {record.verdict}: {record.reason}"
+    if problem is None:
+        return {"verdict": record.verdict, "mode": record.mode, "record": str(verdict.record_path(candidate.sha256))}
+    if skip:
+        return {"skipped": True, "why": problem}
+    raise InstallRefused(f"refusing to install {candidate.package.ref} for {candidate.kernel}: {problem}",
+                         f"run `rdna1-kmgr vm-test --kernel {candidate.kernel}` first (or, at your own risk, "
+                         "--skip-vm-check); nothing was changed")
+
+
+def check_kernel_installed(kernel: str, root: TargetRoot) -> None:
+    modules = root.modules_dir(kernel)
+    if not (modules / "kernel").is_dir() and not (modules / "modules.order").is_file():
+        raise InstallRefused(f"kernel {kernel} is not installed here ({modules} holds no kernel modules)",
+                             f"install its image package (linux-image-{kernel}) first; nothing was changed")
+
+
+def check_no_foreign_module(candidate: Candidate, root: TargetRoot, trees: dkms.Trees) -> None:
+    """A module where ours goes that no journal of ours accounts for would be overwritten: refuse."""
+    dest = installed_path(candidate, root).parent
+    pattern = re.compile(rf"^{re.escape(candidate.module_name)}\.ko(\.xz|\.zst|\.gz)?$")
+    found = [p for p in dest.iterdir() if pattern.match(p.name)] if dest.is_dir() else []
+    if not found:
+        return
+    # DKMS's kernel hook (`dkms autoinstall`, run when a kernel package is installed) may have put one of
+    # our own builds there behind the journal's back.
+    ours = [e for e in dkms.status(candidate.package.name, trees) if e.kernel == candidate.kernel
+            and e.state == "installed"] if shutil.which("dkms") else []
+    if ours:
+        raise InstallRefused(
+            f"{candidate.package.name}/{ours[0].version} was installed for {candidate.kernel} outside "
+            "rdna1-kmgr (by DKMS's kernel hook?), so there is no journal to roll it back with",
+            f"undo it with `dkms uninstall -m {candidate.package.name} -v {ours[0].version} -k "
+            f"{candidate.kernel}` and `depmod {candidate.kernel}`, then install again; nothing was changed")
+    raise InstallRefused(f"{found[0]} is already there, and not from rdna1-kmgr",
+                         "remove the package that installed it (see `dkms status`); nothing was changed")
+
+
+# --- the steps ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    name: str
+    command: list[str] | None
+    replaces: list[Path]  # files created or replaced: backed up (or recorded absent) first
+    dirs: list[Path]  # directories it may create
+    run: Callable[[], None]
+    undo: dict | None = None
+    text: list[str] = field(default_factory=list)  # extra lines for the plan
+
+
+def _parents_to_create(path: Path) -> list[Path]:
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    return missing
+
+
+def _run(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = [ln.strip() for ln in (result.stderr + "\n" + result.stdout).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "rror" in ln]
+        raise HostError(f"{what} failed (exit status {result.returncode}): {(errors or lines or ['no output'])[-1]}",
+                        f"the command was: {' '.join(command)}")
+
+
+def depmod_files(kernel: str, root: TargetRoot) -> list[Path]:
+    """depmod's outputs: kmod 30's, and any other modules.* index already there (a newer kmod's weakdep)."""
+    folder = root.modules_dir(kernel)
+    names = set(DEPMOD_OUTPUTS)
+    if folder.is_dir():
+        names |= {p.name for p in folder.glob("modules.*") if p.name not in DEPMOD_INPUTS}
+    return [folder / name for name in sorted(names)]
+
+
+def conf_text(candidate: Candidate) -> str:
+    lines = [
+        f"# Written by `rdna1-kmgr install` for {candidate.package.ref} (kernel {candidate.kernel}, "
+        f"module sha256 {candidate.sha256}).",
+        "# `rdna1-kmgr rollback` restores what was here. For one boot without the RDNA1 quirks, put "
+        f"{ESCAPE_PARAMETER} on the kernel command line.",
+        "# Kernels without the rdna1-kmgr module ignore these parameters (with a line in the kernel log).",
+    ]
+    if candidate.parameters:
+        lines.append(f"options {candidate.module_name} "
+                     + " ".join(f"{k}={v}" for k, v in sorted(candidate.parameters.items())))
+    return "\n".join(lines) + "\n"
+
+
+def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: initramfs.InitramfsTool,
+               cert: Path, on_verified: Callable[[dict], None]) -> list[Step]:
+    kernel = candidate.kernel
+    target = installed_path(candidate, root)
+    # --no-depmod: DKMS would run depmod itself, on /lib/modules even with --installtree; our own depmod
+    # step keeps the index change separate and exactly backed up. --force: DKMS otherwise keeps a same-named
+    # in-kernel module whose `version:` equals ours (amdgpu has none) and installs nothing, reporting success.
+    dkms_args = ["install", "-m", candidate.package.name, "-v", candidate.package.version, "-k", kernel,
+                 "--force", "--no-depmod"]
+    dkms_install = [*dkms.command(dkms_args, trees), *root.dkms_options()]
+    uninstall = [*dkms.command(["uninstall", "-m", candidate.package.name, "-v", candidate.package.version,
+                                "-k", kernel, "--no-depmod"], trees), *root.dkms_options()]
+
+    def run_dkms_install() -> None:
+        dkms.require_dkms()
+        _run(dkms_install, "dkms install")
+        if not target.is_file() or sha256_file(target) != candidate.sha256:
+            raise HostError(f"dkms install reported success but {target} is not the built module",
+                            "see `dkms status`")
+
+    conf = root.modprobe_dir / MODPROBE_CONF
+    image = tool.image(kernel)
+    return [
+        Step("dkms-install", dkms_install, [target], _parents_to_create(target.parent), run_dkms_install,
+             undo={"kind": "dkms-uninstall", "package": candidate.package.name,
+                   "version": candidate.package.version, "kernel": kernel, "command": uninstall,
+                   "trees": {"source": str(trees.source), "dkms": str(trees.dkms)}}),
+        Step("depmod", root.depmod_command(kernel), depmod_files(kernel, root), [],
+             lambda: _run(root.depmod_command(kernel), "depmod")),
+        Step("modprobe-conf", None, [conf], _parents_to_create(conf.parent),
+             lambda: write_durably(conf, conf_text(candidate).encode()),
+             text=[f"    {line}" for line in conf_text(candidate).splitlines() if not line.startswith("#")]),
+        Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel), _parents_to_create(image.parent),
+             lambda: tool.regenerate(kernel)),
+        Step("verify", None, [], [], lambda: on_verified(verify(candidate, root, tool, cert)),
+             text=[f"    {' '.join(root.modinfo_command(kernel, candidate.module_name))} must name {target} "
+                   f"with sha256 {candidate.sha256}",
+                   f"    lsinitramfs {image}: when it carries {candidate.module_name}, its own index must give that "
+                   "module (unmkinitramfs, then modinfo -b)"]),
+    ]
+
+
+def verify(candidate: Candidate, root: TargetRoot, tool: initramfs.InitramfsTool, cert: Path) -> dict:
+    """The module index and the initramfs now give this exact module; BuildError says where they do not."""
+    expected = installed_path(candidate, root)
+    resolved = resolved_module(candidate.kernel, candidate.module_name, root)
+    if resolved is None:
+        raise BuildError(f"modinfo -k {candidate.kernel} -n {candidate.module_name} finds no module")
+    if resolved != expected:
+        raise BuildError(f"modinfo -k {candidate.kernel} -n {candidate.module_name} resolves to {resolved}, "
+                         f"not the installed {expected}")
+    digest = sha256_file(resolved)
+    if digest != candidate.sha256:
+        raise BuildError(f"{resolved} has sha256 {digest}, not the built module's {candidate.sha256}")
+    module_checks.verify_signature(resolved, cert)
+    carried = tool.carried_module(candidate.kernel, candidate.module_name)
+    if carried is not None and carried.sha256 != candidate.sha256:
+        which = f"resolves {candidate.module_name} to {carried.resolved} (sha256 {carried.sha256[:12]}...)" \
+            if carried.resolved else f"carries {carried.entries[0]} but its index resolves none"
+        raise BuildError(f"the initramfs {tool.image(candidate.kernel)} {which}, not the installed module")
+    return {"module": str(resolved), "sha256": digest, "initramfs": str(tool.image(candidate.kernel)),
+            "initramfs_module": carried.resolved if carried else None}
+
+
+def plan_lines(candidate: Candidate, gate: Gate, steps: list[Step], replacing: list[str]) -> list[str]:
+    lines = [f"install {candidate.package.ref} for kernel {candidate.kernel}",
+             f"  module {candidate.module} (sha256 {candidate.sha256}), signed by {gate.signer!r}, verified "
+             f"against {gate.certificate}"]
+    if gate.vm_skipped:
+        lines.append(f"  WITHOUT a passing VM verdict (--skip-vm-check): {gate.vm_check['why']}")
+    else:
+        lines.append(f"  VM verdict {gate.vm_check['verdict']} ({gate.vm_check['mode']}): {gate.vm_check['record']}")
+    lines += replacing
+    for number, step in enumerate(steps, 1):
+        lines.append(f"{number}. {step.name}" + (f": {' '.join(step.command)}" if step.command else ""))
+        for folder in reversed(step.dirs):  # outermost first
+            lines.append(f"    create the directory {folder}")
+        for path in step.replaces:
+            if path.name.endswith(".new"):
+                continue  # the tool's temporary name for the image (journaled in case a crash leaves it)
+            lines.append(f"    {'replace' if path.exists() or path.is_symlink() else 'create'} {path}")
+        lines += step.text
+    journal = Journal(candidate.kernel)
+    lines.append(f"journal {journal.path}; the files replaced are backed up in {journal.backups}/ before each step")
+    return lines
+
+
+# --- the run ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class InstallRequest:
+    kernel: str | None = None
+    skip_vm_check: bool = False
+    cert: str | None = None
+    dry_run: bool = False
+
+
+def _existing(journal: Journal, candidate: Candidate | None) -> str:
+    """fresh, same (this very module is installed), replace (another build is), or refuses an unfinished one."""
+    state = journal.state()
+    if state.begin is None and not state.steps:
+        return "fresh"
+    if not state.committed or state.rollback_started:
+        raise JournalError(
+            f"an earlier {state.begin['operation'] if state.begin else 'run'} for {journal.kernel} did not "
+            f"finish ({state.description})",
+            f"run `rdna1-kmgr rollback --kernel {journal.kernel}` first; nothing was changed")
+    if candidate is not None and state.begin.get("module_sha256") == candidate.sha256:
+        return "same"
+    return "replace"
+
+
+def run(request: InstallRequest, candidate: Candidate | None = None,
+        confirm: Callable[[list[str]], bool] | None = None, stream: TextIO | None = None) -> dict:
+    """Everything `rdna1-kmgr install` does; returns the JSON result. `candidate` overrides the lookup (tests)."""
+    stream = stream if stream is not None else sys.stderr
+    root = TargetRoot.from_env()
+    trees = dkms.Trees.from_env()
+    if candidate is not None:
+        kernel = candidate.kernel
+    elif request.kernel is not None:
+        kernel = user_input.kernel_release(request.kernel)
+    else:
+        resolved = resolve_kernel(None)
+        if resolved.note:
+            stream.write(f"rdna1-kmgr: {resolved.note}\n")
+        kernel = resolved.release
+    refuse_if_busy()
+    journal = Journal(kernel)
+    journal.state()  # a corrupted journal is refused before anything else
+    check_writable()
+    candidate = candidate or find_candidate(kernel, trees)
+    cert = Path(request.cert).absolute() if request.cert else signing.distro_convention().cert
+    existing = _existing(journal, candidate)
+    tool = initramfs.detect(root)
+    if existing == "same":
+        result = verify(candidate, root, tool, cert)
+        return {"kernel": kernel, "package": candidate.package.name, "package_version": candidate.package.version,
+                "already_installed": True, "dry_run": request.dry_run, **result}
+
+    check_kernel_installed(kernel, root)
+    gate = check_gate(candidate, cert, request.skip_vm_check, root)
+    replacing = []
+    if existing == "replace":
+        replacing = ["first undo the install now in place:"] + [
+            f"  {line}" for line in rollback.plan_for(journal, keep_build=False)]
+    else:
+        check_no_foreign_module(candidate, root, trees)
+    tool.require_supported()
+    verified: dict = {}
+    steps = plan_steps(candidate, root, trees, tool, cert, verified.update)
+    lines = plan_lines(candidate, gate, steps, replacing)
+    summary = {"kernel": kernel, "package": candidate.package.name, "package_version": candidate.package.version,
+               "module_sha256": candidate.sha256, "vm_check": gate.vm_check, "parameters": candidate.parameters,
+               "plan": lines}
+    if gate.vm_skipped:
+        stream.write(_loud_skip(gate))
+    if request.dry_run:
+        return {**summary, "dry_run": True}
+    if confirm is not None and not confirm(lines):
+        raise UsageError("not confirmed", "nothing was changed; pass --yes to install without asking")
+
+    with locked(f"install --kernel {kernel}"):
+        if _existing(journal, candidate) != existing:
+            raise JournalError(f"the journal of {kernel} changed while this run was getting ready",
+                               "run the command again; nothing was changed")
+        if existing == "replace":
+            for line in rollback.replay(journal, keep_build=False, reason=f"replaced by {candidate.package.ref}"):
+                stream.write(f"rdna1-kmgr: {line}\n")
+        journal.begin("install", kernel=kernel, package=candidate.package.name, version=candidate.package.version,
+                      module=str(candidate.module), module_sha256=candidate.sha256, vm_check=gate.vm_check,
+                      parameters=candidate.parameters, certificate=str(cert), root=str(root.path),
+                      trees={"source": str(trees.source), "dkms": str(trees.dkms)})
+        for step in steps:
+            stream.write(f"rdna1-kmgr: {step.name}" + (f": {' '.join(step.command)}" if step.command else "") + "\n")
+            if step.name != "verify":
+                journal.record_intent(step.name, step.command, step.replaces, step.dirs, step.undo)
+            try:
+                step.run()
+            except BaseException as err:
+                _roll_back_failed(journal, step.name, err, stream)
+                raise _failure(step.name, err) from None
+            if step.name != "verify":
+                journal.append("done", step=step.name)
+            abort_point(step.name)
+        journal.append("commit", verified=verified)
+    return {**summary, "dry_run": False, "verified": verified, "journal": str(journal.path),
+            "next_boot": next_boot_text(candidate, verified, root)}
+
+
+def _loud_skip(gate: Gate) -> str:
+    bar = "!" * 78
+    return (f"{bar}\nrdna1-kmgr: WARNING: --skip-vm-check: installing WITHOUT a passing VM verdict "
+            f"({gate.vm_check['why']}).\nrdna1-kmgr: This module was not proven in a VM; the journal records "
+            f"that it was skipped.\n{bar}\n")
+
+
+def _roll_back_failed(journal: Journal, step: str, err: BaseException, stream: TextIO) -> None:
+    why = err.line() if isinstance(err, KmgrError) else (type(err).__name__ + (f": {err}" if str(err) else ""))
+    stream.write(f"rdna1-kmgr: install failed at {step} ({why}); rolling back\n")
+    try:
+        for line in rollback.replay(journal, keep_build=True, reason=f"install failed at {step}"):
+            stream.write(f"rdna1-kmgr: {line}\n")
+    except KmgrError as failed:
+        raise JournalError(f"install failed at {step} ({why}), and rolling it back failed too: {failed.what}",
+                           f"run `rdna1-kmgr rollback --kernel {journal.kernel}` once the cause is fixed") from None
+
+
+def _failure(step: str, err: BaseException) -> BaseException:
+    if isinstance(err, KmgrError):
+        return type(err)(f"install failed at {step}: {err.what}",
+                         (f"{err.hint}; " if err.hint else "") + "everything it changed was rolled back")
+    return err
+
+
+def next_boot_text(candidate: Candidate, verified: dict, root: TargetRoot) -> list[str]:
+    kernel = candidate.kernel
+    params = " ".join(f"{k}={v}" for k, v in sorted(candidate.parameters.items())) or "its default parameters"
+    carried = verified.get("initramfs_module")
+    where = ("from the initramfs" if carried else
+             "from /lib/modules once the root file system is mounted (the initramfs does not carry it)")
+    lines = [
+        f"Installed {candidate.package.ref}: {verified.get('module')} (sha256 {candidate.sha256[:12]}...).",
+        f"At the next boot of {kernel}, {candidate.module_name} is loaded {where}, with {params} "
+        f"({root.modprobe_dir / MODPROBE_CONF}).",
+        f"If that boot goes wrong: at the boot menu press `e`, add {ESCAPE_PARAMETER} to the line starting with "
+        "`linux` (stock amdgpu behaviour for that boot), boot with Ctrl-X or F10, then run "
+        f"`sudo rdna1-kmgr rollback --kernel {kernel}`.",
+    ]
+    if kernel == os.uname().release and (root.sys_module / candidate.module_name).is_dir():
+        lines.append(f"The running kernel keeps the {candidate.module_name} it loaded at boot until you reboot.")
+    return lines

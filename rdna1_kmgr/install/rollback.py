@@ -1,0 +1,187 @@
+"""`rdna1-kmgr rollback`: replay a kernel's journal backwards, exactly, as often as it takes.
+
+For each step of the install, newest first, that is not undone yet: reverse what is not a file (`dkms
+uninstall` when DKMS still lists the module installed), put every backed-up file back byte for byte (or remove
+it when it was absent before), remove the directories the step created, and record `undone`. Every action
+looks at the current state first, so a rollback killed anywhere, or an install killed anywhere (even inside a
+step), is finished by running rollback again.
+
+Then: the install's DKMS package is removed for that kernel (its source too when no other kernel uses it)
+unless --keep-build; when the module index was touched, depmod runs once more (the result equals the
+restored index, unless other modules were added meanwhile, which a plain restore would hide); `rolled-back`
+is recorded and the journal moves to history/.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, TextIO
+
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.install.journal import Journal, State, abort_point, journal_root, locked, refuse_if_busy, remove_created_dirs
+
+
+def _undo_lines(step, keep_build: bool) -> list[str]:
+    record = step.intent
+    lines = [f"undo {step.step}" + ("" if step.done else " (it was interrupted)") + ":"]
+    undo = record.get("undo") or {}
+    if undo.get("kind") == "dkms-uninstall":
+        lines.append(f"    {' '.join(undo['command'])}   (if DKMS lists it installed)")
+    for entry in reversed(record["backups"]):
+        if entry["backup"] is None and "symlink" not in entry:
+            lines.append(f"    remove {entry['path']} (if present)")
+        else:
+            lines.append(f"    restore {entry['path']} from the journal's backup")
+    for folder in sorted(record["dirs"], key=lambda d: d.count("/"), reverse=True):
+        lines.append(f"    remove the directory {folder} (if empty)")
+    return lines
+
+
+def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:
+    begin = state.begin or {}
+    if not begin.get("package") or not begin.get("version"):
+        return None
+    trees = begin.get("trees") or {}
+    return (dkms.Package(begin["package"], begin["version"]),
+            dkms.Trees(source=Path(trees.get("source", "/usr/src")), dkms=Path(trees.get("dkms", "/var/lib/dkms"))),
+            begin["kernel"])
+
+
+def _final_depmod(state: State) -> list[str] | None:
+    """The depmod of the install, when the module index may have been touched."""
+    for step in state.steps:
+        if step.step == "depmod" and step.intent.get("command"):
+            return step.intent["command"]
+    return None
+
+
+def plan_for(journal: Journal, keep_build: bool) -> list[str]:
+    """The exact rollback of one kernel's journal, in order (changes nothing)."""
+    state = journal.state()
+    begin = state.begin or {}
+    lines = [f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
+             f"{state.description} (journal {journal.path})"]
+    for step in reversed(state.steps):
+        if not step.undone:
+            lines += [f"  {line}" for line in _undo_lines(step, keep_build)]
+    package = _package_of(state)
+    if package and not keep_build:
+        pkg, trees, kernel = package
+        lines.append(f"  {' '.join(dkms.command(dkms.remove_args(pkg, kernel), trees))}   (if DKMS lists it)")
+        lines.append(f"    remove {pkg.source_dir(trees)} when no other kernel uses {pkg.ref}")
+    elif package:
+        lines.append(f"  keep the build {package[0].ref} (--keep-build)")
+    depmod = _final_depmod(state)
+    if depmod:
+        lines.append(f"  {' '.join(depmod)}")
+    lines.append(f"  move the journal to the history; drop its backups in {journal.backups}/")
+    return lines
+
+
+def replay(journal: Journal, keep_build: bool, reason: str) -> list[str]:
+    """Undo everything the journal records (the caller holds the lock); what was done, line by line."""
+    state = journal.state()
+    said = []
+    if state.rolled_back:
+        journal.archive()
+        return ["the journal was already rolled back; moved it to the history"]
+    journal.append("rollback", reason=reason, keep_build=keep_build)
+    for step in reversed(state.steps):
+        if step.undone:
+            continue
+        said += _undo(journal, step)
+        journal.append("undone", step=step.step, of=step.seq)
+        abort_point(f"undo-{step.step}")
+    package = _package_of(state)
+    if package and not keep_build:
+        pkg, trees, kernel = package
+        if shutil.which("dkms"):
+            dkms.remove(pkg, trees, kernel)
+            said.append(f"removed the DKMS package {pkg.ref} for {kernel}")
+        journal.append("rollback-step", step="remove-package")
+        abort_point("remove-package")
+    depmod = _final_depmod(state)
+    if depmod:
+        _run(depmod, "depmod")
+        said.append(f"regenerated the module index: {' '.join(depmod)}")
+        journal.append("rollback-step", step="depmod")
+        abort_point("final-depmod")
+    journal.append("rolled-back")
+    history = journal.archive()
+    said.append(f"rolled back {journal.kernel}; journal kept as {history}")
+    return said
+
+
+def _undo(journal: Journal, step) -> list[str]:
+    said = []
+    undo = step.intent.get("undo") or {}
+    if undo.get("kind") == "dkms-uninstall":
+        said += _dkms_uninstall(undo)
+    for entry in reversed(step.intent["backups"]):
+        said.append(journal.restore(entry))
+    for folder in remove_created_dirs(step.intent["dirs"]):
+        said.append(f"removed the directory {folder}")
+    return [f"undo {step.step}: {line}" for line in said]
+
+
+def _dkms_uninstall(undo: dict) -> list[str]:
+    if not shutil.which("dkms"):
+        return ["dkms is not installed any more: the module file is removed below, DKMS's own record stays"]
+    trees = dkms.Trees(source=Path(undo["trees"]["source"]), dkms=Path(undo["trees"]["dkms"]))
+    installed = any(e.version == undo["version"] and e.kernel == undo["kernel"] and e.state == "installed"
+                    for e in dkms.status(undo["package"], trees))
+    if not installed:
+        return [f"{undo['package']}/{undo['version']} is not installed in DKMS for {undo['kernel']}"]
+    _run(undo["command"], "dkms uninstall")
+    return [" ".join(undo["command"])]
+
+
+def _run(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = [ln.strip() for ln in (result.stderr + "\n" + result.stdout).splitlines() if ln.strip()]
+        raise HostError(f"{what} failed during rollback (exit status {result.returncode}): "
+                        f"{lines[-1] if lines else 'no output'}", "fix the cause and run rollback again")
+
+
+# --- the command -------------------------------------------------------------------------------------------
+
+
+def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
+    if kernel is not None:
+        journal = Journal(user_input.kernel_release(kernel))
+        return [journal] if journal.exists() else []
+    return [Journal(k) for k in Journal.kernels()]
+
+
+def run(kernel: str | None, keep_build: bool = False, dry_run: bool = False,
+        confirm: Callable[[list[str]], bool] | None = None, stream: TextIO | None = None) -> dict:
+    """Everything `rdna1-kmgr rollback` does; returns the JSON result."""
+    stream = stream if stream is not None else sys.stderr
+    refuse_if_busy()
+    journals = kernels_to_roll_back(kernel)
+    plans = {j.kernel: plan_for(j, keep_build) for j in journals}  # refuses a corrupted journal here
+    if not journals:
+        where = f" for {kernel}" if kernel else ""
+        return {"nothing_installed": True, "kernels": [], "dry_run": dry_run,
+                "message": f"nothing installed by rdna1-kmgr{where}: no journal under {journal_root()}"}
+    lines = [line for plan in plans.values() for line in plan]
+    if dry_run:
+        return {"nothing_installed": False, "kernels": list(plans), "dry_run": True, "plan": lines}
+    if confirm is not None and not confirm(lines):
+        raise UsageError("not confirmed", "nothing was changed; pass --yes to roll back without asking")
+    done = {}
+    with locked("rollback" + (f" --kernel {kernel}" if kernel else "")):
+        for journal in journals:
+            if not journal.exists():
+                continue  # another run finished it between the plan and the lock
+            said = replay(journal, keep_build, reason="rdna1-kmgr rollback")
+            for line in said:
+                stream.write(f"rdna1-kmgr: {line}\n")
+            done[journal.kernel] = said
+    return {"nothing_installed": False, "kernels": list(done), "dry_run": False, "plan": lines, "done": done}

@@ -1,0 +1,225 @@
+"""`rdna1-kmgr status`: per kernel, what rdna1-kmgr built and installed, and whether it is in use. Reads only.
+
+A kernel is listed when it has a journal, a DKMS entry of rdna1-amdgpu, or is the running one. For each:
+the DKMS package versions and their states; the amdgpu that `modinfo -k KREL -n amdgpu` resolves to, its
+sha256 and whether it is ours; its signature (checked with openssl against the certificate) and the
+certificate's enrollment; its VM verdict; the parameters configured in modprobe.d, given on the kernel
+command line and in effect in the loaded module; and, for the running kernel, whether this module is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.build import module_elf
+from rdna1_kmgr.build import module_checks
+from rdna1_kmgr.build import signing
+from rdna1_kmgr.vm import verdict
+from rdna1_kmgr.core.errors import BuildError, KmgrError
+from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
+from rdna1_kmgr.install.journal import Journal, sha256_file
+from rdna1_kmgr.install.target_root import TargetRoot
+
+MODULE = "amdgpu"
+PARAMETER_PREFIX = "rdna1_"
+
+
+def configured_options(root: TargetRoot, module: str = MODULE) -> list[dict]:
+    """`options <module> ...` lines in effect, with their file, in the order modprobe reads them."""
+    chosen: dict[str, Path] = {}
+    for folder in root.modprobe_dirs():
+        if folder.is_dir():
+            for conf in folder.glob("*.conf"):
+                chosen.setdefault(conf.name, conf)  # an earlier folder hides the same name in later ones
+    found = []
+    for name in sorted(chosen):
+        try:
+            text = chosen[name].read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            words = line.split("#", 1)[0].split()
+            if len(words) >= 2 and words[0] == "options" and words[1] == module:
+                found.append({"file": str(chosen[name]), "options": dict(_pair(w) for w in words[2:])})
+    return found
+
+
+def cmdline_options(root: TargetRoot, module: str = MODULE) -> dict[str, str]:
+    try:
+        words = root.proc_cmdline.read_text().split()
+    except OSError:
+        return {}
+    prefix = f"{module}."
+    return dict(_pair(w[len(prefix):]) for w in words if w.startswith(prefix))
+
+
+def loaded_parameters(root: TargetRoot, module: str = MODULE) -> dict[str, str] | None:
+    folder = root.sys_module / module / "parameters"
+    if not folder.is_dir():
+        return None
+    values = {}
+    for param in sorted(folder.glob(f"{PARAMETER_PREFIX}*")):
+        try:
+            values[param.name] = param.read_text().strip()
+        except OSError:
+            values[param.name] = "?"
+    return values
+
+
+def _pair(word: str) -> tuple[str, str]:
+    key, _, value = word.partition("=")
+    return key, value
+
+
+def _loaded_is(path: Path, root: TargetRoot, module: str = MODULE) -> bool | None:
+    """Whether the loaded module is that file (same build id, else srcversion); None when not loaded."""
+    base = root.sys_module / module
+    if not (base / "initstate").exists() and not (base / "parameters").is_dir():
+        return None
+    try:
+        info = module_elf.read(path)
+    except KmgrError:
+        return False
+    note = base / "notes" / ".note.gnu.build-id"
+    if info.build_id and note.is_file():
+        return module_elf.note_build_id(note.read_bytes()) == info.build_id
+    srcversion = base / "srcversion"
+    if info.srcversion and srcversion.is_file():
+        return srcversion.read_text().strip() == info.srcversion
+    return False
+
+
+def _signature(path: Path, cert: Path) -> dict:
+    signer = " ".join(module_checks.modinfo_field(path, "signer")) if path.is_file() else ""
+    if not cert.is_file():
+        return {"signer": signer, "valid": None, "detail": f"no certificate {cert}"}
+    try:
+        module_checks.verify_signature(path, cert)
+    except BuildError as err:
+        return {"signer": signer, "valid": False, "detail": err.line()}
+    return {"signer": signer, "valid": True, "detail": f"verifies against {cert}"}
+
+
+def _verdict(sha256: str) -> dict | None:
+    try:
+        record = verdict.read(sha256)
+    except ValueError as err:
+        return {"verdict": "unreadable", "detail": str(err)}
+    if record is None:
+        return None
+    return {"verdict": record.verdict, "mode": record.mode, "kernel": record.kernel, "reason": record.reason,
+            "record": str(verdict.record_path(sha256))}
+
+
+def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, dkms_entries: list) -> dict:
+    running = kernel == os.uname().release and root.is_system
+    journal = Journal(kernel)
+    try:
+        state = journal.state()
+        journal_info = None if state.begin is None and not state.steps else {
+            "state": state.description, "path": str(journal.path), "version": (state.begin or {}).get("version"),
+            "module_sha256": (state.begin or {}).get("module_sha256"),
+            "vm_check": (state.begin or {}).get("vm_check"),
+            "since": (state.begin or {}).get("time")}
+    except KmgrError as err:
+        state, journal_info = None, {"state": "corrupted", "path": str(journal.path), "detail": err.line()}
+    resolved = resolved_module(kernel, MODULE, root)
+    module = None
+    if resolved is not None and resolved.is_file():
+        digest = sha256_file(resolved)
+        ours = bool(journal_info and journal_info.get("module_sha256") == digest) or "/updates/dkms/" in str(resolved)
+        module = {"path": str(resolved), "sha256": digest, "rdna1_kmgr": ours}
+        if ours:
+            module["signature"] = _signature(resolved, cert)
+            module["verdict"] = _verdict(digest)
+    params = {
+        "modprobe.d": configured_options(root),
+        "ours": str(root.modprobe_dir / MODPROBE_CONF) if (root.modprobe_dir / MODPROBE_CONF).is_file() else None,
+    }
+    if running:
+        params["cmdline"] = cmdline_options(root)
+        params["loaded"] = loaded_parameters(root)
+    loaded = _loaded_is(resolved, root) if running and resolved is not None else None
+    return {
+        "kernel": kernel,
+        "running": running,
+        "dkms": [{"package": e.name, "version": e.version, "state": e.state} for e in dkms_entries
+                 if e.kernel == kernel],
+        "journal": journal_info,
+        "module": module,
+        "parameters": params,
+        "loaded": None if not running else {"amdgpu_loaded": (root.sys_module / MODULE).is_dir(),
+                                            "is_this_module": loaded},
+    }
+
+
+def run(cert: str | None = None) -> dict:
+    root = TargetRoot.from_env()
+    trees = dkms.Trees.from_env()
+    cert_path = Path(cert).absolute() if cert else signing.distro_convention().cert
+    entries = dkms.status(dkms.PACKAGE_NAME, trees) if shutil.which("dkms") else []
+    kernels = set(Journal.kernels()) | {e.kernel for e in entries if e.kernel}
+    if root.is_system:
+        kernels.add(os.uname().release)
+    facts = host_facts.detect(root.path)
+    enrollment = signing.enrollment(cert_path) if cert_path.is_file() else f"no certificate {cert_path}"
+    return {
+        "secure_boot": facts.secure_boot_state,
+        "certificate": {"path": str(cert_path), "enrollment": enrollment},
+        "kernels": [kernel_status(k, root, trees, cert_path, entries) for k in sorted(kernels)],
+    }
+
+
+def text_lines(result: dict) -> list[str]:
+    lines = [f"secure boot   {result['secure_boot']}",
+             f"certificate   {result['certificate']['path']}: {result['certificate']['enrollment']}"]
+    if not result["kernels"]:
+        lines.append("no kernel has an rdna1-kmgr build or install")
+    for k in result["kernels"]:
+        lines.append("")
+        lines.append(f"kernel {k['kernel']}" + ("  (running)" if k["running"] else ""))
+        for entry in k["dkms"]:
+            lines.append(f"  package     {entry['package']}/{entry['version']}: {entry['state']}")
+        if not k["dkms"]:
+            lines.append("  package     no rdna1-amdgpu build")
+        j = k["journal"]
+        if j:
+            lines.append(f"  journal     {j['state']}" + (f" ({j['version']}, since {j['since']})" if j.get("version") else "")
+                         + (f": {j['detail']}" if j.get("detail") else ""))
+            if j.get("vm_check", {}) and j["vm_check"].get("skipped"):
+                lines.append(f"              installed WITHOUT a passing VM verdict (--skip-vm-check): {j['vm_check']['why']}")
+            if j["state"] in ("install unfinished", "rollback unfinished"):
+                lines.append(f"              run `rdna1-kmgr rollback --kernel {k['kernel']}` to finish undoing it")
+        m = k["module"]
+        if m is None:
+            lines.append(f"  amdgpu      modinfo finds none for {k['kernel']}")
+        else:
+            lines.append(f"  amdgpu      {m['path']}" + ("  (rdna1-kmgr)" if m["rdna1_kmgr"] else "  (stock)"))
+            lines.append(f"  sha256      {m['sha256']}")
+            if "signature" in m:
+                s = m["signature"]
+                state = {True: "valid", False: "INVALID", None: "not checked"}[s["valid"]]
+                lines.append(f"  signature   {state}, signer {s['signer']!r} ({s['detail']})")
+                v = m["verdict"]
+                lines.append("  verdict     " + (f"{v['verdict']} ({v.get('mode')}) {v.get('record', '')}" if v else "none"))
+        p = k["parameters"]
+        for entry in p["modprobe.d"]:
+            opts = " ".join(f"{a}={b}" for a, b in entry["options"].items())
+            lines.append(f"  modprobe.d  {opts}  ({entry['file']})")
+        if not p["modprobe.d"]:
+            lines.append("  modprobe.d  no options for amdgpu")
+        if k["running"]:
+            if p.get("cmdline"):
+                lines.append("  cmdline     " + " ".join(f"amdgpu.{a}={b}" for a, b in p["cmdline"].items()))
+            loaded = k["loaded"]
+            if not loaded["amdgpu_loaded"]:
+                lines.append("  loaded      amdgpu is not loaded in the running kernel")
+            else:
+                which = {True: "this module", False: "another amdgpu (not the one installed)", None: "unknown"}
+                lines.append(f"  loaded      {which[loaded['is_this_module']]}; parameters "
+                             + (" ".join(f"{a}={b}" for a, b in (p.get("loaded") or {}).items()) or "no rdna1_* ones"))
+    return lines

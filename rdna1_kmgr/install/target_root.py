@@ -1,0 +1,74 @@
+"""The file system that install, rollback and status act on: `/` on a real machine.
+
+The tests point RDNA1_KMGR_ROOT at a scratch tree (lib/modules/KREL, etc/modprobe.d, boot, sys, proc) so
+that real dkms, depmod, modinfo and lsinitramfs run fast against a module of their own without touching
+the machine's kernels. Every path and tool option that depends on the root is made here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdna1_kmgr.core.errors import UsageError
+
+ROOT_ENV = "RDNA1_KMGR_ROOT"
+# Where kmod reads modprobe configuration, most important first; a file name in an earlier folder hides
+# the same name in later ones (modprobe.d(5)).
+MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "lib/modprobe.d",
+                 "usr/lib/modprobe.d")
+
+
+@dataclass(frozen=True)
+class TargetRoot:
+    path: Path = Path("/")
+
+    @classmethod
+    def from_env(cls) -> "TargetRoot":
+        value = os.environ.get(ROOT_ENV)
+        if not value:
+            return cls()
+        path = Path(value)
+        if not path.is_absolute() or not path.is_dir():
+            raise UsageError(f"{ROOT_ENV}={value!r} is not an absolute directory", "unset it (it is for tests)")
+        return cls(path)
+
+    @property
+    def is_system(self) -> bool:
+        return self.path.resolve() == Path("/")
+
+    def modules_dir(self, kernel: str) -> Path:
+        return self.path / "lib/modules" / kernel
+
+    @property
+    def modprobe_dir(self) -> Path:
+        return self.path / "etc/modprobe.d"
+
+    def modprobe_dirs(self) -> list[Path]:
+        return [self.path / rel for rel in MODPROBE_DIRS]
+
+    @property
+    def boot_dir(self) -> Path:
+        return self.path / "boot"
+
+    @property
+    def sys_module(self) -> Path:
+        return self.path / "sys/module"
+
+    @property
+    def proc_cmdline(self) -> Path:
+        return self.path / "proc/cmdline"
+
+    def _basedir(self) -> list[str]:
+        return [] if self.is_system else ["-b", str(self.path)]
+
+    def depmod_command(self, kernel: str) -> list[str]:
+        return ["depmod", *self._basedir(), kernel]
+
+    def modinfo_command(self, kernel: str, module: str) -> list[str]:
+        return ["modinfo", *self._basedir(), "-k", kernel, "-n", module]
+
+    def dkms_options(self) -> list[str]:
+        """Where `dkms install` copies modules to (DKMS 3 takes --installtree; /lib/modules is its default)."""
+        return [] if self.is_system else [f"--installtree={self.path / 'lib/modules'}"]

@@ -1,0 +1,261 @@
+"""Render the quirk catalog into a quilt-style patch series for one kernel source.
+
+OUT/series                  patch names in the order `patch -p1` applies them from the source root
+OUT/NNNN-<name>.patch       a header saying what the patch changes and why, then unified diffs
+OUT/manifest.json           kernel version, quirks and variants, devices, sha256 of every patch
+
+Deterministic: the same source and options give the same bytes. Nothing is written unless the whole
+series renders; OUT is then replaced in one rename.
+"""
+
+import difflib
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from rdna1_kmgr import __version__
+
+from rdna1_kmgr.render import quirk_catalog
+
+from rdna1_kmgr.source import c_anchors
+from rdna1_kmgr.host.rdna1_boards import RDNA1_IDS, DEFAULT_TARGET, format_id
+from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.source.kernel_source import kernel_version
+
+AMDGPU = "drivers/gpu/drm/amd/amdgpu"
+INCLUDE_LINE = '#include "amdgpu_rdna1.h"\n'
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+class SourceTree:
+    """The files of a kernel source as the series changes them, read lazily and never written."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.original: dict[str, str | None] = {}
+        self.current: dict[str, str] = {}
+
+    def text(self, rel: str) -> str:
+        if rel not in self.current:
+            path = self.root / rel
+            if not path.is_file():
+                raise SourceError(f"{rel}: file not found in {self.root}", "is this a kernel source with drivers/gpu/drm/amd?")
+            self.original[rel] = self.current[rel] = path.read_text(errors="surrogateescape")
+        return self.current[rel]
+
+    def write(self, rel: str, text: str) -> None:
+        if rel not in self.current:
+            if (self.root / rel).exists():
+                self.text(rel)
+            else:
+                self.original[rel] = None
+        self.current[rel] = text
+
+
+def _place(text: str, rel: str, edit: quirk_catalog.Edit) -> tuple[int, int]:
+    """The span an edit replaces (empty for insertions)."""
+    if edit.function and edit.statement:
+        span = c_anchors.statement(text, rel, edit.function, edit.statement)
+    elif edit.function and edit.at == "end":
+        span = c_anchors.body(text, rel, edit.function)
+        return span.end, span.end
+    elif edit.function:
+        span = c_anchors.definition(text, rel, edit.function)
+        end = text.find("\n", span.end)
+        span = c_anchors.Span(span.start, len(text) if end < 0 else end + 1)
+    else:
+        span = c_anchors.top_line(text, rel, edit.line)
+    if edit.at == "before":
+        start = c_anchors.comment_above(text, span.start)
+        return start, start
+    if edit.at == "after":
+        return span.end, span.end
+    return span.start, span.end
+
+
+def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> None:
+    text = tree.text(edit.file)
+    try:
+        start, end = _place(text, edit.file, edit)
+    except c_anchors.AnchorNotFound as err:
+        raise SourceError(
+            f"cannot render: {err.path}: {err.what}",
+            "this kernel's driver differs from what the quirk templates know; report it with the kernel version",
+        ) from None
+    text = text[:start] + code + text[end:]
+    if edit.file.endswith(".c") and INCLUDE_LINE not in text:
+        at = c_anchors.after_includes(text, edit.file)
+        text = text[:at] + INCLUDE_LINE + text[at:]
+    tree.write(edit.file, text)
+
+
+def _diff(rel: str, before: str | None, after: str) -> str:
+    lines = difflib.unified_diff(
+        (before or "").splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile="/dev/null" if before is None else f"a/{rel}",
+        tofile=f"b/{rel}",
+        n=3,
+    )
+    return "".join(lines)
+
+
+def _header(number: int, total: int, edit_set: quirk_catalog.EditSet, note: str) -> str:
+    return (
+        f"From: rdna1-kmgr {__version__}\n"
+        f"Subject: [PATCH {number}/{total}] drm/amdgpu: {edit_set.title}\n\n"
+        f"{edit_set.why}\n\n{note}\n\n"
+    )
+
+
+def count_selftest_cases(c_text: str) -> int:
+    """Rows of the self-test's case tables (`amdgpu_rdna1_*_cases[] = { ... };`), one check each."""
+    total = 0
+    for table in re.finditer(r"amdgpu_rdna1_\w+_cases\[\] = \{\n(.*?)\n\};", c_text, re.S):
+        total += sum(1 for line in table.group(1).splitlines() if line.startswith("\t{ "))
+    return total
+
+
+def check_devices(devices: list[int] | None) -> list[int]:
+    devices = sorted(set(devices or [DEFAULT_TARGET]))
+    for device in devices:
+        if device not in RDNA1_IDS:
+            raise UsageError(
+                f"device {format_id(device)} is not a first-generation RDNA board",
+                f"accepted ids: {' '.join(format_id(i) for i in RDNA1_IDS)}",
+            )
+    return devices
+
+
+def _jinja() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(quirk_catalog.kmod_root())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _core_files(env, quirks, variants, context) -> dict[str, str]:
+    """amdgpu_rdna1.c and .h, each quirk's code rendered with its variant's vars."""
+
+    def part(quirk, template_text):
+        return env.from_string(template_text).render(**context, **variants[quirk.id].vars)
+
+    def file_part(quirk, name):
+        rel = (quirk.folder / name).relative_to(quirk_catalog.kmod_root()).as_posix()
+        return env.get_template(rel).render(**context, **variants[quirk.id].vars)
+
+    rendered = [
+        dict(
+            id=q.id,
+            bit=q.bit,
+            macro=q.macro,
+            symbol=q.symbol,
+            declarations=part(q, q.declarations).strip("\n"),
+            driver_code=file_part(q, q.driver_code).rstrip("\n"),
+            selftest_code=file_part(q, q.selftest_code).rstrip("\n"),
+        )
+        for q in quirks
+    ]
+    includes = sorted({i for q in quirks for i in q.includes})
+    files = {}
+    for name in ("amdgpu_rdna1.c", "amdgpu_rdna1.h"):
+        files[f"{AMDGPU}/{name}"] = env.get_template(f"common/{name}.j2").render(
+            **context, quirks=rendered, includes=includes
+        )
+    return files
+
+
+def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices: list[int] | None = None):
+    """The series for a source, in memory: (patches, manifest)."""
+    version = kernel_version(source_root)
+    if version < quirk_catalog.OLDEST_KERNEL:
+        raise SourceError(f"Linux {version} is older than the oldest supported kernel", f"use {quirk_catalog.OLDEST_KERNEL} or newer")
+    devices = check_devices(devices)
+    quirks = quirk_catalog.select(quirk_catalog.load_quirks(), quirk_ids)
+    variants = {q.id: q.variant_for(version) for q in quirks}
+    context = dict(
+        renderer_version=__version__,
+        kernel_version=str(version),
+        devices=devices,
+        all_bits=sum(1 << q.bit for q in quirks),
+    )
+    env = _jinja()
+    tree = SourceTree(source_root)
+
+    steps = [(fix, "rdna1-kmgr: needed to build amdgpu outside the kernel tree") for fix in quirk_catalog.build_fixes()]
+    steps.append((quirk_catalog.core(), f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}"))
+    steps += [
+        (q.edit_set(variants[q.id]), f"rdna1-kmgr: quirk {q.id}, variant {variants[q.id].id} ({variants[q.id].kernels}), Linux {version}")
+        for q in quirks
+    ]
+
+    patches = []
+    core_files = _core_files(env, quirks, variants, context)
+    for number, (edit_set, note) in enumerate(steps, 1):
+        before = dict(tree.current)
+        for edit in edit_set.edits:
+            _apply(tree, edit, env.from_string(edit.code).render(**context, **_vars_of(edit_set, variants)))
+        if edit_set.name == "rdna1-core":
+            for rel, text in core_files.items():
+                tree.write(rel, text)
+        changed = sorted(rel for rel in tree.current if tree.current[rel] != before.get(rel, tree.original.get(rel)))
+        body = "".join(_diff(rel, before.get(rel, tree.original.get(rel)), tree.current[rel]) for rel in changed)
+        name = f"{number:04d}-{edit_set.name}.patch"
+        patches.append(Patch(name, _header(number, len(steps), edit_set, note) + body))
+
+    manifest = dict(
+        kernel_version=str(version),
+        renderer_version=__version__,
+        devices=[format_id(d) for d in devices],
+        quirks=[dict(id=q.id, bit=q.bit, variant=variants[q.id].id) for q in quirks],
+        quirks_mask=context["all_bits"],
+        selftest_cases=count_selftest_cases(core_files[f"{AMDGPU}/amdgpu_rdna1.c"]),
+        series=[p.name for p in patches],
+        patches={p.name: p.sha256 for p in patches},
+        patchset_sha256=hashlib.sha256("".join(p.sha256 for p in patches).encode()).hexdigest(),
+    )
+    return patches, manifest
+
+
+def _vars_of(edit_set: quirk_catalog.EditSet, variants: dict) -> dict:
+    variant = variants.get(edit_set.name)
+    return variant.vars if variant else {}
+
+
+def render(source_root: Path, out: Path, quirk_ids: list[str] | None = None, devices: list[int] | None = None) -> dict:
+    """Render the series for source_root into out (replacing an earlier render there); the manifest."""
+    patches, manifest = render_series(source_root, quirk_ids, devices)
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+        raise UsageError(f"{out} exists and is not an earlier render", "give an empty or new directory as --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for patch in patches:
+            (staging / patch.name).write_text(patch.text, errors="surrogateescape")
+        (staging / "series").write_text("".join(p.name + "\n" for p in patches))
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest

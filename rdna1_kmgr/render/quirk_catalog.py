@@ -1,0 +1,163 @@
+"""The kernel-side catalog in kmod/: quirks, the quirk core and the out-of-tree build fix, as data.
+
+kmod/quirks/<id>/quirk.toml   one quirk: its bit, why, edits (hooks) and variants by kernel version
+kmod/common/common.toml       the quirk core's edits; amdgpu_rdna1.{c,h}.j2 beside it
+kmod/build-fixes/*.toml       edits an out-of-tree build of amdgpu needs
+
+An edit names a file and a place found by meaning (see csource.py): the end of a function, before or
+after a statement, before a top-level line or in place of it. Its code is a Jinja template.
+"""
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from rdna1_kmgr.core.errors import SourceError, UsageError
+
+OLDEST_KERNEL = Version("5.10")
+PLACES = ("end", "before", "after", "replace")
+
+
+@dataclass(frozen=True)
+class Edit:
+    id: str
+    file: str
+    at: str
+    code: str
+    function: str | None = None
+    statement: str | None = None
+    line: str | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str
+    kernels: SpecifierSet
+    edits: tuple[str, ...]
+    vars: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EditSet:
+    """Edits that travel as one patch of the series."""
+
+    name: str
+    title: str  # the patch's subject line, after "drm/amdgpu: "
+    summary: str
+    why: str
+    edits: tuple[Edit, ...]
+
+
+@dataclass(frozen=True)
+class Quirk:
+    id: str
+    bit: int
+    title: str
+    summary: str
+    why: str
+    folder: Path
+    driver_code: str
+    selftest_code: str
+    declarations: str
+    includes: tuple[str, ...]
+    edits: dict[str, Edit]
+    variants: tuple[Variant, ...]
+
+    @property
+    def macro(self) -> str:
+        return self.id.upper().replace("-", "_")
+
+    @property
+    def symbol(self) -> str:
+        return self.id.replace("-", "_")
+
+    def variant_for(self, version: Version) -> Variant:
+        # A kernel's -rc1 already has the shape of its release (the merge window is over), so X.Y-rcN
+        # is matched as X.Y, not as a pre-release that `>=X.Y` would leave out.
+        release = Version(version.base_version)
+        for variant in self.variants:
+            if variant.kernels.contains(release):
+                return variant
+        raise SourceError(
+            f"quirk {self.id} has no template variant for Linux {version}",
+            f"supported: {', '.join(str(v.kernels) for v in self.variants)}",
+        )
+
+    def edit_set(self, variant: Variant) -> EditSet:
+        return EditSet(self.id, self.title, self.summary, self.why, tuple(self.edits[e] for e in variant.edits))
+
+
+def kmod_root() -> Path:
+    return Path(str(resources.files("rdna1_kmgr.kmod")))
+
+
+def _edit(raw: dict, origin: Path) -> Edit:
+    edit = Edit(**raw)
+    if edit.at not in PLACES or not (edit.function or edit.line):
+        raise ValueError(f"{origin}: edit {edit.id}: `at` must be one of {PLACES} with a function or a line")
+    return edit
+
+
+def _load(path: Path) -> dict:
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
+    root = root or kmod_root()
+    quirks = {}
+    for meta in sorted((root / "quirks").glob("*/quirk.toml")):
+        raw = _load(meta)
+        edits = {e["id"]: _edit(e, meta) for e in raw["edits"]}
+        variants = tuple(
+            Variant(v["id"], SpecifierSet(v["kernels"]), tuple(v["edits"]), v.get("vars", {}))
+            for v in raw["variants"]
+        )
+        for variant in variants:
+            unknown = set(variant.edits) - set(edits)
+            if unknown:
+                raise ValueError(f"{meta}: variant {variant.id} names unknown edits {sorted(unknown)}")
+        quirks[raw["id"]] = Quirk(
+            id=raw["id"],
+            bit=raw["bit"],
+            title=raw["title"],
+            summary=raw["summary"],
+            why=raw["why"].strip(),
+            folder=meta.parent,
+            driver_code=raw["driver_code"],
+            selftest_code=raw["selftest_code"],
+            declarations=raw["declarations"],
+            includes=tuple(raw.get("includes", ())),
+            edits=edits,
+            variants=variants,
+        )
+    return quirks
+
+
+def load_edit_set(path: Path, name: str) -> EditSet:
+    raw = _load(path)
+    return EditSet(name, raw["title"], raw["summary"], raw["why"].strip(), tuple(_edit(e, path) for e in raw["edits"]))
+
+
+def build_fixes(root: Path | None = None) -> list[EditSet]:
+    root = root or kmod_root()
+    return [load_edit_set(p, p.stem) for p in sorted((root / "build-fixes").glob("*.toml"))]
+
+
+def core(root: Path | None = None) -> EditSet:
+    root = root or kmod_root()
+    return load_edit_set(root / "common" / "common.toml", "rdna1-core")
+
+
+def select(catalog: dict[str, Quirk], ids: list[str] | None) -> list[Quirk]:
+    """The quirks asked for (all by default), in bit order; unknown ids are refused."""
+    if not ids:
+        return sorted(catalog.values(), key=lambda q: q.bit)
+    unknown = [i for i in ids if i not in catalog]
+    if unknown:
+        raise UsageError(f"unknown quirk {unknown[0]!r}", f"choose from: {', '.join(sorted(catalog))}")
+    return sorted({i: catalog[i] for i in ids}.values(), key=lambda q: q.bit)

@@ -1,0 +1,489 @@
+"""The exact amdgpu driver source for a kernel: found, verified against the kernel's version, unpacked once.
+
+A source is a tree holding the kernel's top Makefile (it says the version) and drivers/gpu/drm/amd (acp,
+amdgpu, amdkfd, amdxcp, display, include, pm, ras: everything an out-of-tree amdgpu build compiles). The
+kernel's own include/ is not needed, the headers package provides it. Sources come from Debian's
+linux-source-X.Y package, a kernel.org-style tarball (a path or an http(s) URL checked against a SHA-256), or
+an already unpacked tree used where it is. Unpacked subsets live in cache_dir()/src/<version>/.
+"""
+
+import bz2
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import subprocess
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from rdna1_kmgr import __version__
+
+from rdna1_kmgr.source import cache_entry
+
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
+from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.core.paths import cache_dir
+from rdna1_kmgr.core.progress import Progress
+
+# What of the kernel tree an out-of-tree amdgpu build and the patch renderer read.
+AMD_SUBSET = ("Makefile", "drivers/gpu/drm/amd")
+AMDGPU_DIR = "drivers/gpu/drm/amd/amdgpu"
+# Written into every unpacked tree: where it came from (render's manifest can quote it).
+ORIGIN_FILE = ".rdna1-kmgr-source.json"
+# Where Debian keeps linux-source-X.Y, most likely first: the system's own suites, then the others.
+DEBIAN_SUITES = ("bookworm-security", "bookworm", "bookworm-backports", "trixie", "sid")
+
+_CHUNK = 1 << 20
+_MB = 1 << 20
+_MAKEFILE_VARIABLE = re.compile(r"^(VERSION|PATCHLEVEL|SUBLEVEL|EXTRAVERSION)\s*=[ \t]*(\S*)[ \t]*$", re.M)
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+_TARBALL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(tar\.xz|tar\.gz|tar\.bz2|tgz|tar)$")
+_SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64})\s+\*?(\S+)\s*$", re.M)
+_SUMS_FILES = ("sha256sums.asc", "sha256sums", "SHA256SUMS")  # kernel.org publishes the first
+_DEB_TARBALL = re.compile(r"^\./usr/src/linux-source-[0-9][0-9.]*\.tar\.(xz|gz|bz2)$")
+
+
+# --- versions ------------------------------------------------------------------------------------------------
+
+
+def kernel_version(src_root: Path) -> Version:
+    """The version the tree's top Makefile declares; EXTRAVERSION -rcN becomes a pre-release (7.2.0rc3)."""
+    makefile = Path(src_root) / "Makefile"
+    try:
+        head = makefile.read_text(errors="replace")[:8192]  # the four variables open the file
+    except OSError as err:
+        raise SourceError(f"cannot read {makefile}: {err.strerror}", "give the root of a kernel source tree") from None
+    values: dict[str, str] = {}
+    for name, value in _MAKEFILE_VARIABLE.findall(head):
+        values.setdefault(name, value)
+    numbers = [values.get(name, "") for name in ("VERSION", "PATCHLEVEL", "SUBLEVEL")]
+    if not all(number.isdigit() for number in numbers[:2]) or not (numbers[2].isdigit() or numbers[2] == ""):
+        raise SourceError(f"{makefile} does not declare a kernel version (VERSION/PATCHLEVEL/SUBLEVEL)",
+                          "give the root of a kernel source tree")
+    release = f"{numbers[0]}.{numbers[1]}.{numbers[2] or 0}"
+    return Version(release + _extraversion_suffix(values.get("EXTRAVERSION", "")))
+
+
+def _extraversion_suffix(extra: str) -> str:
+    rc = re.fullmatch(r"-rc(\d+)", extra)
+    if rc:
+        return f"rc{rc.group(1)}"
+    label = re.sub(r"[^A-Za-z0-9]+", ".", extra).strip(".")
+    return f"+{label}" if label else ""  # a custom EXTRAVERSION is kept, as a local version label
+
+
+def upstream_version(version: str) -> Version:
+    """The Linux version in a Debian package version or a plain one: 6.1.192-2 and 6.1.192 -> 6.1.192,
+    1:6.12.95-1~bpo12+1 -> 6.12.95, 7.2~rc3-1~exp1 and 7.2-rc3 -> 7.2rc3."""
+    text = version.split(":", 1)[1] if re.match(r"^\d+:", version) else version
+    if "-" in text and not re.search(r"-rc\d+$", text):
+        text = text.rsplit("-", 1)[0]  # the Debian revision
+    try:
+        return Version(text.replace("~", "").replace("-rc", "rc"))
+    except InvalidVersion:
+        raise UsageError(f"invalid kernel version {version!r}", "e.g. 6.1.192 or Debian's 6.1.192-2") from None
+
+
+def require_version(src_root: Path, expected: Version | str) -> Version:
+    """The tree's version, when it is `expected` (a Version, or a plain or Debian version string)."""
+    wanted = expected if isinstance(expected, Version) else upstream_version(expected)
+    actual = kernel_version(src_root)
+    if actual != wanted:
+        raise SourceError(f"the source in {src_root} is Linux {actual}, the kernel is Linux {wanted}",
+                          "give the source of exactly the kernel you build for")
+    return actual
+
+
+# --- Debian's source packages --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DebianSource:
+    """Where Debian's archive has the source of one kernel package version."""
+
+    package: str  # linux-source-6.1
+    version: str  # 6.1.192-2, the same as the kernel image's
+    suite: str  # bookworm-security
+
+
+def debian_source_for(debian_version: str) -> DebianSource:
+    """The linux-source package of a Debian kernel version (e.g. 6.1.192-2) and the suite that has it."""
+    package = _source_package_of(check_debian_version(debian_version))
+    upstream = upstream_version(debian_version)
+    for suite in DEBIAN_SUITES:
+        if debian_version in PrivateArchive(suite).versions(package):
+            return DebianSource(package, debian_version, suite)
+    tarball = f"https://cdn.kernel.org/pub/linux/kernel/v{upstream.major}.x/linux-{upstream}.tar.xz"
+    raise SourceError(f"Debian's archive no longer has {package} {debian_version} (searched {', '.join(DEBIAN_SUITES)})",
+                      f"give --source with an unpacked tree, or the upstream tarball {tarball} (without Debian's patches)")
+
+
+def debian_kernel_version(krel: str, proc_version: str | None = None) -> str | None:
+    """The Debian package version of kernel `krel` (6.1.0-56-amd64 -> 6.1.192-2): dpkg's version of its image
+    or headers package, else, for the running kernel, what /proc/version says ("... Debian 6.1.192-2 (...)").
+    None for a kernel Debian did not build."""
+    krel = user_input.kernel_release(krel)
+    packages = [f"linux-image-{krel}", f"linux-image-{krel}-unsigned", f"linux-headers-{krel}"]
+    proc = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev} ${Version}\n", *packages],
+                          capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        status, _, version = line.partition(" ")
+        if status.startswith("ii") and version.strip():
+            return version.strip()
+    if proc_version is None and krel == os.uname().release:
+        proc_version = Path("/proc/version").read_text(errors="replace")
+    found = re.search(r" Debian (\d[\w.+~:-]*) \(", proc_version or "")
+    return found.group(1) if found else None
+
+
+def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
+    """The unpacked amd subset of Debian's source for a kernel version, downloaded and unpacked once."""
+    tree = cache_dir() / "src" / check_debian_version(debian_version)
+    if (tree / ORIGIN_FILE).is_file():
+        return tree
+    found = DebianSource(_source_package_of(debian_version), debian_version, suite) if suite else \
+        debian_source_for(debian_version)
+    deb = PrivateArchive(found.suite).download(found.package, found.version)
+    return unpack_amd_subset(deb)
+
+
+def fetch_kernel_source(krel: str) -> Path:
+    """The amd subset of exactly the Debian kernel `krel` (see debian_kernel_version), verified against it."""
+    version = debian_kernel_version(krel)
+    if version is None:
+        raise SourceError(f"kernel {krel} is not a Debian kernel: no package of it, no Debian version in /proc/version",
+                          "give its source with --source PATH or --source URL")
+    tree = fetch_debian_source(version)
+    require_version(tree, version)
+    return tree
+
+
+def _source_package_of(debian_version: str) -> str:
+    upstream = upstream_version(debian_version)
+    return f"linux-source-{upstream.major}.{upstream.minor}"
+
+
+# --- unpacking -----------------------------------------------------------------------------------------------
+
+
+def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
+    """Unpack the top Makefile and drivers/gpu/drm/amd of a kernel tarball or linux-source .deb.
+
+    The tree lands in dest_root (default cache_dir()/src) as <Debian version> for a .deb, or as
+    <kernel version>+sha256.<first 16 hex digits of the tarball's hash> for a tarball; an earlier unpack of
+    the same archive is reused. The tree appears complete or not at all.
+    """
+    archive = Path(archive)
+    if not archive.is_file():
+        raise SourceError(f"{archive}: no such file", "give a kernel tarball or a linux-source .deb")
+    dest_root = Path(dest_root) if dest_root is not None else cache_dir() / "src"
+    dest_root.mkdir(parents=True, exist_ok=True)
+    deb = _deb_identity(archive) if _is_deb(archive) else None
+    key = deb[1] if deb else f"sha256.{sha256_file(archive)[:16]}"
+    with cache_entry.exclusive(dest_root, key):
+        done = _unpacked(dest_root, key, is_deb=deb is not None)
+        if done:
+            return done
+        with cache_entry.staging(dest_root, key) as tmp:
+            tree = tmp / "tree"
+            tree.mkdir()
+            with _compressed_tarball(archive, deb) as (chunks, size):
+                _extract_subset(chunks, size, tree, archive)
+            version = kernel_version(tree)
+            origin = {"archive": archive.name, "kernel_version": str(version), "subset": list(AMD_SUBSET)}
+            if deb:
+                if upstream_version(deb[1]) != version:
+                    raise SourceError(f"{archive} is {deb[0]} {deb[1]} but its Makefile says Linux {version}",
+                                      "the package is not what its name says; fetch it again")
+                origin.update(package=deb[0], debian_version=deb[1])
+                name = deb[1]
+            else:
+                origin["sha256"] = sha256_file(archive)
+                name = f"{version}+{key}"
+            (tree / ORIGIN_FILE).write_text(json.dumps(origin, indent=2, sort_keys=True) + "\n")
+            return cache_entry.publish(tree, dest_root / name)
+
+
+def source_origin(tree: Path) -> dict | None:
+    """What unpack_amd_subset recorded about a tree it made (None for a tree it did not make)."""
+    try:
+        return json.loads((Path(tree) / ORIGIN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _unpacked(dest_root: Path, key: str, is_deb: bool) -> Path | None:
+    names = [dest_root / key] if is_deb else sorted(dest_root.glob(f"*+{key}"))
+    return next((tree for tree in names if (tree / ORIGIN_FILE).is_file()), None)
+
+
+def _is_deb(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(8) == b"!<arch>\n"
+
+
+def _deb_identity(deb: Path) -> tuple[str, str]:
+    """(package, version) from the .deb's control file."""
+    proc = subprocess.run(["dpkg-deb", "--showformat=${Package}\\n${Version}\\n", "--show", str(deb)],
+                          capture_output=True, text=True)
+    lines = proc.stdout.split()
+    if proc.returncode != 0 or len(lines) != 2:
+        raise SourceError(f"{deb} is not a readable .deb: {_first_line(proc.stderr)}", "fetch it again")
+    if not lines[0].startswith("linux-source-"):
+        raise SourceError(f"{deb} is {lines[0]}, not a linux-source package", "give a linux-source-X.Y .deb")
+    return lines[0], lines[1]
+
+
+@contextmanager
+def _compressed_tarball(archive: Path, deb: tuple[str, str] | None) -> Iterator[tuple[Iterator[bytes], int]]:
+    """The kernel tarball's bytes as chunks, and their count: the file itself, or the one inside a .deb."""
+    if deb is None:
+        with open(archive, "rb") as handle:
+            yield iter(lambda: handle.read(_CHUNK), b""), archive.stat().st_size
+        return
+    # linux-source-X.Y_*.deb holds ./usr/src/linux-source-X.Y.tar.xz; stream it out without a temporary copy.
+    with tempfile.TemporaryFile() as errors, \
+            subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(archive)], stdout=subprocess.PIPE, stderr=errors) as proc:
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
+                member = next((m for m in outer if m.isfile() and _DEB_TARBALL.match(m.name)), None)
+                if member is None:
+                    raise SourceError(f"{archive} holds no /usr/src/linux-source-X.Y.tar.*",
+                                      "give a linux-source-X.Y .deb")
+                handle = outer.extractfile(member)
+                yield iter(lambda: handle.read(_CHUNK), b""), member.size
+        except (tarfile.TarError, EOFError, OSError) as err:
+            errors.seek(0)
+            detail = _first_line(errors.read().decode(errors="replace")) or str(err)
+            raise SourceError(f"cannot read {archive}: {detail}", "the file is truncated or damaged; fetch it again") from None
+        finally:
+            proc.kill()
+
+
+def _extract_subset(chunks: Iterator[bytes], size: int, tree: Path, archive: Path) -> None:
+    """Feed a compressed kernel tarball to GNU tar, which extracts only AMD_SUBSET (its top folder stripped)."""
+    first = next(chunks, b"")
+    compression, decompressor = _compression_of(first, archive)
+    top = _top_folder(decompressor, first, archive)
+    members = [f"{top}/{part}" for part in AMD_SUBSET]
+    command = ["tar", "-x", *compression, "-f", "-", "-C", str(tree), f"--strip-components={top.count('/') + 1}",
+               "--no-same-owner", *members]
+    progress = _ByteProgress(f"unpacking drivers/gpu/drm/amd from {archive.name}", size)
+    with tempfile.TemporaryFile() as errors:
+        with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors) as tar:
+            try:
+                for chunk in chain([first], chunks):
+                    tar.stdin.write(chunk)
+                    progress.advance(len(chunk))
+                tar.stdin.close()
+            except BrokenPipeError:
+                pass  # tar gave up; its exit code and message say why
+            except BaseException:
+                tar.kill()
+                raise
+        errors.seek(0)
+        message = errors.read().decode(errors="replace")
+    if tar.returncode != 0:
+        progress.finish("failed")
+        missing = re.search(r"tar: (\S+): Not found in archive", message)
+        if missing:
+            raise SourceError(f"{archive} has no {missing.group(1)}", "give the source of a whole kernel")
+        raise SourceError(f"cannot unpack {archive}: {_first_line(message)}",
+                          "the file is truncated or damaged; fetch it again")
+    progress.finish()
+
+
+def _compression_of(head: bytes, archive: Path):
+    """tar's option for the archive's compression, and a decompressor for peeking at its start."""
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return ["-J"], lzma.LZMADecompressor()
+    if head.startswith(b"\x1f\x8b"):
+        return ["-z"], zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+    if head.startswith(b"BZh"):
+        return ["-j"], bz2.BZ2Decompressor()
+    if head[257:262] == b"ustar":
+        return [], None
+    raise SourceError(f"{archive} is neither a .deb nor a tar archive (plain, xz, gzip or bzip2)",
+                      "give a kernel tarball or a linux-source .deb")
+
+
+def _top_folder(decompressor, head: bytes, archive: Path) -> str:
+    """The folder a kernel tarball keeps everything in (linux-6.1.192, linux-source-6.1), from its first entry."""
+    try:
+        data = decompressor.decompress(head, 1 << 16) if decompressor else head
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as peek:
+            first = peek.next()
+    except (tarfile.TarError, EOFError, OSError, lzma.LZMAError, zlib.error):
+        first = None
+    if first is None:
+        raise SourceError(f"cannot unpack {archive}: not a readable tar archive",
+                          "the file is truncated or damaged; fetch it again")
+    parts = first.name.split("/")
+    top = "/".join(parts[:2]) if parts[0] == "." and len(parts) > 1 else parts[0]
+    if top in (".", "") or (not first.isdir() and top == first.name):
+        raise SourceError(f"{archive} does not keep the kernel in one top folder (like linux-6.1.192/)",
+                          "give a kernel.org-style tarball")
+    return top
+
+
+class _ByteProgress:
+    """Progress counted in bytes, shown in MB."""
+
+    def __init__(self, label: str, total: int | None):
+        self._bytes = 0
+        self._progress = Progress(label, total=-(-total // _MB) if total else None, unit="MB")
+
+    def advance(self, n: int) -> None:
+        before = self._bytes // _MB
+        self._bytes += n
+        if self._bytes // _MB > before:
+            self._progress.advance(self._bytes // _MB - before)
+
+    def finish(self, outcome: str = "done") -> None:
+        if outcome == "done":  # count the last partial MB, so a whole job reads N/N
+            self._progress.advance(-(-self._bytes // _MB) - self._bytes // _MB)
+        self._progress.finish(outcome)
+
+
+# --- tarballs from a URL -------------------------------------------------------------------------------------
+
+
+def fetch_tarball(url: str, sha256: str | None = None) -> Path:
+    """A kernel tarball downloaded into cache_dir()/tarballs, kept only when its SHA-256 is the expected one:
+    `sha256` when given, else the one a sha256sums file beside the URL publishes."""
+    name = _tarball_name(check_url(url))
+    expected = _check_sha256(sha256) if sha256 else _published_sha256(url, name)
+    tarballs = cache_dir() / "tarballs"
+    final = tarballs / name
+    tarballs.mkdir(parents=True, exist_ok=True)
+    with cache_entry.exclusive(tarballs, name):
+        if final.is_file() and sha256_file(final) == expected:
+            return final
+        with cache_entry.staging(tarballs, name) as tmp:
+            actual = _download(url, tmp / name)
+            if actual != expected:
+                raise SourceError(f"{name} from {url} has SHA-256 {actual}, expected {expected}",
+                                  "nothing was kept; check the URL and the hash")
+            return cache_entry.publish(tmp / name, final)
+
+
+def check_url(url: str) -> urllib.parse.SplitResult:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise UsageError(f"unsupported source URL {url!r}", "give an https:// (or http://) URL of a kernel tarball")
+    return parts
+
+
+def _tarball_name(parts: urllib.parse.SplitResult) -> str:
+    name = parts.path.rsplit("/", 1)[-1]
+    if not _TARBALL_NAME.match(name):
+        raise UsageError(f"{name or parts.path!r} in the URL is not a tarball name",
+                         "give the URL of a .tar.xz, .tar.gz, .tar.bz2 or .tar file")
+    return name
+
+
+def _check_sha256(value: str) -> str:
+    if not _SHA256.match(value):
+        raise UsageError(f"invalid SHA-256 {value!r}", "give 64 hex digits")
+    return value.lower()
+
+
+def _published_sha256(url: str, name: str) -> str:
+    """The tarball's hash from a sha256sums file in the same folder (kernel.org: sha256sums.asc)."""
+    folder = url.rsplit("/", 1)[0]
+    for sums in _SUMS_FILES:
+        try:
+            with urllib.request.urlopen(_request(f"{folder}/{sums}"), timeout=60) as response:
+                text = response.read(4 * _MB).decode(errors="replace")
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                continue
+            raise SourceError(f"cannot download {folder}/{sums}: HTTP {err.code} {err.reason}", "check the URL") from None
+        except (urllib.error.URLError, OSError) as err:
+            raise SourceError(f"cannot download {folder}/{sums}: {_reason(err)}", "check the URL and the network") from None
+        for digest, listed in _SUMS_LINE.findall(text):
+            if listed.rsplit("/", 1)[-1] == name:
+                return digest.lower()
+    raise SourceError(f"no SHA-256 known for {url}: none given and no sha256sums beside it lists {name}",
+                      "give the tarball's SHA-256 (kernel.org lists them in sha256sums.asc)")
+
+
+def _download(url: str, dest: Path) -> str:
+    """Download `url` to `dest` with progress; its SHA-256."""
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(_request(url), timeout=60) as response, open(dest, "wb") as out:
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            progress = _ByteProgress(f"downloading {dest.name}", total)
+            received = 0
+            while chunk := response.read(_CHUNK):
+                out.write(chunk)
+                digest.update(chunk)
+                received += len(chunk)
+                progress.advance(len(chunk))
+            if total is not None and received != total:
+                progress.finish("failed")
+                raise SourceError(f"download of {url} stopped after {received} of {total} bytes", "run again")
+            progress.finish()
+    except urllib.error.HTTPError as err:
+        raise SourceError(f"cannot download {url}: HTTP {err.code} {err.reason}", "check the URL") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise SourceError(f"cannot download {url}: {_reason(err)}", "check the URL and the network") from None
+    return digest.hexdigest()
+
+
+def _request(url: str) -> urllib.request.Request:
+    return urllib.request.Request(url, headers={"User-Agent": f"rdna1-kmgr/{__version__}"})
+
+
+def _reason(err: Exception) -> str:
+    return str(getattr(err, "reason", None) or err)
+
+
+# --- the --source option -------------------------------------------------------------------------------------
+
+
+def resolve_source_option(value: str, sha256: str | None = None) -> Path:
+    """The tree `--source VALUE` names: an unpacked kernel tree (used in place), a tarball or linux-source .deb
+    (unpacked into the cache), or an http(s) URL of a tarball (downloaded, verified, unpacked)."""
+    if "://" in value:
+        return unpack_amd_subset(fetch_tarball(value, sha256))
+    path = Path(value)
+    if path.is_dir():
+        return checked_tree(path)
+    if path.is_file():
+        if sha256 and sha256_file(path) != _check_sha256(sha256):
+            raise SourceError(f"{path} has SHA-256 {sha256_file(path)}, expected {sha256.lower()}",
+                              "check the file and the hash")
+        return unpack_amd_subset(path)
+    raise UsageError(f"--source {value!r}: no such file or folder",
+                     "give an unpacked kernel tree, a kernel tarball or linux-source .deb, or an https:// URL")
+
+
+def checked_tree(path: Path) -> Path:
+    """An unpacked tree, when it has a versioned top Makefile and the amdgpu driver."""
+    path = Path(path).resolve()
+    kernel_version(path)
+    if not (path / AMDGPU_DIR).is_dir():
+        raise SourceError(f"{path} has no {AMDGPU_DIR}", "give the root of a kernel source tree")
+    return path
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -1,0 +1,138 @@
+"""The kernel a test VM boots: its image and its modules, from the host or unpacked into the cache.
+
+A kernel installed on the host (/boot/vmlinuz-KREL with /lib/modules/KREL/kernel) is used as it is.
+Otherwise, with the user's consent, the distro's image package is downloaded and unpacked with
+`dpkg-deb -x` into cache_dir()/kernels/KREL; it is never installed (installing an image package runs
+boot-loader and initramfs hooks on the host).
+
+How the modules reach the guest: the VM sees the host's root read-only over 9p, so the cache tree is
+visible in the guest at its host path. virtme-ng finds a kernel's modules by walking up from the image
+path to the first folder holding lib/modules (here cache_dir()/kernels/KREL) and has its init mount a
+tmpfs over /lib/modules with a symlink /lib/modules/KREL -> that folder. `depmod -b` is run here once,
+at unpack time, because the package ships no modules.dep (its postinst would make it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdna1_kmgr.source import cache_entry
+
+from rdna1_kmgr.build import module_elf
+
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.source.debian_archive import PrivateArchive
+from rdna1_kmgr.core.errors import HostError, SourceError
+from rdna1_kmgr.core.paths import cache_dir
+from rdna1_kmgr.source.kernel_source import DEBIAN_SUITES
+
+HOST_ROOT = Path("/")
+
+
+@dataclass(frozen=True)
+class GuestKernel:
+    release: str
+    root: Path  # the tree holding boot/ and lib/modules/KREL: / or the cache entry
+    origin: str  # "host" or "cache"
+
+    @property
+    def image(self) -> Path:
+        return self.root / "boot" / f"vmlinuz-{self.release}"
+
+    @property
+    def modules(self) -> Path:
+        return self.root / "lib" / "modules" / self.release
+
+    def vermagic(self) -> str:
+        """The vermagic this kernel's own modules carry: what a module built for it must carry too."""
+        for name in ("drm.ko", "drm.ko.xz", "drm.ko.gz"):
+            for found in sorted((self.modules / "kernel" / "drivers" / "gpu" / "drm").glob(name)):
+                return module_elf.read(found).vermagic
+        for found in sorted((self.modules / "kernel").rglob("*.ko*")):
+            return module_elf.read(found).vermagic
+        raise HostError(f"no module of kernel {self.release} found under {self.modules}",
+                        f"remove {self.root} and fetch the kernel again" if self.origin == "cache" else "")
+
+
+def cached_root(release: str) -> Path:
+    return cache_dir() / "kernels" / user_input.kernel_release(release)
+
+
+def locate(release: str, fetch: bool = False) -> GuestKernel:
+    """The bootable kernel `release`, from the host, the cache, or (with `fetch`) the distro's archive."""
+    user_input.kernel_release(release)
+    host = GuestKernel(release, HOST_ROOT, "host")
+    if _complete(host) and os.access(host.image, os.R_OK):
+        return host
+    cached = GuestKernel(release, cached_root(release), "cache")
+    if _complete(cached):
+        return cached
+    if not fetch:
+        raise HostError(
+            f"kernel {release} is neither installed on this host nor in the cache ({cached.root})",
+            f"run again with --yes to download linux-image-{release} into the cache (it is unpacked there, "
+            "not installed)",
+        )
+    return fetch_image(release)
+
+
+def fetch_image(release: str) -> GuestKernel:
+    """Download the distro's image package for `release` and unpack it into the cache (once)."""
+    root = cached_root(release)
+    kernels = root.parent
+    kernels.mkdir(parents=True, exist_ok=True)
+    with cache_entry.exclusive(kernels, release):
+        cached = GuestKernel(release, root, "cache")
+        if _complete(cached):
+            return cached
+        deb = _download(f"linux-image-{release}")
+        with cache_entry.staging(kernels, release) as tmp:
+            _say(f"unpacking {deb.name} into {root} (not installing it)")
+            _run(["dpkg-deb", "-x", str(deb), str(tmp)], f"unpacking {deb.name}")
+            _merge_usr(tmp, release)
+            _say(f"depmod for {release}")
+            _run(["depmod", "-b", str(tmp), release], f"depmod for {release}")
+            staged = GuestKernel(release, tmp, "cache")
+            if not _complete(staged):
+                raise SourceError(f"{deb.name} holds no boot/vmlinuz-{release} with its modules",
+                                  "is it a kernel image package?")
+            cache_entry.publish(tmp, root)
+        return cached
+
+
+def _complete(kernel: GuestKernel) -> bool:
+    # A host with only the headers has /lib/modules/KREL/build and nothing else: not bootable.
+    return kernel.image.is_file() and (kernel.modules / "kernel").is_dir() and (kernel.modules / "modules.dep").is_file()
+
+
+def _merge_usr(tree: Path, release: str) -> None:
+    """Newer image packages ship usr/lib/modules only; give depmod and virtme-ng their lib/modules path."""
+    if not (tree / "lib").exists() and (tree / "usr" / "lib" / "modules" / release).is_dir():
+        (tree / "lib").symlink_to("usr/lib")
+
+
+def _download(package: str) -> Path:
+    if shutil.which("dpkg-deb") is None:
+        raise HostError("dpkg-deb is not installed", "fetching a kernel image needs a Debian-based host")
+    for suite in DEBIAN_SUITES:
+        archive = PrivateArchive(suite)
+        if archive.candidate(package) is not None:
+            return archive.download(package)
+    raise SourceError(f"no Debian suite has {package} (searched {', '.join(DEBIAN_SUITES)})",
+                      "check the kernel release; the archive drops old ABIs (see `apt-cache depends linux-image-amd64`)")
+
+
+def _run(argv: list[str], doing: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise HostError(f"{doing} failed: {last}", f"command: {' '.join(argv)}")
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,545 @@
+"""A passthrough run: check the host, hand the device's group to vfio-pci, boot a guest with it, give it back.
+
+The order matters for a real desktop. Every refusal happens before anything changes (IOMMU and group,
+display, reset readiness, vfio-pci). Each device is journaled (vfio_journal) before it is unbound, and
+given back in a `finally` with SIGINT/SIGTERM/SIGHUP held off, so success, failure, a hard timeout and
+Ctrl-C all end with the devices on their own drivers; SIGKILL leaves the journal for `vm-test --restore`.
+
+In the guest the devices sit behind a PCIe root port QEMU adds (a GPU expects to be on PCIe), function for
+function, so the guest side can say exactly which of its devices came from the host.
+
+`--plumbing-only` passes any device and checks only that plumbing; the tests use QEMU's `edu` device
+inside a guest with an emulated IOMMU. A returned amdgpu board is checked to have really come back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rdna1_kmgr import __version__
+
+from rdna1_kmgr.vm import guest_kernel
+
+from rdna1_kmgr.host import host_facts
+
+from rdna1_kmgr.host import kmsg
+
+from rdna1_kmgr.build import module_elf
+
+from rdna1_kmgr.vm import plumbing_guest
+
+from rdna1_kmgr.vm import reset_readiness
+
+from rdna1_kmgr.core import runner
+
+from rdna1_kmgr.host import sysfs
+
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.vm import verdict
+from rdna1_kmgr.vm import vfio
+from rdna1_kmgr.vm import vfio_journal
+from rdna1_kmgr.vm import engine
+from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, format_id, is_rdna1
+from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
+from rdna1_kmgr.core.paths import log_dir
+
+ROOT_PORT = "rdna1-kmgr-rp"  # QEMU id of the root port the devices sit behind
+ROOT_PORT_IDS = ("0x1b36", "0x000c")  # QEMU's pcie-root-port as the guest sees it
+AMDGPU = "amdgpu"
+# What a board that did not come back leaves in the host's log (probe errors, a failed IP block init, ...).
+_PROBE_TROUBLE = re.compile(r"\bfail(ed|ure)?\b|\berror\b|\bfatal\b|\btimed? ?out\b", re.IGNORECASE)
+# QEMU's words when the host has no interrupt remapping and vfio_iommu_type1 does not allow that.
+_NO_IRQ_REMAP = "Failed to set iommu for container: Operation not permitted"
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+class Interrupted(KmgrError):
+    """A signal stopped the run; the devices were given back first."""
+
+    exit_code = 130
+
+
+@dataclass(frozen=True)
+class Preflight:
+    plan: vfio.GroupPlan
+    reset: tuple[reset_readiness.Readiness, ...]
+    accepted_reset_risk: bool  # a device with the reset bug goes to the VM anyway
+    forced: tuple[str, ...]  # display use --force went past
+    to_bind: tuple[sysfs.PciDevice, ...]  # the passed devices not on vfio-pci already
+
+
+@dataclass
+class Session:
+    """What happened to the devices: the bindings made, the drivers seen, what came back."""
+
+    run: str
+    bindings: list[vfio_journal.Binding] = field(default_factory=list)
+    group_node: str | None = None
+    during: dict[str, str | None] = field(default_factory=dict)  # driver of each device when the guest ended
+    returned: list[dict] = field(default_factory=list)
+
+
+# --- before anything changes ---------------------------------------------------------------------------------
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise HostError("passing a device to a VM and giving it back needs root (sysfs writes, vfio)",
+                        "run it with sudo")
+
+
+def resolve_gpu(spec: str, sysroot: Path = Path("/")) -> str:
+    """`auto` is the target board detect finds; anything else must be a PCI address."""
+    if spec != "auto":
+        return user_input.pci_address(spec)
+    target = host_facts.detect(sysroot).target
+    if target is None:
+        raise HostError(f"no {format_id(DEFAULT_TARGET)} (RX 5600 XT) board found on this host",
+                        "give --gpu DDDD:BB:DD.F (see `rdna1-kmgr detect`)")
+    return target.bdf
+
+
+def preflight(bdf: str, plumbing_only: bool, force: bool = False, accept_reset_risk: bool = False,
+              sysroot: Path = Path("/")) -> Preflight:
+    """Every refusal, in one-line errors, before anything is changed."""
+    dev = sysfs.read_device(user_input.pci_address(bdf), sysroot)
+    if not plumbing_only and not is_rdna1(dev.vendor, dev.device):
+        raise UsageError(f"{bdf} ({dev.vendor:04x}:{dev.device:04x}) is not an RDNA1 GPU",
+                         "the GPU test needs one; add --plumbing-only to test only the VFIO plumbing with it")
+    plan = vfio.plan_group(bdf, sysroot)
+    forced = vfio.refuse_display(plan, force, sysroot)
+    _refuse_journaled(plan)
+    reset = reset_readiness.require(list(plan.passed), accept_reset_risk, sysroot)
+    vfio.ensure_vfio_pci(sysroot)
+    return Preflight(
+        plan=plan, reset=tuple(reset), accepted_reset_risk=any(not r.ready for r in reset), forced=tuple(forced),
+        to_bind=tuple(d for d in plan.passed if d.driver != vfio.VFIO_DRIVER),
+    )
+
+
+def _refuse_journaled(plan: vfio.GroupPlan) -> None:
+    journaled = {b.bdf: b for b in vfio_journal.pending()}
+    for dev in plan.passed:
+        if dev.bdf in journaled:
+            b = journaled[dev.bdf]
+            if vfio_journal.owner_alive(b):
+                raise HostError(f"{dev.bdf} is passed through by another rdna1-kmgr run (pid {b.pid})",
+                                "wait for it to end")
+            raise HostError(f"{dev.bdf} was left on vfio-pci by an earlier run that did not finish (pid {b.pid})",
+                            "give it back first: rdna1-kmgr vm-test --restore")
+
+
+# --- bind, and always give back ---------------------------------------------------------------------------
+
+
+@contextmanager
+def bound(pre: Preflight, report=engine.say) -> Iterator[Session]:
+    """Devices on vfio-pci for the body of the `with`; given back however the body ends.
+
+    The run's token goes into this process's environment for as long as the devices are bound, so every
+    program started meanwhile (vng, QEMU) carries it and `--restore` can find them after a SIGKILL.
+    """
+    require_root()
+    session = Session(run=uuid.uuid4().hex)
+    pid, start, boot = vfio_journal.me()
+    seq = kmsg.last_seq()
+    os.environ[vfio_journal.RUN_ENV] = session.run
+    _raise_memlock()
+    with _signals_raise():
+        try:
+            for dev in pre.to_bind:
+                binding = vfio_journal.Binding(
+                    bdf=dev.bdf, vendor=dev.vendor, device=dev.device, driver=dev.driver,
+                    driver_override=sysfs.driver_override(dev.bdf), iommu_group=pre.plan.iommu_group,
+                    run=session.run, pid=pid, pid_start=start, boot_id=boot, kmsg_seq=seq,
+                    started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                )
+                vfio_journal.write(binding)  # before the first write to the device
+                session.bindings.append(binding)
+                report(f"{dev.bdf}: {dev.driver or 'no driver'} -> {vfio.VFIO_DRIVER}")
+                vfio.bind(dev)
+            node = vfio.group_node(pre.plan.iommu_group)
+            session.group_node = str(node) if node else None
+            yield session
+        finally:
+            os.environ.pop(vfio_journal.RUN_ENV, None)
+            # Held, not ignored: a signal that comes now is raised once every device is back.
+            with _signals_held():
+                session.returned = give_back_all(session.bindings, report)
+
+
+def give_back_all(bindings: list[vfio_journal.Binding], report=engine.say) -> list[dict]:
+    """Give each device back (last bound first), check GPUs came back, drop the records of those done."""
+    results = []
+    for binding in reversed(bindings):
+        returned = vfio.give_back(binding)
+        entry = returned.to_json()
+        if binding.driver == AMDGPU and returned.driver == AMDGPU:
+            ok, detail = came_back(binding)
+            entry["came_back"] = {"ok": ok, "detail": detail}
+            if not ok:
+                entry["ok"] = False
+                entry["detail"] = detail
+        report(entry["detail"])
+        if returned.ok or not _still_ours(binding):
+            vfio_journal.forget(binding.bdf)
+        results.append(entry)
+    return list(reversed(results))
+
+
+def came_back(binding: vfio_journal.Binding, sysroot: Path = Path("/")) -> tuple[bool, str]:
+    """A GPU given back to amdgpu works again: driver bound, DRM card made, no probe error logged since the bind."""
+    bdf = binding.bdf
+    power_cycle = "the board needs a power cycle: shut the machine down, switch it off at the wall, then boot"
+    if vfio.current_driver(bdf, sysroot) != AMDGPU:
+        return False, f"{bdf} did not come back on amdgpu: {power_cycle}"
+    trouble = [r.message for r in kmsg.since(binding.kmsg_seq, sysroot)
+               if bdf in r.message and _PROBE_TROUBLE.search(r.message)]
+    cards = [n for n in sysfs.drm_nodes(bdf, sysroot) if n.startswith("card")]
+    if not cards:
+        said = f" (kernel: {trouble[0]})" if trouble else ""
+        return False, f"{bdf} is bound to amdgpu but has no DRM card{said}: {power_cycle}"
+    if trouble:
+        return False, f"{bdf} came back on amdgpu as {cards[0]} but the kernel logged: {trouble[0]}: {power_cycle}"
+    return True, f"{bdf} came back on amdgpu as /dev/dri/{cards[0]}, no errors logged since the bind"
+
+
+def _still_ours(binding: vfio_journal.Binding) -> bool:
+    """Whether anything of the bind is left on the device (so `--restore` has something to retry)."""
+    path = sysfs.devices_dir() / binding.bdf
+    return path.is_dir() and (vfio.current_driver(binding.bdf) == vfio.VFIO_DRIVER
+                              or sysfs.driver_override(binding.bdf) == vfio.VFIO_DRIVER)
+
+
+# --- after a SIGKILL: vm-test --restore, rollback ----------------------------------------------------------
+
+
+def restore_pending(report=engine.say) -> list[dict]:
+    """Give back every device a run left on vfio-pci. Runs still going keep theirs.
+
+    A killed run's VM may still be running and holding the group; it is stopped first (found by the run
+    token in its environment). A group some other program holds is left alone: unbinding it would hang.
+    """
+    pending = vfio_journal.pending()
+    if pending:
+        require_root()
+    results = []
+    waiting = []
+    for binding in pending:
+        if vfio_journal.owner_alive(binding):
+            results.append({"bdf": binding.bdf, "ok": False, "wanted": binding.driver, "driver": None,
+                            "detail": f"{binding.bdf} belongs to a running rdna1-kmgr (pid {binding.pid}): left"})
+        else:
+            waiting.append(binding)
+    for run in sorted({b.run for b in waiting}):
+        for pid, name in stop_run_processes(run):
+            report(f"stopped {name} (pid {pid}) left running by the killed run")
+    for binding in waiting:
+        users = vfio.holders(f"/dev/vfio/{binding.iommu_group}")
+        if users:
+            pid, name = users[0]
+            results.append({"bdf": binding.bdf, "ok": False, "wanted": binding.driver,
+                            "driver": vfio.current_driver(binding.bdf),
+                            "detail": f"IOMMU group {binding.iommu_group} of {binding.bdf} is open in {name} "
+                                      f"(pid {pid}): stop it, then run `rdna1-kmgr vm-test --restore` again"})
+            continue
+        results += give_back_all([binding], report)
+    return sorted(results, key=lambda r: r["bdf"])
+
+
+def stop_run_processes(run: str, grace: float = 3.0, wait: float = 10.0) -> list[tuple[int, str]]:
+    """SIGTERM, then SIGKILL, every process whose environment carries the run's token; wait until gone."""
+    marker = f"{vfio_journal.RUN_ENV}={run}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append((int(entry.name), (entry / "comm").read_text().strip()))
+        except OSError:
+            continue
+    for sig, limit in ((signal.SIGTERM, grace), (signal.SIGKILL, wait)):
+        left = [pid for pid, _ in found if _alive(pid)]
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + limit
+        while any(_alive(pid) for pid in left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+# --- the GPU run ------------------------------------------------------------------------------------------
+
+
+def run_gpu(spec: str, module_path: Path, quirks: list[str] | None, release: str | None = None, accel: str = "auto",
+            timeout: float = engine.DEFAULT_TIMEOUT, fetch: bool = False, force: bool = False,
+            accept_reset_risk: bool = False, workload: str = "smoke", selftest_required: int | None = None,
+            report=engine.say) -> verdict.Record:
+    """`vm-test --gpu SPEC`: every emulated check, in a guest that drives the GPU, plus the GPU's own.
+
+    preflight (every refusal) -> devices on vfio-pci -> engine.validate_module in passthrough mode -> devices
+    given back -> whether they came back goes into the record (a board that did not is a failed verdict:
+    the host is not in the state the test found it in). `quirks`: the ids the render made (the manifest).
+    """
+    if timeout <= 0:
+        raise UsageError(f"invalid --timeout {timeout}", "give a number of seconds > 0")
+    bdf = resolve_gpu(spec)
+    require_root()
+    pre = preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
+    # The kernel is needed before the boot: a cached one is shared with the guest by vng_passthrough_args.
+    release = user_input.kernel_release(release or module_elf.read(Path(module_path), verdict.INIT_MESSAGES).release)
+    kernel = guest_kernel.locate(release, fetch=fetch)
+    gpu = verdict.GpuTarget(_id(pre.plan.target), tuple(quirks) if quirks is not None else None,
+                            workload if workload != "smoke" else None)
+    story = {"bdf": bdf, "vendor_device": gpu.vendor_device, "iommu_group": pre.plan.iommu_group,
+             "passed": [d.bdf for d in pre.plan.passed], "accepted_reset_risk": pre.accepted_reset_risk,
+             "forced": list(pre.forced), "reset": [r.to_json() for r in pre.reset]}
+    with bound(pre, report) as session:
+        record = engine.validate_module(module_path, release, accel=accel, timeout=timeout, fetch=fetch,
+                                    selftest_required=selftest_required, report=report,
+                                    extra_vng_args=vng_passthrough_args(pre, kernel), gpu=gpu, passthrough=story)
+        session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
+    return settle(record, session)
+
+
+def settle(record: verdict.Record, session: Session) -> verdict.Record:
+    """Add what happened to the devices after the guest to the record, judge again, store it."""
+    back = [r for r in session.returned if not r["ok"]]
+    complete = len(session.returned) == len(session.bindings)
+    record.checks.append(verdict.Check(
+        "restored", not back and complete,
+        back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound"))
+    record.passthrough = {**(record.passthrough or {}), "during": session.during, "devices": session.returned,
+                          "came_back": not back and complete}
+    record.verdict, record.reason = verdict.decide(record.checks)
+    verdict.write(record)
+    return record
+
+
+# --- the plumbing-only run ----------------------------------------------------------------------------------
+
+
+def qemu_devices(pre: Preflight) -> list[str]:
+    """A PCIe root port with the passed devices on it, one guest function per host function, in order."""
+    args = ["-device", f"pcie-root-port,id={ROOT_PORT},bus=pcie.0,chassis=81,addr=0x1c"]
+    for fn, dev in enumerate(pre.plan.passed):
+        multi = ",multifunction=on" if fn == 0 and len(pre.plan.passed) > 1 else ""
+        args += ["-device", f"vfio-pci,host={user_input.pci_address(dev.bdf)},bus={ROOT_PORT},addr=0x0.{fn}{multi}"]
+    return args
+
+
+def vng_passthrough_args(pre: Preflight, kernel: guest_kernel.GuestKernel) -> list[str]:
+    """What vng needs beyond an emulated run (for vm-test's GPU run): the devices, q35 (microvm has no PCI),
+    9p, and the cached kernel's modules, which the guest's init would hide under a tmpfs on /var/cache."""
+    # vng hands --qemu-opts to a shell: every word here is fixed text or a validated address.
+    args = ["--disable-microvm", "--force-9p", "--qemu-opts=" + " ".join(qemu_devices(pre))]
+    if kernel.origin == "cache":
+        args += ["--rodir", str(kernel.root)]
+    return args
+
+
+def run_plumbing(spec: str, release: str | None = None, accel: str = "auto", timeout: float = engine.DEFAULT_TIMEOUT,
+                 fetch: bool = False, force: bool = False, accept_reset_risk: bool = False,
+                 report=engine.say) -> dict:
+    """`vm-test --gpu SPEC --plumbing-only`: the device on vfio-pci, seen by a guest, given back. A verdict."""
+    started_at = datetime.now(timezone.utc)
+    started = time.monotonic()
+    if timeout <= 0:
+        raise UsageError(f"invalid --timeout {timeout}", "give a number of seconds > 0")
+    bdf = resolve_gpu(spec)
+    require_root()
+    pre = preflight(bdf, plumbing_only=True, force=force, accept_reset_risk=accept_reset_risk)
+    release = user_input.kernel_release(release or os.uname().release)
+    tools = engine.find_tools()
+    kernel = guest_kernel.locate(release, fetch=fetch)
+    plumbing_guest.static_busybox()  # refuse before binding, not after
+    logs = log_dir() / "vm-test"
+    logs.mkdir(parents=True, exist_ok=True)
+    stem = f"{started_at:%Y%m%dT%H%M%SZ}-plumbing-{bdf.replace(':', '-')}"
+    console = logs / f"{stem}.log"
+    guest = None
+    with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-pt-") as tmp:
+        rundir = Path(tmp)
+        initramfs = plumbing_guest.build_initramfs(rundir / "initramfs.cpio")
+        chosen = engine.choose_accel(accel, kernel, tools, rundir, report)
+        argv = plumbing_guest.qemu_argv(tools.qemu, kernel.image, initramfs, chosen.name, qemu_devices(pre), engine.KVM_CPU)
+        with bound(pre, report) as session:
+            report(f"booting {release} with {' '.join(d.bdf for d in pre.plan.passed)} "
+                   f"({chosen.name}, hard limit {timeout:.0f} s), console log {console}")
+            outcome = runner.run(argv, console, timeout, cwd="/")
+            guest = plumbing_guest.parse_console(console.read_text(errors="replace"))
+            session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
+    checks = judge(pre, session, guest, outcome, timeout, console)
+    failed = [c for c in checks if not c["ok"]]
+    target_seen = _guest_counterparts(pre, guest).get(bdf)
+    result = {
+        "verdict": "fail" if failed else "pass",
+        "reason": f"{failed[0]['name']}: {failed[0]['detail']}" if failed else "all checks passed",
+        "mode": "passthrough",
+        "plumbing_only": True,
+        "device": bdf,
+        "vendor_device": _id(pre.plan.target),
+        "guest_saw": target_seen["id"] if target_seen else None,
+        "kernel": release,
+        "accel": chosen.name,
+        "iommu_group": pre.plan.iommu_group,
+        "group": pre.plan.to_json(),
+        "devices": [_device_story(d, session) for d in pre.plan.passed],
+        "checks": checks,
+        "reset": [r.to_json() for r in pre.reset],
+        "accepted_reset_risk": pre.accepted_reset_risk,
+        "forced": list(pre.forced),
+        "console_log": str(console),
+        "vm_seconds": round(outcome.elapsed, 1),
+        "seconds": round(time.monotonic() - started, 1),
+        "started": started_at.isoformat(timespec="seconds"),
+        "tool_version": __version__,
+    }
+    record = logs / f"{stem}.json"
+    result["record"] = str(record)
+    record.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    report(f"verdict {result['verdict']}: {result['reason']} (record {record})")
+    return result
+
+
+def judge(pre: Preflight, session: Session, guest: dict | None, outcome: runner.Outcome, timeout: float,
+          console: Path) -> list[dict]:
+    """The plumbing checks, in the order they happen."""
+    checks = []
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        checks.append({"name": name, "ok": bool(ok), "detail": detail})
+
+    bound_now = [b.bdf for b in session.bindings]
+    check("vfio-bind", len(bound_now) == len(pre.to_bind) and session.group_node is not None,
+          f"{', '.join(d.bdf for d in pre.plan.passed)} on {vfio.VFIO_DRIVER}, "
+          f"{session.group_node or '/dev/vfio/' + str(pre.plan.iommu_group) + ' missing'}")
+    if guest is None:
+        tail = _tail(console)
+        why = (f"timed out after {timeout:.0f} s and was killed" if outcome.timed_out
+               else f"the VM ended (exit {outcome.returncode}) without the guest's report")
+        if _NO_IRQ_REMAP in tail:
+            why += ("; QEMU could not attach the group: this host has no interrupt remapping (enable it in the "
+                    "firmware, or load vfio_iommu_type1 with allow_unsafe_interrupts=1 at your own risk)")
+        check("guest-run", False, f"{why}; console tail: {tail}")
+    else:
+        check("guest-run", True, f"guest {guest['kernel']} listed {len(guest['devices'])} PCI devices")
+    seen = _guest_counterparts(pre, guest)
+    missing = [d for d in pre.plan.passed if d.bdf not in seen]
+    if guest is None:
+        check("guest-saw", False, "no report from the guest")
+    elif missing:
+        check("guest-saw", False, f"the guest has no {_id(missing[0])} behind the passthrough root port")
+    else:
+        check("guest-saw", True, ", ".join(f"{bdf} as {s['bdf']} ({s['id']})" for bdf, s in seen.items()))
+    off = {bdf: drv for bdf, drv in session.during.items() if drv != vfio.VFIO_DRIVER}
+    check("vfio-during", bool(session.during) and not off,
+          f"on {vfio.VFIO_DRIVER} when the guest ended" if session.during and not off
+          else f"not on {vfio.VFIO_DRIVER} when the guest ended: {off or 'not reached'}")
+    back = [r for r in session.returned if not r["ok"]]
+    check("restored", not back and len(session.returned) == len(session.bindings),
+          back[0]["detail"] if back else
+          "; ".join(r["detail"] for r in session.returned) or "nothing was bound")
+    if pre.accepted_reset_risk:
+        risky = next(r for r in pre.reset if not r.ready)
+        check("reset", True, f"risk accepted (--accept-reset-risk): {risky.detail}")
+    else:
+        check("reset", True, "; ".join(r.detail for r in pre.reset))
+    return checks
+
+
+def _guest_counterparts(pre: Preflight, guest: dict | None) -> dict[str, dict]:
+    """Host bdf -> the guest device at the function it was given behind our root port, when the ids match."""
+    if not guest:
+        return {}
+    devices = guest["devices"]
+    ports = {d.bdf for d in devices if (d.vendor, d.device) == ROOT_PORT_IDS}
+    behind = {d.bdf.rsplit(".", 1)[1]: d for d in devices if d.parent in ports}
+    found = {}
+    for fn, dev in enumerate(pre.plan.passed):
+        cand = behind.get(str(fn))
+        if cand and (cand.vendor, cand.device) == (f"0x{dev.vendor:04x}", f"0x{dev.device:04x}"):
+            found[dev.bdf] = {"bdf": cand.bdf, "id": _id(dev)}
+    return found
+
+
+def _device_story(dev: sysfs.PciDevice, session: Session) -> dict:
+    returned = next((r for r in session.returned if r["bdf"] == dev.bdf), None)
+    return {
+        "bdf": dev.bdf,
+        "vendor_device": _id(dev),
+        "before": dev.driver,
+        "during": session.during.get(dev.bdf),
+        "after": returned["driver"] if returned else dev.driver,
+        "restored": returned["ok"] if returned else True,
+    }
+
+
+def _id(dev: sysfs.PciDevice) -> str:
+    return f"{dev.vendor:04x}:{dev.device:04x}"
+
+
+def _tail(console: Path, lines: int = 6) -> str:
+    try:
+        text = console.read_text(errors="replace")
+    except OSError:
+        return "(no console log)"
+    kept = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return " | ".join(kept[-lines:]) or "(empty)"
+
+
+def _raise_memlock() -> None:
+    """vfio pins all guest memory; lift this process's locked-memory limit (root may) for the VM it starts."""
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (ValueError, OSError):
+        pass
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise Interrupted (SIGINT already raises KeyboardInterrupt), so `finally` runs."""
+
+    def handler(signum, frame):
+        raise Interrupted(f"stopped by {signal.Signals(signum).name}; the devices were given back")
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """No signal cuts a restore short; one that arrives meanwhile is delivered after it."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

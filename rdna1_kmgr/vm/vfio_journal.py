@@ -1,0 +1,115 @@
+"""The record of devices a run moved to vfio-pci, so that a run killed with SIGKILL can still give them back.
+
+One small JSON file per device, state_dir()/vfio/<bdf>.json, written and fsynced before the device is
+touched and removed once it is back on its driver. Each names the run that made it (a token also put in the
+environment of the VM's processes, so `vm-test --restore` can find a QEMU the killed run left behind), the
+process that owns it (pid, start time, boot id: a reused pid or a reboot does not look like a live owner)
+and the last kernel log record before the bind (so "no probe error since the bind" can be checked later).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.files import fsync_dir
+from rdna1_kmgr.core.paths import state_dir
+
+RUN_ENV = "RDNA1_KMGR_VFIO_RUN"  # set in the VM's environment; names the run whose devices it holds
+
+
+@dataclass(frozen=True)
+class Binding:
+    bdf: str
+    vendor: int
+    device: int
+    driver: str | None  # the driver the device had before: it goes back there (None: no driver)
+    driver_override: str | None  # the override it had before (None: unset)
+    iommu_group: int
+    run: str  # the run's token
+    pid: int  # the rdna1-kmgr process that bound it
+    pid_start: int  # its start time in clock ticks after boot (/proc/<pid>/stat field 22)
+    boot_id: str
+    kmsg_seq: int | None  # sequence number of the last kernel log record before the bind
+    started: str  # ISO time of the bind
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def directory() -> Path:
+    return state_dir() / "vfio"
+
+
+def path_of(bdf: str) -> Path:
+    return directory() / f"{user_input.pci_address(bdf)}.json"
+
+
+def write(binding: Binding) -> Path:
+    """Store the record durably: file fsynced, then renamed into place, then the folder fsynced."""
+    path = path_of(binding.bdf)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(binding.to_json(), out, indent=1, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def pending() -> list[Binding]:
+    """Every device a run bound and has not given back yet, by address."""
+    folder = directory()
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found.append(Binding(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue  # a torn file cannot exist (written by rename); anything else here is not ours
+    return found
+
+
+def forget(bdf: str) -> None:
+    path_of(bdf).unlink(missing_ok=True)
+    if directory().is_dir():
+        fsync_dir(directory())
+
+
+def me() -> tuple[int, int, str]:
+    """(pid, start time, boot id) of this process, as a Binding records its owner."""
+    pid = os.getpid()
+    return pid, process_start(pid) or 0, boot_id()
+
+
+def owner_alive(binding: Binding) -> bool:
+    """Whether the process that made the record is still running (same boot, same pid, same start time)."""
+    return binding.boot_id == boot_id() and process_start(binding.pid) == binding.pid_start
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: count fields after its closing parenthesis.
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[19])  # field 22 of the whole line: starttime

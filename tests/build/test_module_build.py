@@ -1,0 +1,345 @@
+"""`rdna1-kmgr build`: the package half with real DKMS on a tiny module, the command's refusals (each one line,
+a non-zero exit, nothing left behind), and the real amdgpu builds (marked realbuild)."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rdna1_kmgr.build import module_build
+
+from rdna1_kmgr.build import dkms_package as dkms
+
+from rdna1_kmgr.build import module_checks
+from rdna1_kmgr.core.errors import BuildError
+
+import fake_kernel
+import hellomod
+from dkms_helpers import make_keys, make_sandbox
+
+CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    keys_dir = tmp_path / "keys"
+    keys_dir.mkdir()
+    return make_sandbox(tmp_path, monkeypatch, make_keys(keys_dir))
+
+
+def hello_build(sandbox, word: str, keys=None, patch: str | None = None):
+    out = sandbox.root / f"series-{word}"
+    if not out.exists():
+        hellomod.write_series(out, {"0001-greet.patch": patch or hellomod.greeting_patch(word)})
+    manifest = json.loads((out / "manifest.json").read_text())
+    package = sandbox.package(manifest)
+    return module_build.build_package(package, sandbox.kernel, sandbox.root / "tree", [hellomod.LOCATION], out,
+                               keys or sandbox.keys, [0x731F], ["rdna1_hello_enable"], jobs=2,
+                               trees=sandbox.trees, stream=open(os.devnull, "w"))
+
+
+# --- the package half, real DKMS ----------------------------------------------------------------------
+
+
+def test_the_same_build_again_is_reused(sandbox):
+    first = hello_build(sandbox, "greetings-reused")
+    assert not first.reused and first.compiled >= 2 and first.log.is_file()
+    started = time.monotonic()
+    again = hello_build(sandbox, "greetings-reused")
+    assert again.reused and again.compiled == 0 and again.log is None
+    assert again.module == first.module and again.report.sha256 == first.report.sha256
+    assert time.monotonic() - started < first.seconds
+
+
+def test_a_new_patch_set_replaces_the_older_build_for_that_kernel(sandbox):
+    old = hello_build(sandbox, "greetings-old")
+    new = hello_build(sandbox, "greetings-new")
+    assert new.removed == [old.package.version]
+    versions = [(e.version, e.kernel, e.state) for e in dkms.status("rdna1hello", sandbox.trees)]
+    assert versions == [(new.package.version, sandbox.kernel, "built")]
+    assert not old.package.source_dir(sandbox.trees).exists()
+    assert new.compiled == 1  # incremental: only the patched file
+
+
+def test_a_build_signed_with_another_key_is_built_again(sandbox):
+    first = hello_build(sandbox, "greetings-rekey")
+    other_dir = sandbox.root / "other-keys"
+    other_dir.mkdir()
+    other = make_keys(other_dir, subject="another key")
+    again = hello_build(sandbox, "greetings-rekey", keys=other)
+    assert not again.reused
+    assert again.report.signer == "another key"
+    module_checks.verify_signature(again.module, other.cert)
+    with pytest.raises(BuildError):
+        module_checks.verify_signature(again.module, first.keys.cert)
+
+
+def test_a_failed_build_leaves_nothing_in_the_dkms_trees_or_the_cache(sandbox):
+    with pytest.raises(BuildError, match=r"^compile error: .*table\.c:13:\d+: error: expected"):
+        hello_build(sandbox, "broken", patch=hellomod.BROKEN_C_PATCH)
+    assert sandbox.leftovers() == []
+    logs = list(sandbox.logs.iterdir())
+    assert len(logs) == 1 and "error: expected" in logs[0].read_text()
+
+
+def test_a_failure_after_an_earlier_good_build_keeps_that_build(sandbox):
+    good = hello_build(sandbox, "greetings-good")
+    with pytest.raises(BuildError, match="does not apply"):
+        hello_build(sandbox, "stale", patch=hellomod.NOT_APPLYING_PATCH)
+    versions = [(e.version, e.state) for e in dkms.status("rdna1hello", sandbox.trees)]
+    assert versions == [(good.package.version, "built")]
+    assert [p.name for p in sandbox.trees.source.iterdir()] == [good.package.source_dir(sandbox.trees).name]
+    module_checks.verify(good.module, sandbox.kernel, sandbox.keys.cert, [0x731F])
+
+
+def test_installed_older_versions_are_left_to_install(monkeypatch):
+    """Unit (fake DKMS status): only built versions for the same kernel go."""
+    entries = [
+        dkms.StatusEntry("rdna1-amdgpu", "6.1.192+pnew", "K", "x86_64", "built"),
+        dkms.StatusEntry("rdna1-amdgpu", "6.1.192+pold1", "K", "x86_64", "built"),
+        dkms.StatusEntry("rdna1-amdgpu", "6.1.192+pold2", "K", "x86_64", "installed"),
+        dkms.StatusEntry("rdna1-amdgpu", "6.1.192+pold3", "OTHER", "x86_64", "built"),
+        dkms.StatusEntry("rdna1-amdgpu", "6.1.192+pold4", None, None, "added"),
+    ]
+    removed = []
+    monkeypatch.setattr(dkms, "status", lambda name, trees: entries)
+    monkeypatch.setattr(dkms, "remove", lambda package, trees, kernel=None: removed.append((package.version, kernel)))
+    result = module_build._remove_older(dkms.Package("rdna1-amdgpu", "6.1.192+pnew"), "K", dkms.Trees())
+    assert result == (["6.1.192+pold1"], ["6.1.192+pold2"])
+    assert removed == [("6.1.192+pold1", "K")]
+
+
+def test_series_parameters_come_from_the_patches(tmp_path):
+    hellomod.write_series(tmp_path / "s", {
+        "0001-a.patch": "--- a/x.c\n+++ b/x.c\n@@ -1 +1,2 @@\n x\n+module_param_named(rdna1_quirks, q, uint, 0444);\n",
+        "0002-b.patch": "--- a/y.c\n+++ b/y.c\n@@ -1 +1,2 @@\n module_param(rdna1_old, x, int, 0);\n+module_param(rdna1_selftest, t, bool, 0444);\n",
+    })
+    assert module_build.series_parameters(tmp_path / "s") == ["rdna1_quirks", "rdna1_selftest"]
+
+
+def test_kernel_release_is_resolved_and_explained(monkeypatch):
+    monkeypatch.setattr(module_build.source, "debian_kernel_version",
+                        lambda release: {"6.1.0-56-amd64": "6.1.192-2"}.get(release))
+    monkeypatch.setattr(module_build, "distro_current_kernel", lambda: "6.1.0-56-amd64")
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "h", "6.18.44-custom", "#1", "x86_64")))
+    kernel = module_build.resolve_kernel(None)
+    assert kernel.release == "6.1.0-56-amd64" and kernel.package_version == "6.1.192-2"
+    assert "6.18.44-custom is not a" in kernel.note and "6.1.0-56-amd64" in kernel.note
+    assert module_build.resolve_kernel("6.1.0-56-amd64").note is None
+
+
+def test_the_distro_kernel_of_this_machine_is_found():
+    release = module_build.distro_current_kernel()
+    installed = sorted(p.name for p in Path("/lib/modules").iterdir() if (p / "build").exists())
+    assert release is not None and release in installed
+    assert module_build.source.debian_kernel_version(release)  # e.g. 6.1.192-2 from dpkg
+
+
+# --- the command's refusals -----------------------------------------------------------------------------
+
+
+def run_cli(sandbox, *args: str) -> subprocess.CompletedProcess:
+    key_args = ["--key", str(sandbox.keys.key), "--cert", str(sandbox.keys.cert)]
+    return subprocess.run([CLI, "build", *args, *key_args], capture_output=True, text=True, timeout=900,
+                          stdin=subprocess.DEVNULL)
+
+
+def assert_refused(result, code: int, *needles: str):
+    """Refused with one error line, the last thing said (progress lines, e.g. of apt, may come before)."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, result.stderr
+    errors = [line for line in lines if "error" in line.lower()]
+    assert errors == [lines[-1]], result.stderr
+    assert lines[-1].startswith("rdna1-kmgr: error: ")
+    for needle in needles:
+        assert needle in lines[-1]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("release", ["6.1/../x", "../../etc", "6.1.0-56-amd64/", "..", "not a release"])
+def test_a_release_with_a_slash_or_dots_is_refused(sandbox, release):
+    assert_refused(run_cli(sandbox, "--kernel", release, "--no-install"), 2, "invalid kernel release")
+    assert sandbox.leftovers() == []
+
+
+def test_an_unknown_kernel_release_is_refused(sandbox):
+    assert_refused(run_cli(sandbox, "--kernel", "9.9.9-1-amd64", "--no-install"), 4,
+                   "linux-headers-9.9.9-1-amd64")
+    assert sandbox.leftovers() == []
+
+
+def test_missing_headers_with_no_install_name_the_package(sandbox):
+    abi = sandbox.kernel.rsplit("-", 1)[0]  # 6.1.0-56-amd64 -> 6.1.0-56
+    release = f"{abi}-cloud-amd64"  # same ABI, a flavour this machine does not have
+    if Path(f"/lib/modules/{release}/build").exists():
+        pytest.skip(f"{release} headers are installed here")
+    assert_refused(run_cli(sandbox, "--kernel", release, "--no-install"), 4,
+                   f"missing packages: linux-headers-{release}")
+    assert sandbox.leftovers() == []
+
+
+def test_source_of_another_version_is_refused_with_both_versions(sandbox):
+    tree = fake_kernel.make_tree(sandbox.root / "other", version="6.1.191")
+    result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tree))
+    assert sandbox.kernel_version != "6.1.191"
+    assert_refused(result, 3, "Linux 6.1.191", f"Linux {sandbox.kernel_version}")
+    assert sandbox.leftovers() == []
+
+
+def _tarball(sandbox, name: str) -> Path:
+    top = f"linux-{sandbox.kernel_version}"
+    tree = fake_kernel.make_tree(sandbox.root / "t" / top, version=sandbox.kernel_version)
+    path = sandbox.root / name
+    with tarfile.open(path, "w:xz") as tar:
+        tar.add(tree, arcname=top)
+    return path
+
+
+def test_a_tarball_with_a_wrong_sha256_is_refused(sandbox):
+    tarball = _tarball(sandbox, "linux-6.1.192.tar.xz")
+    result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tarball),
+                     "--sha256", "0" * 64)
+    assert_refused(result, 3, "SHA-256", "0" * 64)
+    assert sandbox.leftovers() == []
+
+
+def test_a_truncated_tarball_is_refused(sandbox):
+    tarball = _tarball(sandbox, "linux-6.1.192.tar.xz")
+    cut = sandbox.root / "cut-6.1.192.tar.xz"
+    cut.write_bytes(tarball.read_bytes()[: tarball.stat().st_size // 2])
+    result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(cut))
+    assert_refused(result, 3, "cut-6.1.192.tar.xz")
+    assert sandbox.leftovers() == []
+
+
+def test_a_source_the_series_does_not_fit_is_refused(sandbox):
+    tree = fake_kernel.make_tree(sandbox.root / "src", version=sandbox.kernel_version, omit="gmc_v10_0_get_vm_pte")
+    result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tree))
+    assert_refused(result, 3, "gmc_v10_0_get_vm_pte")
+    assert sandbox.leftovers() == []
+
+
+def test_a_compile_error_prints_the_first_compiler_error_and_the_log(sandbox):
+    """The fake tree renders and patches, then fails in the compiler: real DKMS, real kbuild."""
+    tree = fake_kernel.make_tree(sandbox.root / "src", version=sandbox.kernel_version)
+    result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tree), "-j", "2")
+    err = result.stderr.strip().splitlines()
+    assert result.returncode == 5, result.stderr
+    # progress lines first (a pipe: plain lines), then the one error line
+    assert err[-1].startswith("rdna1-kmgr: error: compile error: ")
+    assert ": error: " in err[-1] and "whole log: " in err[-1]
+    log = Path(err[-1].split("whole log: ", 1)[1])
+    assert log.is_file() and log.parent == sandbox.logs
+    assert sandbox.leftovers() == []
+
+
+def test_dry_run_prints_the_exact_plan_and_changes_nothing(sandbox):
+    tree = fake_kernel.make_tree(sandbox.root / "src", version=sandbox.kernel_version)
+    result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tree), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert f"kernel {sandbox.kernel}" in text
+    assert f"dkms add -m rdna1-amdgpu -v {sandbox.kernel_version}+p" in text
+    assert f"-k {sandbox.kernel} -j" in text and f"--dkmstree={sandbox.trees.dkms}" in text
+    assert f"sign with {sandbox.keys.key}" in text
+    assert sandbox.leftovers() == []
+
+
+def test_contradicting_options_are_refused(sandbox):
+    assert_refused(run_cli(sandbox, "--yes", "--no-install"), 2, "contradict")
+    assert_refused(run_cli(sandbox, "-j", "0"), 2, "job count")
+    assert_refused(run_cli(sandbox, "--sha256", "0" * 64), 2, "--sha256 needs --source")
+    assert_refused(run_cli(sandbox, "--device", "0x1234", "--no-install", "--kernel", sandbox.kernel,
+                           "--source", str(fake_kernel.make_tree(sandbox.root / "s", version=sandbox.kernel_version))),
+                   2, "0x1234")
+
+
+# --- the real amdgpu builds ------------------------------------------------------------------------------
+
+
+def check_real_module(result: dict, release: str) -> None:
+    """What a user checks, with the tools a user has: modinfo, sha256sum, openssl against the JSON's certificate."""
+    for key in ("kernel", "module", "sha256", "certificate", "signer", "package_version", "quirks", "devices",
+                "seconds"):
+        assert key in result
+    module, cert = Path(result["module"]), Path(result["certificate"])
+    assert result["kernel"] == release and module.is_file() and cert.is_file()
+    assert subprocess.run(["sha256sum", str(module)], capture_output=True, text=True).stdout.split()[0] == result["sha256"]
+
+    def modinfo(field):
+        return subprocess.run(["modinfo", "-F", field, str(module)], capture_output=True, text=True).stdout.split("\n")
+
+    assert modinfo("vermagic")[0].split()[0] == release
+    params = {line.split(":", 1)[0] for line in modinfo("parm") if line}
+    assert {"rdna1_quirks", "rdna1_selftest"} <= params
+    assert "pci:v00001002d0000731Fsv*sd*bc*sc*i*" in modinfo("alias")
+    assert modinfo("signer")[0] == result["signer"]
+    assert result["devices"] == ["0x731F"] and result["quirks"]
+    assert result["package_version"].startswith(result["kernel_version"] + "+p")
+
+    # The appended signature, checked with openssl (struct module_signature: sig_len is the last 4 bytes).
+    # DKMS compresses the module like the kernel's own (6.12 on Debian: .ko.xz); the signature is inside.
+    if module.suffix == ".xz":
+        data = subprocess.run(["xz", "-dc", str(module)], capture_output=True, check=True).stdout
+    else:
+        data = module.read_bytes()
+    magic = b"~Module signature appended~\n"
+    assert data.endswith(magic)
+    sig_len = struct.unpack(">I", data[-len(magic) - 4:-len(magic)])[0]
+    sig_end = len(data) - len(magic) - 12
+    with tempfile.TemporaryDirectory() as folder:
+        check_signature_with_openssl(Path(folder), data, sig_end, sig_len, cert)
+
+
+def check_signature_with_openssl(tmp: Path, data: bytes, sig_end: int, sig_len: int, cert: Path) -> None:
+    (tmp / "content").write_bytes(data[: sig_end - sig_len])
+    (tmp / "sig").write_bytes(data[sig_end - sig_len: sig_end])
+    subprocess.run(["openssl", "x509", "-inform", "DER", "-in", str(cert), "-out", str(tmp / "cert.pem")], check=True)
+    verify = ["openssl", "cms", "-verify", "-binary", "-inform", "DER", "-in", str(tmp / "sig"),
+              "-certfile", str(tmp / "cert.pem"), "-noverify", "-out", "/dev/null"]
+    assert subprocess.run(verify + ["-content", str(tmp / "content")], capture_output=True).returncode == 0
+    tampered = bytearray((tmp / "content").read_bytes())
+    tampered[len(tampered) // 2] ^= 1
+    (tmp / "content").write_bytes(bytes(tampered))
+    assert subprocess.run(verify + ["-content", str(tmp / "content")], capture_output=True).returncode != 0
+
+
+@pytest.mark.realbuild
+def test_real_build_for_debian_6_1(built_module_61, headers_61):
+    check_real_module(built_module_61, headers_61)
+
+
+@pytest.mark.realbuild
+def test_real_build_for_bookworm_backports_6_12(built_module_612, headers_612):
+    check_real_module(built_module_612, headers_612)
+
+
+@pytest.mark.realbuild
+def test_building_the_same_again_reuses_it(built_module_61, headers_61):
+    from build_fixtures import run_build
+    started = time.monotonic()
+    again = run_build(headers_61)
+    assert again["reused"] is True
+    assert again["sha256"] == built_module_61["sha256"] and again["module"] == built_module_61["module"]
+    assert time.monotonic() - started < 120
+
+
+def test_an_installed_build_failing_a_check_is_not_rebuilt_behind_installs_back(sandbox, monkeypatch):
+    """Unit (fake DKMS state): the module is installed and signed with another key than asked for now."""
+    good = hello_build(sandbox, "greetings-installed")
+    monkeypatch.setattr(dkms, "is_installed", lambda package, kernel, trees: True)
+    removed = []
+    monkeypatch.setattr(dkms, "remove", lambda *args, **kwargs: removed.append(args))
+    other_dir = sandbox.root / "other-keys"
+    other_dir.mkdir()
+    with pytest.raises(BuildError, match="is installed for .* and fails a check"):
+        hello_build(sandbox, "greetings-installed", keys=make_keys(other_dir, subject="another key"))
+    assert removed == []
+    assert good.module.is_file()

@@ -1,0 +1,474 @@
+"""rdna1_kmgr.source.kernel_source: kernel versions, the amd subset unpacked from tarballs and .debs, verified URLs.
+
+Fast tests build tiny kernel tarballs and a tiny linux-source .deb with the real tar and dpkg-deb and serve
+them from a local HTTP server; the real ones unpack Debian's linux-source-6.1 (see conftest.py).
+"""
+
+import hashlib
+import http.server
+import subprocess
+import threading
+import time
+from functools import partial
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from rdna1_kmgr.source import debian_archive
+
+from rdna1_kmgr.source import kernel_source
+from rdna1_kmgr.core.errors import SourceError, UsageError
+
+AMD = "drivers/gpu/drm/amd"
+
+
+# --- tiny kernels --------------------------------------------------------------------------------------------
+
+
+def write_tree(root: Path, version: str = "6.1.999") -> Path:
+    """A kernel tree with a top Makefile for `version` (7.2-rc3 style for release candidates), a few amd files,
+    and files outside the amd subset that must not be unpacked."""
+    base, _, rc = version.partition("-")
+    major, minor, *sub = base.split(".")
+    files = {
+        "Makefile": f"# SPDX-License-Identifier: GPL-2.0\nVERSION = {major}\nPATCHLEVEL = {minor}\n"
+                    f"SUBLEVEL = {sub[0] if sub else 0}\nEXTRAVERSION ={' -' + rc if rc else ''}\nNAME = Test\n",
+        f"{AMD}/amdgpu/gmc_v10_0.c": "static void gmc_v10_0_get_vm_pte(void) {}\n",
+        f"{AMD}/amdkfd/kfd_crat.c": "int kfd_create_vcrat_image_gpu(void) { return 0; }\n",
+        f"{AMD}/include/amd_shared.h": "#define AMD 1\n",
+        "include/linux/kernel.h": "/* the headers package provides include/ */\n",
+        "drivers/gpu/drm/radeon/r100.c": "/* not amd */\n",
+    }
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def make_tarball(folder: Path, version: str = "6.1.999", compression: str = "-J", top: str | None = None) -> Path:
+    """linux-<version>.tar.xz (or .gz/.bz2) with everything under one top folder, made by GNU tar."""
+    top = top or f"linux-{version}"
+    stage = folder / f"stage-{version}-{compression}"
+    write_tree(stage / top, version)
+    suffix = {"-J": "xz", "-z": "gz", "-j": "bz2"}[compression]
+    tarball = folder / f"{top}.tar.{suffix}"
+    subprocess.run(["tar", "-c", compression, "-f", str(tarball), "-C", str(stage), top], check=True)
+    return tarball
+
+
+def make_deb(folder: Path, series: str = "6.1", debian_version: str = "6.1.999-1",
+             tree_version: str | None = None) -> Path:
+    """A linux-source-<series> .deb shaped like Debian's (usr/src/linux-source-<series>.tar.xz inside)."""
+    package = f"linux-source-{series}"
+    root = folder / f"deb-{debian_version}"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {package}\nVersion: {debian_version}\nArchitecture: all\nMaintainer: Test <t@example.org>\n"
+        "Description: test kernel source\n")
+    (root / "usr/src").mkdir(parents=True)
+    stage = folder / f"tree-{debian_version}"
+    write_tree(stage / package, tree_version or debian_version.rsplit("-", 1)[0])
+    subprocess.run(["tar", "-cJf", str(root / f"usr/src/{package}.tar.xz"), "-C", str(stage), package], check=True)
+    deb = folder / f"{package}_{debian_version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(deb)], check=True, capture_output=True)
+    return deb
+
+
+def truncate(path: Path, keep: float = 0.5) -> Path:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    return path
+
+
+def leftovers(folder: Path) -> list[str]:
+    """What a failed unpack or download left in a cache folder (the lock folder aside)."""
+    return sorted(p.name for p in folder.iterdir() if p.name != ".locks") if folder.exists() else []
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv("RDNA1_KMGR_CACHE", str(root))
+    return root
+
+
+# --- versions ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version, expected", [
+    ("6.1.192", "6.1.192"),
+    ("6.12.95", "6.12.95"),
+    ("7.2-rc3", "7.2.0rc3"),
+    ("7.2.0", "7.2.0"),
+])
+def test_kernel_version_reads_the_top_makefile(tmp_path, version, expected):
+    assert kernel_source.kernel_version(write_tree(tmp_path, version)) == Version(expected)
+
+
+def test_an_rc_is_a_pre_release_of_its_version(tmp_path):
+    rc3 = kernel_source.kernel_version(write_tree(tmp_path, "7.2-rc3"))
+    assert rc3.is_prerelease and rc3.pre == ("rc", 3)
+    assert Version("7.1.20") < rc3 < Version("7.2") == Version("7.2.0")
+
+
+def test_a_custom_extraversion_is_kept_as_a_local_label(tmp_path):
+    (tmp_path / "Makefile").write_text("VERSION = 6\nPATCHLEVEL = 1\nSUBLEVEL = 5\nEXTRAVERSION = -custom1\n")
+    assert kernel_source.kernel_version(tmp_path) == Version("6.1.5+custom1")
+
+
+@pytest.mark.parametrize("text", ["", "VERSION = 6\nSUBLEVEL = 1\n", "VERSION = six\nPATCHLEVEL = 1\nSUBLEVEL = 0\n"])
+def test_a_makefile_without_a_version_is_refused(tmp_path, text):
+    (tmp_path / "Makefile").write_text(text)
+    with pytest.raises(SourceError, match="does not declare a kernel version"):
+        kernel_source.kernel_version(tmp_path)
+
+
+def test_a_folder_without_a_makefile_is_refused(tmp_path):
+    with pytest.raises(SourceError, match=r"cannot read .*Makefile"):
+        kernel_source.kernel_version(tmp_path)
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("6.1.192-2", "6.1.192"),
+    ("6.1.192", "6.1.192"),
+    ("6.12.95-1~bpo12+1", "6.12.95"),
+    ("1:6.12.95-1", "6.12.95"),
+    ("7.2~rc3-1~exp1", "7.2rc3"),
+    ("7.2-rc3", "7.2rc3"),
+])
+def test_upstream_version_of_debian_and_plain_versions(given, expected):
+    assert kernel_source.upstream_version(given) == Version(expected)
+
+
+def test_upstream_version_refuses_nonsense():
+    with pytest.raises(UsageError, match="invalid kernel version"):
+        kernel_source.upstream_version("latest")
+
+
+def test_debian_kernel_version_from_dpkg():
+    """The headers of the current 6.1 kernel are installed on the test machine (headers_61 makes sure)."""
+    installed = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Version}\\n", "linux-headers-6.1.0-*-amd64"],
+                               capture_output=True, text=True).stdout.split()
+    if not installed:
+        pytest.skip("no 6.1 headers installed")
+    krel = installed[0].removeprefix("linux-headers-")
+    assert kernel_source.debian_kernel_version(krel) == installed[1]
+
+
+def test_debian_kernel_version_from_proc_version():
+    running = "Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0) " \
+              "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)\n"
+    assert kernel_source.debian_kernel_version("6.1.0-999-amd64", proc_version=running) == "6.1.192-2"
+    assert kernel_source.debian_kernel_version("6.18.44-fc", proc_version="Linux version 6.18.44-fc (builder) #1 SMP\n") is None
+
+
+@pytest.mark.parametrize("bad", ["../../etc", "6.1.192-2/..", "-o", ""])
+def test_a_malformed_debian_version_never_reaches_a_path(cache, bad):
+    with pytest.raises(UsageError):
+        kernel_source.fetch_debian_source(bad)
+    assert not cache.exists()
+
+
+def test_require_version_names_both_versions(tmp_path):
+    tree = write_tree(tmp_path, "6.1.190")
+    assert kernel_source.require_version(tree, "6.1.190-1") == Version("6.1.190")
+    with pytest.raises(SourceError) as err:
+        kernel_source.require_version(tree, "6.1.192-2")
+    assert "6.1.190" in err.value.line() and "6.1.192" in err.value.line()
+
+
+# --- unpacking -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", ["-J", "-z", "-j"])
+def test_unpack_takes_only_the_makefile_and_the_amd_folder(tmp_path, cache, compression, capsys):
+    tarball = make_tarball(tmp_path, "6.1.999", compression)
+    tree = kernel_source.unpack_amd_subset(tarball)
+    assert tree.parent == cache / "src"
+    assert tree.name.startswith("6.1.999+sha256.")
+    assert kernel_source.kernel_version(tree) == Version("6.1.999")
+    assert (tree / AMD / "amdgpu/gmc_v10_0.c").is_file()
+    assert (tree / AMD / "include/amd_shared.h").is_file()
+    assert not (tree / "include").exists() and not (tree / "drivers/gpu/drm/radeon").exists()
+    assert kernel_source.source_origin(tree)["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
+    assert f"unpacking drivers/gpu/drm/amd from {tarball.name}" in capsys.readouterr().err
+    assert leftovers(cache / "src") == [tree.name]
+
+
+def test_a_second_unpack_reuses_the_tree(tmp_path, cache, capsys):
+    tarball = make_tarball(tmp_path)
+    first = kernel_source.unpack_amd_subset(tarball)
+    stamp = (first / "Makefile").stat().st_mtime_ns
+    capsys.readouterr()
+    assert kernel_source.unpack_amd_subset(tarball) == first
+    assert (first / "Makefile").stat().st_mtime_ns == stamp
+    assert "unpacking" not in capsys.readouterr().err
+
+
+def test_an_rc_tarball_unpacks_under_its_pre_release_version(tmp_path, cache):
+    tree = kernel_source.unpack_amd_subset(make_tarball(tmp_path, "7.2-rc3"))
+    assert tree.name.startswith("7.2.0rc3+sha256.")
+    assert kernel_source.kernel_version(tree).is_prerelease
+
+
+def test_unpack_into_a_given_folder(tmp_path, cache):
+    tree = kernel_source.unpack_amd_subset(make_tarball(tmp_path), tmp_path / "elsewhere")
+    assert tree.parent == tmp_path / "elsewhere"
+    assert not (cache / "src").exists()
+
+
+def test_a_linux_source_deb_unpacks_under_its_debian_version(tmp_path, cache):
+    deb = make_deb(tmp_path, "6.1", "6.1.999-2")
+    tree = kernel_source.unpack_amd_subset(deb)
+    assert tree == cache / "src" / "6.1.999-2"
+    assert kernel_source.kernel_version(tree) == Version("6.1.999")
+    assert (tree / AMD / "amdkfd/kfd_crat.c").is_file()
+    assert not (tree / "include").exists()
+    origin = kernel_source.source_origin(tree)
+    assert (origin["package"], origin["debian_version"]) == ("linux-source-6.1", "6.1.999-2")
+    assert kernel_source.fetch_debian_source("6.1.999-2") == tree  # found in the cache, no archive asked
+
+
+def test_a_deb_whose_makefile_disagrees_with_its_version_is_refused(tmp_path, cache):
+    deb = make_deb(tmp_path, "6.1", "6.1.999-1", tree_version="6.1.5")
+    with pytest.raises(SourceError, match="Makefile says Linux 6.1.5"):
+        kernel_source.unpack_amd_subset(deb)
+    assert leftovers(cache / "src") == []
+
+
+@pytest.mark.parametrize("kind", ["tarball", "deb"])
+def test_a_truncated_archive_leaves_nothing_and_names_the_file(tmp_path, cache, kind):
+    archive = truncate(make_tarball(tmp_path) if kind == "tarball" else make_deb(tmp_path))
+    with pytest.raises(SourceError) as err:
+        kernel_source.unpack_amd_subset(archive)
+    assert str(archive) in err.value.line()
+    assert leftovers(cache / "src") == []
+
+
+def test_a_corrupt_tarball_leaves_nothing(tmp_path, cache):
+    tarball = make_tarball(tmp_path)
+    data = bytearray(tarball.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)
+    tarball.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match=str(tarball)):
+        kernel_source.unpack_amd_subset(tarball)
+    assert leftovers(cache / "src") == []
+
+
+def test_a_file_that_is_no_archive_is_refused(tmp_path, cache):
+    junk = tmp_path / "notes.txt"
+    junk.write_text("hello\n" * 200)
+    with pytest.raises(SourceError, match="neither a .deb nor a tar archive"):
+        kernel_source.unpack_amd_subset(junk)
+
+
+def test_a_tarball_without_the_amd_driver_is_refused(tmp_path, cache):
+    (tmp_path / "t/linux-6.1.1").mkdir(parents=True)
+    (tmp_path / "t/linux-6.1.1/Makefile").write_text("VERSION = 6\nPATCHLEVEL = 1\nSUBLEVEL = 1\n")
+    tarball = tmp_path / "linux-6.1.1.tar.xz"
+    subprocess.run(["tar", "-cJf", str(tarball), "-C", str(tmp_path / "t"), "linux-6.1.1"], check=True)
+    with pytest.raises(SourceError, match=f"{tarball} has no linux-6.1.1/drivers/gpu/drm/amd"):
+        kernel_source.unpack_amd_subset(tarball)
+    assert leftovers(cache / "src") == []
+
+
+def test_a_deb_of_another_package_is_refused(tmp_path, cache):
+    root = tmp_path / "pkg"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN/control").write_text("Package: hello\nVersion: 1.0-1\nArchitecture: all\n"
+                                         "Maintainer: T <t@example.org>\nDescription: x\n")
+    deb = tmp_path / "hello_1.0-1_all.deb"
+    subprocess.run(["dpkg-deb", "-b", str(root), str(deb)], check=True, capture_output=True)
+    with pytest.raises(SourceError, match="is hello, not a linux-source package"):
+        kernel_source.unpack_amd_subset(deb)
+
+
+# --- tarballs from a URL -------------------------------------------------------------------------------------
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_folder(tmp_path):
+    """A folder served over HTTP on 127.0.0.1; yields (folder, base URL)."""
+    folder = tmp_path / "www"
+    folder.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield folder, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def publish_sums(folder: Path, tarball: Path, name: str = "sha256sums.asc") -> str:
+    """A sha256sums file like kernel.org's (clear-signed armour around `hash  name` lines)."""
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    (folder / name).write_text("-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA256\n\n"
+                               f"{'0' * 64}  linux-6.0.1.tar.xz\n{digest}  {tarball.name}\n"
+                               "-----BEGIN PGP SIGNATURE-----\nabc\n-----END PGP SIGNATURE-----\n")
+    return digest
+
+
+def test_a_url_is_downloaded_verified_by_its_sha256sums_and_unpacked(tmp_path, cache, http_folder, capsys):
+    folder, base = http_folder
+    tarball = make_tarball(folder, "6.1.999")
+    publish_sums(folder, tarball)
+    tree = kernel_source.resolve_source_option(f"{base}/{tarball.name}")
+    assert kernel_source.kernel_version(tree) == Version("6.1.999")
+    assert (tree / AMD / "amdgpu/gmc_v10_0.c").is_file()
+    assert (cache / "tarballs" / tarball.name).read_bytes() == tarball.read_bytes()
+    err = capsys.readouterr().err
+    assert f"downloading {tarball.name}: started" in err and f"downloading {tarball.name}: done" in err
+
+
+def test_a_url_with_a_given_sha256_needs_no_sums_file(tmp_path, cache, http_folder):
+    folder, base = http_folder
+    tarball = make_tarball(folder, "6.12.999")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    path = kernel_source.fetch_tarball(f"{base}/{tarball.name}", digest.upper())
+    assert path == cache / "tarballs" / tarball.name
+    (folder / tarball.name).unlink()  # a second fetch finds it in the cache
+    assert kernel_source.fetch_tarball(f"{base}/{tarball.name}", digest) == path
+
+
+def test_a_sha256_mismatch_names_both_hashes_and_keeps_nothing(tmp_path, cache, http_folder):
+    folder, base = http_folder
+    tarball = make_tarball(folder)
+    actual = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    wrong = "ab" * 32
+    with pytest.raises(SourceError) as err:
+        kernel_source.resolve_source_option(f"{base}/{tarball.name}", sha256=wrong)
+    assert actual in err.value.line() and wrong in err.value.line()
+    assert leftovers(cache / "tarballs") == [] and leftovers(cache / "src") == []
+
+
+def test_a_changed_tarball_does_not_match_the_published_sum(tmp_path, cache, http_folder):
+    folder, base = http_folder
+    tarball = make_tarball(folder)
+    publish_sums(folder, tarball, "sha256sums")
+    tarball.write_bytes(tarball.read_bytes() + b"\0" * 512)
+    with pytest.raises(SourceError, match="has SHA-256 .*, expected"):
+        kernel_source.fetch_tarball(f"{base}/{tarball.name}")
+    assert leftovers(cache / "tarballs") == []
+
+
+def test_a_url_without_any_known_sha256_is_refused(tmp_path, cache, http_folder):
+    folder, base = http_folder
+    tarball = make_tarball(folder)
+    with pytest.raises(SourceError, match="no SHA-256 known"):
+        kernel_source.fetch_tarball(f"{base}/{tarball.name}")
+    assert leftovers(cache / "tarballs") == []
+
+
+def test_a_missing_url_is_a_clear_error(cache, http_folder):
+    _, base = http_folder
+    with pytest.raises(SourceError, match="HTTP 404"):
+        kernel_source.fetch_tarball(f"{base}/linux-6.1.1.tar.xz", "0" * 64)
+
+
+@pytest.mark.parametrize("url", ["ftp://example.org/linux-6.1.tar.xz", "file:///tmp/linux-6.1.tar.xz",
+                                 "https:///linux-6.1.tar.xz"])
+def test_only_http_and_https_urls_are_accepted(cache, url):
+    with pytest.raises(UsageError, match="unsupported source URL"):
+        kernel_source.resolve_source_option(url)
+
+
+@pytest.mark.parametrize("url", ["https://example.org/", "https://example.org/linux-6.1.zip"])
+def test_a_url_must_name_a_tarball(cache, url):
+    with pytest.raises(UsageError, match="not a tarball name"):
+        kernel_source.fetch_tarball(url, "0" * 64)
+
+
+def test_a_malformed_sha256_is_refused(cache):
+    with pytest.raises(UsageError, match="invalid SHA-256"):
+        kernel_source.fetch_tarball("https://example.org/linux-6.1.1.tar.xz", "1234")
+
+
+# --- the --source option -------------------------------------------------------------------------------------
+
+
+def test_an_unpacked_tree_is_used_where_it_is(tmp_path, cache):
+    tree = write_tree(tmp_path / "linux")
+    assert kernel_source.resolve_source_option(str(tree)) == tree.resolve()
+    assert not cache.exists()
+
+
+def test_a_tarball_path_is_unpacked_into_the_cache(tmp_path, cache):
+    tarball = make_tarball(tmp_path, "6.12.999")
+    tree = kernel_source.resolve_source_option(str(tarball))
+    assert tree.parent == cache / "src" and kernel_source.kernel_version(tree) == Version("6.12.999")
+
+
+def test_a_tarball_path_with_a_wrong_sha256_is_refused(tmp_path, cache):
+    with pytest.raises(SourceError, match="expected " + "cd" * 32):
+        kernel_source.resolve_source_option(str(make_tarball(tmp_path)), sha256="CD" * 32)
+    assert leftovers(cache / "src") == []
+
+
+def test_a_missing_path_is_a_usage_error(tmp_path, cache):
+    with pytest.raises(UsageError, match="no such file or folder"):
+        kernel_source.resolve_source_option(str(tmp_path / "nope"))
+
+
+def test_a_folder_without_amdgpu_is_refused(tmp_path, cache):
+    (tmp_path / "Makefile").write_text("VERSION = 6\nPATCHLEVEL = 1\nSUBLEVEL = 1\nEXTRAVERSION =\n")
+    with pytest.raises(SourceError, match="has no drivers/gpu/drm/amd/amdgpu"):
+        kernel_source.resolve_source_option(str(tmp_path))
+
+
+# --- Debian's real source ------------------------------------------------------------------------------------
+
+
+def test_real_debian_61_source(real_source_61, persistent_cache):
+    """Downloaded from bookworm-security and unpacked through rdna1_kmgr (conftest's real_source_61)."""
+    origin = kernel_source.source_origin(real_source_61)
+    assert origin["package"] == "linux-source-6.1"
+    assert kernel_source.kernel_version(real_source_61) == kernel_source.upstream_version(origin["debian_version"])
+    assert (real_source_61 / AMD / "amdgpu/gmc_v10_0.c").is_file()
+    assert (real_source_61 / AMD / "amdkfd/kfd_crat.c").is_file()
+    assert not (real_source_61 / "include").exists()
+    # A second request costs nothing: the unpacked tree is found without the archive or the .deb.
+    started = time.monotonic()
+    assert kernel_source.fetch_debian_source(origin["debian_version"]) == real_source_61
+    assert time.monotonic() - started < 1
+
+
+def test_fetch_kernel_source_of_an_installed_debian_kernel(real_source_61, persistent_cache):
+    version = kernel_source.source_origin(real_source_61)["debian_version"]
+    krel = debian_archive.current_kernel_abi("bookworm-security")
+    if kernel_source.debian_kernel_version(krel) != version:
+        pytest.skip(f"linux-headers-{krel} is not installed here (the headers_61 fixture installs it)")
+    assert kernel_source.fetch_kernel_source(krel) == real_source_61
+
+
+def test_a_kernel_debian_did_not_build_needs_source(cache):
+    with pytest.raises(SourceError) as err:
+        kernel_source.fetch_kernel_source("6.18.44-nodebian")
+    assert "kernel 6.18.44-nodebian is not a Debian kernel" in err.value.line() and "--source" in err.value.line()
+
+
+def test_debian_source_for_finds_the_suite(real_source_61, persistent_cache):
+    version = kernel_source.source_origin(real_source_61)["debian_version"]
+    found = kernel_source.debian_source_for(version)
+    assert (found.package, found.version, found.suite) == ("linux-source-6.1", version, "bookworm-security")
+
+
+def test_a_version_debian_no_longer_has_points_to_kernel_org(persistent_cache):
+    with pytest.raises(SourceError) as err:
+        kernel_source.debian_source_for("6.1.1-1")
+    assert "linux-source-6.1 6.1.1-1" in err.value.line()
+    assert "https://cdn.kernel.org/pub/linux/kernel/v6.x/linux-6.1.1.tar.xz" in err.value.line()
+
+
+def test_real_612_and_72_sources(real_source_612, real_source_72):
+    assert kernel_source.kernel_version(real_source_612).release[:2] == (6, 12)
+    assert kernel_source.kernel_version(real_source_72).release[:2] == (7, 2)
+    for tree in (real_source_612, real_source_72):
+        assert (tree / AMD / "amdgpu/gmc_v10_0.c").is_file()
+        assert (tree / AMD / "amdxcp").is_dir()  # newer kernels' extra amd folder comes along
