@@ -301,6 +301,13 @@ class BuildRequest:
     no_install: bool = False
     key: str | None = None
     cert: str | None = None
+    debug_info: bool = False  # compile with the kernel config's -g (default: KCFLAGS=-g0)
+
+
+def package_for(manifest: dict, debug_info: bool) -> dkms.Package:
+    """The DKMS package a rendered series goes into."""
+    version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"], debug_info)
+    return dkms.Package(dkms.PACKAGE_NAME, version, debug_info=debug_info)
 
 
 def series_parameters(series_dir: Path) -> list[str]:
@@ -349,8 +356,7 @@ def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, 
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
-        package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                        manifest["patchset_sha256"]))
+        package = package_for(manifest, request.debug_info)
         devices = [int(d, 16) for d in manifest["devices"]]
         quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
         built = build_package(
@@ -427,8 +433,7 @@ def plan(request: BuildRequest) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
         params = series_parameters(Path(tmp) / "series")
-    package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                    manifest["patchset_sha256"]))
+    package = package_for(manifest, request.debug_info)
     lines.append(f"render {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]}) "
                  f"for devices {' '.join(manifest['devices'])}")
     have_dkms = shutil.which("dkms") is not None
@@ -439,7 +444,8 @@ def plan(request: BuildRequest) -> list[str]:
         lines.append(f"  {' '.join(dkms.command(dkms.add_args(package), trees))}")
         lines.append(f"  {' '.join(dkms.command(dkms.build_args(package, kernel.release, jobs), trees))}"
                      f"   (kbuild tree {dkms.kbuild_root(package.name) / kernel.release}"
-                     f"{', ccache' if ccache_env() else ''})")
+                     f"{', ccache' if ccache_env() else ''}"
+                     f"{', with debug info' if request.debug_info else ', KCFLAGS=-g0: no debug info'})")
     lines.append(f"verify vermagic {kernel.release}, the signature against {keys.cert} (openssl), "
                  f"parameters {' '.join(params)}, aliases for {' '.join(manifest['devices'])}")
     if have_dkms:

@@ -58,6 +58,8 @@ def assemble_and_build(sandbox, series_dir, package, jobs=2):
 
 def test_package_version_encodes_kernel_and_patch_set():
     assert dkms.package_version("6.1.192", "0123456789abcdef" * 4) == "6.1.192+p0123456789ab"
+    # a build with debug info is another build of the same patch set
+    assert dkms.package_version("6.1.192", "0123456789abcdef" * 4, debug_info=True) == "6.1.192+p0123456789ab+debug"
     with pytest.raises(ValueError):
         dkms.package_version("6.1.192", "not-a-hash")
 
@@ -104,6 +106,11 @@ def test_dkms_conf_is_the_shell_dkms_sources(tmp_path, monkeypatch):
         "--", "make", "-j3", "KERNELRELEASE=6.1.0-56-amd64", "-C", "/lib/modules/6.1.0-56-amd64/build",
         f"M={tree}/drivers/gpu/drm/amd/amdgpu", f"FULL_AMD_PATH={tree}/drivers/gpu/drm/amd", "modules",
     ]
+    # debug info only when asked: rdna1-kbuild then keeps the config's -g instead of adding KCFLAGS=-g0
+    debug = dkms.Package("rdna1-amdgpu", "6.1.192+p0123456789ab+debug", debug_info=True)
+    conf.write_text(dkms.render_conf(debug, ["0001-out-of-tree.patch"], "amdgpu test"))
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[-1].split()[:2] == ["./rdna1-kbuild", "--debug-info"]
 
 
 def test_first_compiler_error_prefers_the_compiler_over_make():
@@ -224,12 +231,37 @@ def test_dkms_applies_the_series_builds_and_signs(sandbox):
     assert report.parameters == ("rdna1_hello_enable",)
     assert report.signer == "rdna1-kmgr test key"
     assert b".debug_info" not in elf  # stripped as DKMS would
+    # compiled without debug info at all (KCFLAGS=-g0): the objects kept in the kbuild tree have none either
+    kept = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / hellomod.LOCATION
+    assert b".debug_info" not in (kept / "main.o").read_bytes()
     log = outcome.log.read_text()
     assert "CC [M]" in log and "Signing module" in log
     # the private key stayed where it was: nothing in the DKMS trees holds it
     key_bytes = sandbox.keys.key.read_bytes()
     for folder in (sandbox.trees.source, sandbox.trees.dkms):
         assert not any(p.is_file() and p.read_bytes() == key_bytes for p in folder.rglob("*"))
+
+
+def test_debug_info_is_kept_only_when_asked_and_changes_nothing_else(sandbox):
+    """--debug-info compiles with the config's -g (for crash dumps); the module DKMS gets has the same
+    vermagic, parameters and signer either way, and is stripped either way."""
+    series_dir, manifest, plain = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("hello-g")})
+    plain_module = assemble_and_build(sandbox, series_dir, plain).module
+    kept = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / hellomod.LOCATION
+    plain_size = (kept / "main.o").stat().st_size
+    plain_report = module_checks.verify(plain_module, sandbox.kernel, sandbox.keys.cert, [0x731F])
+
+    debug = dkms.Package("rdna1hello", dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"],
+                                                            debug_info=True), hellomod.MODULE, debug_info=True)
+    outcome = assemble_and_build(sandbox, series_dir, debug)
+    assert outcome.compiled >= 2  # other flags: kbuild compiles everything again
+    assert b".debug_info" in (kept / "main.o").read_bytes()
+    assert (kept / "main.o").stat().st_size > plain_size
+    assert b".debug_info" in (kept / "rdna1hello.ko").read_bytes()  # the unstripped module, for crash dumps
+    assert b".debug_info" not in module_checks.read_module(outcome.module)
+    report = module_checks.verify(outcome.module, sandbox.kernel, sandbox.keys.cert, [0x731F])
+    assert (report.vermagic, report.parameters, report.signer) == (
+        plain_report.vermagic, plain_report.parameters, plain_report.signer)
 
 
 def test_another_patch_set_recompiles_only_what_it_changes(sandbox):
