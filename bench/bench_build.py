@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of `rdna1-kmgr build` against a raw kbuild of the same source, in one run.
 
-    sudo /opt/rdna1-kmgr/bin/python bench/bench_build.py [--kernel KREL] [--source TREE] [-j N] [--quirk-off ID]
+    /opt/rdna1-kmgr/bin/python bench/bench_build.py [--kernel KREL] [--source TREE] [-j N] [--quirk-off ID]
 
 Measures on this machine, one after the other:
   raw      `make -C /lib/modules/KREL/build M=<copy>/drivers/gpu/drm/amd/amdgpu FULL_AMD_PATH=... modules` of the
