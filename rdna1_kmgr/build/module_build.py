@@ -80,8 +80,9 @@ def _release_in_depends(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def resolve_kernel(requested: str | None) -> Kernel:
-    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one."""
+def resolve_kernel(requested: str | None, doing: str = "building") -> Kernel:
+    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one.
+    `doing` is what the command does for it, for the note ("building", "planning an install", ...)."""
     if requested is not None:
         release = user_input.kernel_release(requested)
         return Kernel(release, kernel_source.debian_kernel_version(release))
@@ -95,7 +96,7 @@ def resolve_kernel(requested: str | None) -> Kernel:
                         "and no distribution kernel is known", "give --kernel RELEASE")
     return Kernel(current, kernel_source.debian_kernel_version(current),
                   note=f"the running kernel {running} is not a {distro.name() or 'distribution'} kernel; "
-                       f"building for the distribution's current kernel {current} (give --kernel to choose)")
+                       f"{doing} for the distribution's current kernel {current} (give --kernel to choose)")
 
 
 # --- the package half --------------------------------------------------------------------------------
@@ -445,7 +446,7 @@ def plan(request: BuildRequest) -> list[str]:
         lines.append(f"  {' '.join(dkms.command(dkms.build_args(package, kernel.release, jobs), trees))}"
                      f"   (kbuild tree {dkms.kbuild_root(package.name) / kernel.release}"
                      f"{', ccache' if ccache_env() else ''}"
-                     f"{', with debug info' if request.debug_info else ', KCFLAGS=-g0: no debug info'})")
+                     f"{', with debug info' if request.debug_info else ', no debug info unless module BTF needs it'})")
     lines.append(f"verify vermagic {kernel.release}, the signature against {keys.cert} (openssl), "
                  f"parameters {' '.join(params)}, aliases for {' '.join(manifest['devices'])}")
     if have_dkms:

@@ -391,7 +391,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     elif request.kernel is not None:
         kernel = user_input.kernel_release(request.kernel)
     else:
-        resolved = resolve_kernel(None)
+        resolved = resolve_kernel(None, "planning an install" if request.dry_run else "installing")
         if resolved.note:
             stream.write(f"rdna1-kmgr: {resolved.note}\n")
         kernel = resolved.release

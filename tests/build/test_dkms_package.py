@@ -19,7 +19,7 @@ from rdna1_kmgr.build import module_checks
 from rdna1_kmgr.core.errors import BuildError
 
 import hellomod
-from dkms_helpers import make_keys, make_sandbox
+from dkms_helpers import installed_releases, make_keys, make_sandbox
 
 
 def load_kbuild_script():
@@ -231,9 +231,11 @@ def test_dkms_applies_the_series_builds_and_signs(sandbox):
     assert report.parameters == ("rdna1_hello_enable",)
     assert report.signer == "rdna1-kmgr test key"
     assert b".debug_info" not in elf  # stripped as DKMS would
-    # compiled without debug info at all (KCFLAGS=-g0): the objects kept in the kbuild tree have none either
+    # compiled without debug info (KCFLAGS=-g0), unless the kernel makes module BTF, which is made from it
     kept = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / hellomod.LOCATION
-    assert b".debug_info" not in (kept / "main.o").read_bytes()
+    btf = load_kbuild_script().makes_module_btf(["make", "-C", f"/lib/modules/{sandbox.kernel}/build"])
+    assert (b".debug_info" in (kept / "main.o").read_bytes()) == btf
+    assert (b".BTF" in elf) == btf  # a BTF kernel's module keeps its BTF
     log = outcome.log.read_text()
     assert "CC [M]" in log and "Signing module" in log
     # the private key stayed where it was: nothing in the DKMS trees holds it
@@ -242,9 +244,37 @@ def test_dkms_applies_the_series_builds_and_signs(sandbox):
         assert not any(p.is_file() and p.read_bytes() == key_bytes for p in folder.rglob("*"))
 
 
-def test_debug_info_is_kept_only_when_asked_and_changes_nothing_else(sandbox):
+def test_module_btf_is_detected_from_the_headers(tmp_path):
+    """kbuild makes module BTF only with CONFIG_DEBUG_INFO_BTF_MODULES and a vmlinux in the headers' tree."""
+    kbuild = load_kbuild_script()
+    headers = tmp_path / "headers"
+    (headers / "include" / "config").mkdir(parents=True)
+    (headers / "include" / "config" / "auto.conf").write_text("CONFIG_DEBUG_INFO_BTF=y\nCONFIG_DEBUG_INFO_BTF_MODULES=y\n")
+    command = ["make", "-j3", "-C", str(headers), "M=/x", "modules"]
+    assert not kbuild.makes_module_btf(command)  # Debian's 6.1 headers: no vmlinux, kbuild skips BTF
+    (headers / "vmlinux").write_bytes(b"")
+    assert kbuild.makes_module_btf(command)  # Debian's 6.12 headers
+    (headers / "include" / "config" / "auto.conf").write_text("CONFIG_DEBUG_INFO_BTF=y\n")
+    assert not kbuild.makes_module_btf(command)
+    assert not kbuild.makes_module_btf(["make", "modules"])
+
+
+@pytest.fixture
+def sandbox_without_btf(tmp_path, monkeypatch):
+    """A sandbox for a kernel whose headers make no module BTF (so -g0 applies), or skip."""
+    kbuild = load_kbuild_script()
+    plain = [k for k in installed_releases() if not kbuild.makes_module_btf(["make", "-C", f"/lib/modules/{k}/build"])]
+    if not plain:
+        pytest.skip("every installed kernel's headers make module BTF, which keeps -g")
+    keys_dir = tmp_path / "keys"
+    keys_dir.mkdir()
+    return make_sandbox(tmp_path, monkeypatch, make_keys(keys_dir), kernel=plain[-1])
+
+
+def test_debug_info_is_kept_only_when_asked_and_changes_nothing_else(sandbox_without_btf):
     """--debug-info compiles with the config's -g (for crash dumps); the module DKMS gets has the same
     vermagic, parameters and signer either way, and is stripped either way."""
+    sandbox = sandbox_without_btf
     series_dir, manifest, plain = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("hello-g")})
     plain_module = assemble_and_build(sandbox, series_dir, plain).module
     kept = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / hellomod.LOCATION
