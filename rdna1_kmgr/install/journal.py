@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Iterator
 
 from rdna1_kmgr import __version__
-
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import HostError, KmgrError
 from rdna1_kmgr.core.files import fsync_dir, sha256_file  # noqa: F401  (sha256_file: install and status use it from here)
