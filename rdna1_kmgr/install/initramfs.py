@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
-from rdna1_kmgr.install.journal import sha256_file
+from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.install.target_root import TargetRoot
 
 _MODULE_SUFFIX = r"\.ko(?:\.xz|\.zst|\.gz)?"

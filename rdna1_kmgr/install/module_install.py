@@ -33,6 +33,7 @@ from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build.module_build import resolve_kernel
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
+from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install import initramfs, rollback
 from rdna1_kmgr.install.journal import (
@@ -42,7 +43,6 @@ from rdna1_kmgr.install.journal import (
     check_writable,
     locked,
     refuse_if_busy,
-    sha256_file,
     write_durably,
 )
 from rdna1_kmgr.install.target_root import TargetRoot
