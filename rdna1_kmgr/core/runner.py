@@ -87,17 +87,9 @@ def run(
     what = doing or Path(argv[0]).name
     log.info("run: %s", shlex.join(argv))
     started = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-            env=env, cwd=cwd, text=text, start_new_session=True,
-            **({"errors": "replace"} if text else {}),
-        )
-    except OSError as err:
-        raise error(f"{what}: cannot run {argv[0]}: {err.strerror}", hint or f"install {Path(argv[0]).name}") from None
+    proc = _start(argv, what, error, hint, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                  env=env, cwd=cwd, text=text, **({"errors": "replace"} if text else {}))
     timer = _Watchdog(proc, timeout)
     ticker = _Ticker(proc, on_tick)
     try:
@@ -148,11 +140,7 @@ def pipe_from(argv: list[str], *, error: type[KmgrError] = HostError, doing: str
     what = doing or Path(argv[0]).name
     log.info("run (reading): %s", shlex.join(argv))
     with tempfile.TemporaryFile() as errors:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
-                                    start_new_session=True)
-        except OSError as err:
-            raise error(f"{what}: cannot run {argv[0]}: {err.strerror}", hint) from None
+        proc = _start(argv, what, error, hint, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors)
         try:
             yield proc.stdout
         except BaseException as failure:
@@ -203,11 +191,7 @@ def pipe_into(argv: list[str], *, check: bool = True, error: type[KmgrError] = H
     what = doing or Path(argv[0]).name
     log.info("run (writing): %s", shlex.join(argv))
     with tempfile.TemporaryFile() as errors:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
-                                    start_new_session=True)
-        except OSError as err:
-            raise error(f"{what}: cannot run {argv[0]}: {err.strerror}", hint) from None
+        proc = _start(argv, what, error, hint, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
         sink = Sink(proc.stdin)
         try:
             yield sink
@@ -360,6 +344,14 @@ def session_members(session: int) -> list[int]:
 
 
 # --- internals ---------------------------------------------------------------------------------------------
+
+
+def _start(argv: list[str], what: str, error: type[KmgrError], hint: str | None, **popen) -> subprocess.Popen:
+    """Start argv in a session of its own (so stopping it stops its children); a missing program is `error`."""
+    try:
+        return subprocess.Popen(argv, start_new_session=True, **popen)
+    except OSError as err:
+        raise error(f"{what}: cannot run {argv[0]}: {err.strerror}", hint or f"install {Path(argv[0]).name}") from None
 
 
 class _Watchdog:
