@@ -43,4 +43,6 @@ spec=$here
 "$prefix/bin/pip" install -q --disable-pip-version-check --upgrade "$spec"
 mkdir -p "$bindir"
 ln -sf "$prefix/bin/rdna1-kmgr" "$bindir/rdna1-kmgr"
+# Where every command logs the programs it ran (core/command_log.py writes only where this folder exists).
+install -d -m 0755 /var/log/rdna1-kmgr
 echo "install.sh: done: $("$bindir/rdna1-kmgr" --version) ($bindir/rdna1-kmgr)"
