@@ -182,10 +182,15 @@ def _vm_check(candidate: Candidate, skip: bool) -> dict:
 
 
 def check_kernel_installed(kernel: str, root: TargetRoot) -> None:
+    """The kernel installed, or at least its headers: the distribution's kernel `build` built for on a machine
+    that runs another one (a newcomer's, a VM host) has only those, and the module goes in place for the day
+    its image is installed (that package's postinst then makes the initramfs with it)."""
     modules = root.modules_dir(kernel)
-    if not (modules / "kernel").is_dir() and not (modules / "modules.order").is_file():
-        raise InstallRefused(f"kernel {kernel} is not installed here ({modules} holds no kernel modules)",
-                             f"install its image package (linux-image-{kernel}) first; nothing was changed")
+    if not (modules / "kernel").is_dir() and not (modules / "modules.order").is_file() \
+            and not (modules / "build").exists():
+        raise InstallRefused(f"kernel {kernel} is not installed here ({modules} holds neither its modules nor "
+                             "its headers)", f"build for it first (`rdna1-kmgr build --kernel {kernel}`), or install "
+                             f"its image package (linux-image-{kernel}); nothing was changed")
 
 
 def check_no_foreign_module(candidate: Candidate, root: TargetRoot, trees: dkms.Trees) -> None:

@@ -7,7 +7,7 @@ looks at the current state first, so a rollback killed anywhere, or an install k
 step), is finished by running rollback again.
 
 Then: the install's DKMS package is removed for that kernel (its source too when no other kernel uses it)
-unless --keep-build; when the module index was touched, depmod runs once more (the result equals the
+unless --keep-build; when the module index was touched (and existed before), depmod runs once more (the result equals the
 restored index, unless other modules were added meanwhile, which a plain restore would hide); `rolled-back`
 is recorded and the journal moves to history/.
 """
@@ -60,10 +60,13 @@ def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:
 
 
 def _final_depmod(state: State) -> list[str] | None:
-    """The depmod of the install, when the module index may have been touched."""
+    """The depmod of the install, when the module index may have been touched and there was one before: a
+    kernel whose image is not installed had no index (modules.dep absent), and restoring leaves none."""
     for step in state.steps:
         if step.step == "depmod" and step.intent.get("command"):
-            return step.intent["command"]
+            had_index = any(Path(b["path"]).name == "modules.dep" and (b.get("backup") or "symlink" in b)
+                            for b in step.intent.get("backups", []))
+            return step.intent["command"] if had_index else None
     return None
 
 

@@ -317,11 +317,13 @@ def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, wi
               with_image: bool = True) -> None:
     FakeSysroot(root).kernel(kernel).os_release("debian", "12", "Debian GNU/Linux 12 (bookworm)")
     modules = root / "lib/modules" / kernel
-    (modules / "kernel" / AMD_TREE / "amdgpu").mkdir(parents=True)
-    shutil.copy2(stock, modules / "kernel" / AMD_TREE / "amdgpu/amdgpu.ko")
-    (modules / "modules.order").write_text(f"kernel/{AMD_TREE}/amdgpu/amdgpu.ko\n")
+    modules.mkdir(parents=True)
     (modules / "build").symlink_to(f"/lib/modules/{kernel}/build")
-    subprocess.run(["depmod", "-b", str(root), kernel], check=True, capture_output=True)
+    if with_image:  # the image package's modules; without it, only the headers' build link is there
+        (modules / "kernel" / AMD_TREE / "amdgpu").mkdir(parents=True)
+        shutil.copy2(stock, modules / "kernel" / AMD_TREE / "amdgpu/amdgpu.ko")
+        (modules / "modules.order").write_text(f"kernel/{AMD_TREE}/amdgpu/amdgpu.ko\n")
+        subprocess.run(["depmod", "-b", str(root), kernel], check=True, capture_output=True)
     (root / "etc/modprobe.d").mkdir(parents=True)
     (root / "etc/modprobe.d/someone-elses.conf").write_text("options snd_hda_intel power_save=1\n")
     (root / "boot").mkdir()
@@ -437,18 +439,27 @@ def test_install_without_an_initramfs_creates_one_and_rollback_removes_it(tmp_pa
 def test_a_kernel_whose_image_is_not_installed_gets_the_module_and_no_initramfs(tmp_path, monkeypatch, pristine,
                                                                                fake_tools):
     """A newcomer's machine: the distribution's kernel has its headers (build pulled them) but not its image.
-    Install puts the module in place for it; the image package's postinst makes the initramfs later."""
+    Install puts the module in place for it; the image package's postinst makes the initramfs later. A kernel
+    with neither is refused."""
     fs = _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=False, with_image=False)
     fs.write_verdict()
     before = fs.hash()
     dry = fs.cli("install", "--kernel", fs.kernel, "--dry-run", *fs.cert_args)
     assert dry.returncode == 0, dry.stderr
     assert "4. initramfs\n    skipped: " in dry.stdout and "update-initramfs" not in dry.stdout
+    assert fs.resolves_to() is None
     assert fs.install().returncode == 0
     assert fs.resolves_to() == fs.installed_path
     assert list((fs.root / "boot").iterdir()) == []  # no initramfs made for a kernel that is not there
     assert fs.rollback().returncode == 0
     assert_same_system(before, fs.hash())
+    from rdna1_kmgr.install import module_install
+    from rdna1_kmgr.install.target_root import TargetRoot
+
+    module_install.check_kernel_installed(fs.kernel, TargetRoot(fs.root))  # headers only: accepted
+    (fs.root / "lib/modules" / fs.kernel / "build").unlink()
+    with pytest.raises(module_install.InstallRefused, match="holds neither its modules nor its headers"):
+        module_install.check_kernel_installed(fs.kernel, TargetRoot(fs.root))
 
 
 def test_status_reports_the_install(system):
