@@ -820,9 +820,11 @@ def test_our_own_build_installed_behind_the_journals_back_is_named(system):
     assert _unchanged(system) == before
 
 
-def test_a_kernel_without_its_modules_is_refused(system):
+def test_a_kernel_without_its_modules_or_headers_is_refused(system):
+    """(Headers alone are enough: test_a_kernel_whose_image_is_not_installed_gets_the_module_and_no_initramfs.)"""
     shutil.rmtree(system.root / "lib/modules" / system.kernel / "kernel")
     (system.root / "lib/modules" / system.kernel / "modules.order").unlink()
+    (system.root / "lib/modules" / system.kernel / "build").unlink()
     before = _unchanged(system)
     proc = system.install()
     assert proc.returncode == 8 and f"install its image package (linux-image-{system.kernel})" in one_error_line(proc)
