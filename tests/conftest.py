@@ -1,6 +1,6 @@
 """Fixtures shared by the test suite: real Debian kernel sources and real kernel headers.
 
-Real sources are fetched from deb.debian.org through rdna1_kmgr.source.debian_archive and unpacked through
+Real sources are fetched from the system's apt archive through rdna1_kmgr.source.debian_archive and unpacked through
 rdna1_kmgr.source.kernel_source, into a persistent test cache that outlives test runs:
 
     $RDNA1_KMGR_TEST_CACHE (default /var/cache/rdna1-kmgr-tests)

@@ -6,7 +6,8 @@ their package names, and say they are not implemented here.
 
 Headers Debian ships only in bookworm-backports (a 6.12 kernel on bookworm, e.g. 6.12.95+deb12-amd64) are
 installed from there: if the system's sources do not list backports yet, the plan first writes
-/etc/apt/sources.list.d/rdna1-kmgr-backports.sources (Debian's own archive and keyring; backports is
+/etc/apt/sources.list.d/rdna1-kmgr-backports.sources (the archive and keyring the system's own entry for
+the release uses; backports is
 NotAutomatic, so nothing else on the system moves to it), runs `apt-get update`, and installs the headers
 alone as `linux-headers-KREL/bookworm-backports`. Not with `-t bookworm-backports`: that raises every
 backports package to the candidate, and apt then upgrades the installed siblings built from the same source
@@ -25,7 +26,8 @@ from pathlib import Path
 import distro
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.source.debian_archive import KEYRING, SUITES, PrivateArchive, run_apt
+from rdna1_kmgr.source import apt_sources
+from rdna1_kmgr.source.debian_archive import PrivateArchive, run_apt
 from rdna1_kmgr.core.errors import HostError
 
 # Everything an out-of-tree kbuild run and DKMS's signing step use, besides the headers and dkms.
@@ -117,9 +119,9 @@ class Apt(PackageManager):
             plan.commands.append(_apt_install([f"{headers}/{suites[0]}" if only_backports else headers]))
             return
         backports = f"{self.codename}-backports"
-        if self.distro_id == "debian" and backports in SUITES and PrivateArchive(backports).candidate(headers):
+        if self.distro_id == "debian" and PrivateArchive(backports, self.codename).candidate(headers):
             if not self.system_lists_backports(backports):
-                plan.files[BACKPORTS_SOURCES] = backports_sources(backports)
+                plan.files[BACKPORTS_SOURCES] = backports_sources(backports, self.codename)
             plan.commands.append(["apt-get", "update"])
             plan.commands.append(_apt_install([f"{headers}/{backports}"]))
             return
@@ -136,7 +138,7 @@ class Apt(PackageManager):
         table = proc.stdout.split("Version table:", 1)[-1]
         block = re.search(rf"^\s*(?:\*\*\*)?\s*{re.escape(candidate.group(1))} -?\d+\n((?:\s+-?\d+ .*\n?)*)", table, re.M)
         lines = block.group(1).splitlines() if block else []
-        # "     100 http://deb.debian.org/debian bookworm-backports/main amd64 Packages"
+        # "     100 http://<mirror>/debian bookworm-backports/main amd64 Packages"
         return [parts[2].split("/")[0] for parts in (line.split() for line in lines)
                 if len(parts) >= 3 and "://" in parts[1]]
 
@@ -219,10 +221,18 @@ def ensure_prerequisites(krel: str, *, yes: bool = False, no_install: bool = Fal
     return plan
 
 
-def backports_sources(suite: str) -> str:
-    """A deb822 sources entry for Debian's `suite` (a backports suite), signed by the archive keyring."""
-    return (f"# Added by rdna1-kmgr to install kernel headers Debian ships only in {suite}.\n"
-            f"Types: deb\nURIs: {SUITES[suite]}\nSuites: {suite}\nComponents: main\nSigned-By: {KEYRING}\n")
+def backports_sources(suite: str, codename: str | None = None) -> str:
+    """A deb822 sources entry for `suite` (a backports suite) from the archive, keyring and trust of the
+    system's own entry for the release."""
+    entry = apt_sources.archive_for(suite, codename or distro.codename())
+    lines = [f"# Added by rdna1-kmgr to install kernel headers Debian ships only in {suite}.",
+             "Types: deb", f"URIs: {entry.uri}", f"Suites: {suite}", "Components: main"]
+    if entry.signed_by:
+        key = entry.signed_by.replace("\n\n", "\n.\n").replace("\n", "\n ")  # deb822 continuation lines
+        lines.append(f"Signed-By: {key}")
+    if entry.trusted:
+        lines.append("Trusted: yes")
+    return "\n".join(lines) + "\n"
 
 
 def _apt_install(packages: list[str]) -> list[str]:

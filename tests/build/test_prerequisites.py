@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from apt_fixtures import apt_config
+
 from rdna1_kmgr.source import debian_archive
 
 from rdna1_kmgr.build import prerequisites
@@ -147,11 +149,13 @@ def test_apt_missing_asks_dpkg():
     assert prerequisites.Apt("debian", "bookworm").missing(["dpkg", NO_SUCH_PACKAGE, "coreutils"]) == [NO_SUCH_PACKAGE]
 
 
-def test_the_backports_sources_entry():
-    text = prerequisites.backports_sources("bookworm-backports")
+def test_the_backports_sources_entry_follows_the_systems_own_entry_for_the_release(tmp_path, monkeypatch):
+    mirror = "http://mirror.example.invalid/debian"
+    apt_config(tmp_path, monkeypatch, f"deb [signed-by=/k.gpg] {mirror} bookworm main contrib\n")
+    text = prerequisites.backports_sources("bookworm-backports", "bookworm")
     fields = dict(line.split(": ", 1) for line in text.splitlines() if not line.startswith("#"))
-    assert fields == {"Types": "deb", "URIs": "http://deb.debian.org/debian", "Suites": "bookworm-backports",
-                      "Components": "main", "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"}
+    assert fields == {"Types": "deb", "URIs": mirror, "Suites": "bookworm-backports",
+                      "Components": "main", "Signed-By": "/k.gpg"}
     assert prerequisites.BACKPORTS_SOURCES == Path("/etc/apt/sources.list.d/rdna1-kmgr-backports.sources")
 
 
