@@ -55,12 +55,13 @@ def distro_convention(distro_id: str | None = None, like: str | None = None) -> 
     return DEBIAN
 
 
-def resolve(key: str | Path | None = None, cert: str | Path | None = None) -> KeyPair:
-    """--key/--cert when given (both or neither), else the distro's convention."""
+def resolve(key: str | Path | None = None, cert: str | Path | None = None, distro_id: str | None = None,
+            like: str | None = None) -> KeyPair:
+    """--key/--cert when given (both or neither), else the convention of the distro (this one's by default)."""
     if (key is None) != (cert is None):
         raise UsageError("--key and --cert go together", "give both, or neither to use the distro's DKMS key")
     if key is None:
-        return distro_convention()
+        return distro_convention(distro_id, like)
     return KeyPair(Path(key).absolute(), Path(cert).absolute(), "given")
 
 
@@ -186,26 +187,38 @@ def enrollment(cert: Path) -> str:
     return f"unknown ({_first_line(text) or 'mokutil said nothing'})"
 
 
-def enroll_command(cert: Path) -> list[str]:
+def enroll_command(cert: Path, convention: str = "debian", root: Path = Path("/")) -> list[str]:
+    """Ubuntu enrolls its MOK with update-secureboot-policy (shim-signed), which runs mokutil --import on
+    /var/lib/shim-signed/mok/MOK.der and asks for the one-time password through debconf; everywhere else, and
+    for any other certificate, mokutil --import itself."""
+    if convention == "ubuntu" and Path(cert) == UBUNTU.cert and _program_in(root, UPDATE_SECUREBOOT_POLICY):
+        return [UPDATE_SECUREBOOT_POLICY, "--enroll-key"]
     return ["mokutil", "--import", str(cert)]
+
+
+UPDATE_SECUREBOOT_POLICY = "update-secureboot-policy"
+
+
+def _program_in(root: Path, name: str) -> bool:
+    return any((root / folder / name).is_file() for folder in ("usr/sbin", "usr/bin", "sbin", "bin"))
 
 
 REBOOT_STEPS = (
     "mokutil has queued the certificate; the firmware asks for it at the next boot:",
     "  1. reboot; a blue MOK Manager screen appears (press a key within 10 seconds),",
     "  2. choose 'Enroll MOK', then 'Continue', then 'Yes',",
-    "  3. type the password you just gave mokutil, then choose 'Reboot'.",
+    "  3. type the one-time password you just chose, then choose 'Reboot'.",
     "Afterwards `rdna1-kmgr keys status` shows the certificate as enrolled.",
 )
 
 
-def enroll(cert: Path) -> None:
-    """Queue the certificate with `mokutil --import` (it asks for a one-time password on the terminal)."""
+def enroll(cert: Path, convention: str = "debian") -> None:
+    """Queue the certificate (enroll_command: it asks for a one-time password on the terminal)."""
     if not cert.is_file():
         raise HostError(f"certificate {cert} does not exist", "run `rdna1-kmgr keys generate` first")
     try:
-        # Inherit the terminal: mokutil prompts for the password twice.
-        result = subprocess.run(enroll_command(cert))
+        # Inherit the terminal: mokutil (or debconf, for update-secureboot-policy) prompts for the password.
+        result = subprocess.run(enroll_command(cert, convention))
     except FileNotFoundError:
         raise HostError("mokutil is not installed", "install it (apt install mokutil)") from None
     if result.returncode != 0:
