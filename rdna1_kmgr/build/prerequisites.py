@@ -1,8 +1,8 @@
 """What a module build needs on the host (the kernel's headers, DKMS, compiler and tools), and installing
 what is missing through the distribution's package manager, after the user agreed.
 
-One small class per package manager. apt (Debian, Ubuntu) is complete; dnf and pacman have their place and
-their package names, and say they are not implemented here.
+One small class per package manager. apt (Debian, Ubuntu) is complete and tested; dnf (Fedora) and pacman
+(Arch) ask rpm -q / pacman -Q and install with dnf install / pacman -S: written, not run here.
 
 Headers Debian ships only in bookworm-backports (a 6.12 kernel on bookworm, e.g. 6.12.95+deb12-amd64) are
 installed from there: if the system's sources do not list backports yet, the plan first writes
@@ -19,13 +19,14 @@ on) exist only in backports and come from there anyway.
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import distro
 
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.source.debian_archive import PrivateArchive, run_apt
 from rdna1_kmgr.core.errors import HostError
@@ -77,7 +78,7 @@ class PackageManager:
         raise self._not_here(plan.missing)
 
     def _not_here(self, packages: list[str]) -> HostError:
-        return HostError(f"checking and installing prerequisites with {self.name} is not implemented here",
+        return HostError(f"checking and installing prerequisites needs {self.name}, which this system lacks",
                          f"install them yourself: {self.name} install {' '.join(packages)}")
 
 
@@ -159,23 +160,58 @@ class Apt(PackageManager):
                     hint="see apt's message; fix the package sources and run again")
 
 
-class Dnf(PackageManager):
-    """Fedora, RHEL and relatives (their names; the install itself is not implemented here)."""
+class _QueryAndInstall(PackageManager):
+    """A package manager asked package by package whether it is installed, and told to install the rest in one
+    command. Written from the tools' documented usage; not run on this Debian machine (see the README)."""
+
+    query: tuple[str, ...] = ()
+    install: tuple[str, ...] = ()
+
+    def missing(self, packages: list[str]) -> list[str]:
+        if runner.which(self.query[0]) is None or runner.which(self.install[0]) is None:
+            raise self._not_here(packages)
+        return [package for package in packages
+                if runner.run([*self.query, package], check=False, timeout=60).returncode != 0]
+
+    def plan(self, krel: str) -> InstallPlan:
+        missing = self.missing(self.required(krel))
+        plan = InstallPlan(self.name, missing)
+        if missing:
+            plan.commands.append([*self.install, *missing])
+        return plan
+
+    def apply(self, plan: InstallPlan) -> None:
+        _require_root(plan)
+        for command in plan.commands:
+            runner.run(command, timeout=3600, doing=f"`{' '.join(command)}`", on_line=_echo,
+                       hint=f"see {self.name}'s message; fix its repositories and run again")
+
+
+class Dnf(_QueryAndInstall):
+    """Fedora, RHEL and relatives: kernel-devel of exactly the kernel (akmods users have it already)."""
 
     name = "dnf"
+    query = ("rpm", "-q", "--quiet")
+    install = ("dnf", "install", "-y")
 
     def required(self, krel: str) -> list[str]:
         return [f"kernel-devel-{krel}", "dkms", "gcc", "make", "bc", "bison", "flex", "elfutils-libelf-devel",
                 "openssl-devel", "kmod", "openssl", "xz", "patch"]
 
 
-class Pacman(PackageManager):
-    """Arch Linux and relatives (their names; the install itself is not implemented here)."""
+class Pacman(_QueryAndInstall):
+    """Arch Linux and relatives: linux-headers is the running `linux` package's (Arch keeps one kernel)."""
 
     name = "pacman"
+    query = ("pacman", "-Q")
+    install = ("pacman", "-S", "--needed", "--noconfirm")
 
     def required(self, krel: str) -> list[str]:
         return ["linux-headers", "dkms", "base-devel", "bc", "libelf", "openssl", "kmod", "xz", "patch"]
+
+
+def _echo(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def manager_for_host(distro_id: str | None = None, like: str | None = None) -> PackageManager:

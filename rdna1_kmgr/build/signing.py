@@ -3,6 +3,9 @@
 Conventions (what the distro's DKMS signs with when told nothing):
   Debian: /var/lib/dkms/mok.key + /var/lib/dkms/mok.pub (a DER certificate)
   Ubuntu: /var/lib/shim-signed/mok/MOK.priv + /var/lib/shim-signed/mok/MOK.der
+  Fedora: akmods' /etc/pki/akmods/private/private_key.priv + /etc/pki/akmods/certs/public_key.der (kmodgenca
+          makes them; written, not proven here)
+  Arch:   DKMS's own default, the same files as Debian's (written, not proven here)
 or a pair the user names with --key/--cert. The private key stays where it is: DKMS reads it in
 place (we pass its path), it is never copied into the DKMS tree, and a key others can read is
 refused.
@@ -35,6 +38,8 @@ class KeyPair:
 
 DEBIAN = KeyPair(Path("/var/lib/dkms/mok.key"), Path("/var/lib/dkms/mok.pub"), "debian")
 UBUNTU = KeyPair(Path("/var/lib/shim-signed/mok/MOK.priv"), Path("/var/lib/shim-signed/mok/MOK.der"), "ubuntu")
+FEDORA = KeyPair(Path("/etc/pki/akmods/private/private_key.priv"), Path("/etc/pki/akmods/certs/public_key.der"),
+                 "fedora")
 
 # What a MOK for kernel modules should say: not a CA, for signatures, and the OID that shim and the
 # kernel read as "module signing only" (the same extensions Ubuntu's update-secureboot-policy uses).
@@ -50,8 +55,11 @@ DEFAULT_SUBJECT = "rdna1-kmgr module signing key"
 def distro_convention(distro_id: str | None = None, like: str | None = None) -> KeyPair:
     distro_id = distro.id() if distro_id is None else distro_id
     like = distro.like() if like is None else like
-    if distro_id == "ubuntu" or "ubuntu" in like.split():
+    family = {distro_id, *like.split()}
+    if "ubuntu" in family:
         return UBUNTU
+    if family & {"fedora", "rhel", "centos"}:
+        return FEDORA
     return DEBIAN
 
 
