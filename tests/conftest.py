@@ -22,11 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.source import debian_archive
-
 from rdna1_kmgr.build import prerequisites
+from rdna1_kmgr.source import debian_archive, kernel_source
 
-from rdna1_kmgr.source import kernel_source  # built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
+# built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
 pytest_plugins = ["build_fixtures"]
 
 TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import prerequisites, signing
-from rdna1_kmgr.build.module_build import (AMD_TREE, BuildRequest, Kernel, ccache_env, default_jobs,
+from rdna1_kmgr.build.module_build import (AMD_TREE, BuildRequest, Kernel, ccache_env, default_jobs, package_for,
                                            resolve_kernel, series_parameters, source_tree)
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.host import system_identity
@@ -29,7 +29,7 @@ def plan(request: BuildRequest) -> dict:
     """{"plan": the steps as lines, "kernel", "source", "signing", "render", "system"}."""
     root = user_input.existing_dir(request.sysroot, "sysroot") if request.sysroot else Path("/")
     system = system_identity.read(root)
-    kernel = resolve_kernel(request.kernel, system)
+    kernel = resolve_kernel(request.kernel, "planning a build", system=system)
     keys = signing.resolve(request.key, request.cert, system.distro_id, " ".join(system.like))
     trees = dkms.Trees.from_env()
     jobs = request.jobs or default_jobs()
@@ -62,14 +62,13 @@ def plan(request: BuildRequest) -> dict:
         manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
         params = series_parameters(Path(tmp) / "series")
         touched = check_applies(tree, Path(tmp) / "series")
-    package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                    manifest["patchset_sha256"]))
+    package = package_for(manifest, request.debug_info)
     result["render"] = {"kernel_version": manifest["kernel_version"], "patches": len(manifest["patches"]),
                         "patchset_sha256": manifest["patchset_sha256"], "devices": manifest["devices"],
                         "applies": True, "files": touched, "package": package.ref}
     lines.append(f"render {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]}) "
                  f"for devices {' '.join(manifest['devices'])}; they apply with patch -p1 ({len(touched)} files)")
-    lines += _dkms_steps(package, kernel, trees, jobs, system)
+    lines += _dkms_steps(package, kernel, trees, jobs, system, request.debug_info)
     lines.append(f"verify vermagic {kernel.release}, the signature against {keys.cert} (openssl), "
                  f"parameters {' '.join(params)}, aliases for {' '.join(manifest['devices'])}")
     return result
@@ -99,14 +98,16 @@ def _source(request: BuildRequest, kernel: Kernel, system: SystemIdentity, lines
     return tree, origin
 
 
-def _dkms_steps(package: dkms.Package, kernel: Kernel, trees: dkms.Trees, jobs: int, system: SystemIdentity) -> list[str]:
+def _dkms_steps(package: dkms.Package, kernel: Kernel, trees: dkms.Trees, jobs: int, system: SystemIdentity,
+                debug_info: bool) -> list[str]:
     have_dkms = system.on_host and shutil.which("dkms") is not None
     if have_dkms and dkms.is_built(package, kernel.release, trees):
         return [f"reuse {package.ref}, already built for {kernel.release} (verified again)"]
     lines = [f"write {package.source_dir(trees)}/ ({AMD_TREE}, patches/, dkms.conf)",
              f"  {' '.join(dkms.command(dkms.add_args(package), trees))}",
              f"  {' '.join(dkms.command(dkms.build_args(package, kernel.release, jobs), trees))}"
-             f"   (kbuild tree {dkms.kbuild_root(package.name) / kernel.release}{', ccache' if ccache_env() else ''})"]
+             f"   (kbuild tree {dkms.kbuild_root(package.name) / kernel.release}{', ccache' if ccache_env() else ''}"
+             f"{', with debug info' if debug_info else ', no debug info unless module BTF needs it'})"]
     if have_dkms:
         for entry in dkms.status(package.name, trees):
             if entry.version != package.version and entry.kernel == kernel.release:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,19 +22,16 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.source import cache_entry
-from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.build import prerequisites
-from rdna1_kmgr.build import signing
-from rdna1_kmgr.source import distro_source, kernel_source
-from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.host.system_identity import SystemIdentity
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.host.rdna1_boards import format_id
+from rdna1_kmgr.build import module_checks, prerequisites, signing
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir
 from rdna1_kmgr.core.progress import Progress, count_sources
+from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host.system_identity import SystemIdentity
+from rdna1_kmgr.source import cache_entry, distro_source, kernel_source
 
 AMD_TREE = "drivers/gpu/drm/amd"
 # A patch line declaring a module parameter: the series' rdna1_* parameters must be in the module.
@@ -59,17 +55,17 @@ class Kernel:
 
 def distro_current_kernel() -> str | None:
     """The release the distro's kernel metapackage points to today (installed one first, else apt's candidate)."""
-    if not shutil.which("dpkg-query"):
+    if not runner.which("dpkg-query"):
         return None  # dnf and pacman hosts: their place is here, not written yet
-    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+    arch = runner.run(["dpkg", "--print-architecture"]).stdout.strip()
     metas = [f"linux-image-{arch}", f"linux-headers-{arch}", "linux-image-generic", "linux-headers-generic"]
     for meta in metas:
-        proc = subprocess.run(["dpkg-query", "--show", "--showformat=${Depends}", meta], capture_output=True, text=True)
+        proc = runner.run(["dpkg-query", "--show", "--showformat=${Depends}", meta], check=False)
         found = _release_in_depends(proc.stdout) if proc.returncode == 0 else None
         if found:
             return found
     for meta in metas:
-        proc = subprocess.run(["apt-cache", "depends", meta], capture_output=True, text=True)
+        proc = runner.run(["apt-cache", "depends", meta], check=False)
         found = _release_in_depends(proc.stdout) if proc.returncode == 0 else None
         if found:
             return found
@@ -81,8 +77,10 @@ def _release_in_depends(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def resolve_kernel(requested: str | None, system: SystemIdentity | None = None) -> Kernel:
-    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one."""
+def resolve_kernel(requested: str | None, doing: str = "building", system: SystemIdentity | None = None) -> Kernel:
+    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one.
+    `doing` is what the command does for it, for the note ("building", "planning an install", ...); `system`
+    the one whose facts decide (default: this one)."""
     system = system or system_identity.read()
     if requested is not None:
         release = user_input.kernel_release(requested)
@@ -99,7 +97,7 @@ def resolve_kernel(requested: str | None, system: SystemIdentity | None = None) 
                         "and no distribution kernel is known", "give --kernel RELEASE")
     return Kernel(current, distro_source.kernel_package(current, system)[0],
                   note=f"the running kernel {running} is not a {name} kernel; "
-                       f"building for the distribution's current kernel {current} (give --kernel to choose)")
+                       f"{doing} for the distribution's current kernel {current} (give --kernel to choose)")
 
 
 # --- the package half --------------------------------------------------------------------------------
@@ -306,6 +304,13 @@ class BuildRequest:
     key: str | None = None
     cert: str | None = None
     sysroot: str | None = None  # read the kernel and distribution facts here (--dry-run only)
+    debug_info: bool = False  # compile with the kernel config's -g (default: KCFLAGS=-g0)
+
+
+def package_for(manifest: dict, debug_info: bool) -> dkms.Package:
+    """The DKMS package a rendered series goes into."""
+    version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"], debug_info)
+    return dkms.Package(dkms.PACKAGE_NAME, version, debug_info=debug_info)
 
 
 def series_parameters(series_dir: Path) -> list[str]:
@@ -335,7 +340,7 @@ def run(request: BuildRequest, confirm: Callable[[prerequisites.InstallPlan], bo
     stream = stream if stream is not None else sys.stderr
     started = time.monotonic()
     system = system_identity.read()
-    kernel = resolve_kernel(request.kernel, system)
+    kernel = resolve_kernel(request.kernel, system=system)
     if kernel.note:
         stream.write(f"rdna1-kmgr: {kernel.note}\n")
     keys = signing.resolve(request.key, request.cert, system.distro_id, " ".join(system.like))
@@ -356,8 +361,7 @@ def _run(request: BuildRequest, kernel: Kernel, system: SystemIdentity, keys: si
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
-        package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                        manifest["patchset_sha256"]))
+        package = package_for(manifest, request.debug_info)
         devices = [int(d, 16) for d in manifest["devices"]]
         quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
         built = build_package(

@@ -8,8 +8,8 @@ from rdna1_kmgr.build import signing
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.host.host_facts import detect
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.host.host_facts import detect
 
 _key_options = [
     click.option("--key", metavar="FILE", help="Private key (with --cert; default: the distro's DKMS key)."),

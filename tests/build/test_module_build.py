@@ -11,18 +11,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
-from rdna1_kmgr.build import module_build
-
-from rdna1_kmgr.build import dkms_package as dkms
-
-from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.core.errors import BuildError
-
 import fake_kernel
 import hellomod
+import pytest
 from dkms_helpers import make_keys, make_sandbox
+
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.build import module_build, module_checks
+from rdna1_kmgr.core.errors import BuildError
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 
@@ -132,6 +128,10 @@ def test_kernel_release_is_resolved_and_explained(monkeypatch):
     kernel = module_build.resolve_kernel(None)
     assert kernel.release == "6.1.0-56-amd64" and kernel.package_version == "6.1.192-2"
     assert "6.18.44-custom is not a" in kernel.note and "6.1.0-56-amd64" in kernel.note
+    assert "building for the distribution's current kernel 6.1.0-56-amd64" in kernel.note
+    # install says what it does: no "building for" in a plan that builds nothing
+    note = module_build.resolve_kernel(None, "planning an install").note
+    assert "planning an install for the distribution's current kernel 6.1.0-56-amd64" in note
     assert module_build.resolve_kernel("6.1.0-56-amd64").note is None
 
 

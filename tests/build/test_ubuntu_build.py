@@ -93,7 +93,7 @@ def test_ubuntu_build_dry_run_refuses_a_build_the_archive_does_not_have(ubuntu_h
     proc = cli("build", "--dry-run", "--json", "--sysroot", str(root), env=h["env"])
     assert proc.returncode == 3, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"rdna1-kmgr: error: Ubuntu's archive has no linux-source-")
+    assert last.startswith("rdna1-kmgr: error: Ubuntu's archive has no linux-source-")
     assert f" {other} (searched noble-security, noble-updates, noble)" in last
     assert not (h["cache"] / "src" / other).exists()
 

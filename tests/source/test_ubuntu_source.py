@@ -1,7 +1,5 @@
 """rdna1_kmgr.source.ubuntu_source: which Ubuntu build a kernel is, and which package holds its source."""
 
-from pathlib import Path
-
 import pytest
 from packaging.version import Version
 
