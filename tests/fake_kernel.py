@@ -1,12 +1,14 @@
-"""A tiny fake kernel tree: the top Makefile and the few amdgpu/amdkfd files the quirks hook, in the shape
-of a given kernel generation. Enough for the renderer and `patch`; not for a compiler."""
+"""A tiny fake kernel tree: the top Makefile and the few amdgpu/amdkfd files the quirks hook. Each hooked
+place can take any of the forms it has had across the supported kernels, independently of the version in
+the top Makefile (a distribution's backport mixes them). Enough for the renderer and `patch`; not for a
+compiler."""
 
 from pathlib import Path
 
 AMD = "drivers/gpu/drm/amd"
 
 GET_VM_PTE = {
-    # 5.10 - 6.17: the MTYPE comes with the mapping
+    # 5.10 - 6.1: the MTYPE comes with the mapping
     "mapping": """static void gmc_v10_0_get_vm_pte(struct amdgpu_device *adev,
 				 struct amdgpu_bo_va_mapping *mapping,
 				 uint64_t *flags)
@@ -18,6 +20,21 @@ GET_VM_PTE = {
 		*flags |= AMDGPU_PTE_PRT;
 		*flags &= ~AMDGPU_PTE_VALID;
 	}
+}
+""",
+    # 6.2 - 6.17: the same, and coherent buffers are made UC here
+    "mapping-uc": """static void gmc_v10_0_get_vm_pte(struct amdgpu_device *adev,
+				 struct amdgpu_bo_va_mapping *mapping,
+				 uint64_t *flags)
+{
+	struct amdgpu_bo *bo = mapping->bo_va->base.bo;
+
+	*flags &= ~AMDGPU_PTE_MTYPE_NV10_MASK;
+	*flags |= (mapping->flags & AMDGPU_PTE_MTYPE_NV10_MASK);
+
+	if (bo && bo->flags & (AMDGPU_GEM_CREATE_COHERENT |
+			       AMDGPU_GEM_CREATE_UNCACHED))
+		*flags = AMDGPU_PTE_MTYPE_NV10(*flags, MTYPE_UC);
 }
 """,
     # 6.18 on: the UAPI flags and the BO come in
@@ -35,16 +52,48 @@ GET_VM_PTE = {
 		*flags = AMDGPU_PTE_MTYPE_NV10(*flags, MTYPE_NC);
 		break;
 	}
+
+	if (bo && bo->flags & AMDGPU_GEM_CREATE_COHERENT)
+		*flags = AMDGPU_PTE_MTYPE_NV10(*flags, MTYPE_UC);
 }
 """,
 }
 
+# KFD's get_pte_flags(): before 6.2 it picks UC for coherent allocations itself
+KFD_MTYPE = {
+    "picks": "mapping_flags |= coherent ?\n\t\tAMDGPU_VM_MTYPE_UC : AMDGPU_VM_MTYPE_NC;",
+    "default": "mapping_flags |= AMDGPU_VM_MTYPE_DEFAULT;",
+}
 
-def make_tree(root: Path, version: str = "6.1.192", shape: str = "mapping", *, omit: str | None = None) -> Path:
-    """Write a fake tree for `version` ("7.3-rc2" style for a release candidate) under root.
+# how kfd_create_vcrat_image_gpu() gets the memory info: through kgd before 5.17
+CRAT_MEM_INFO = {
+    "kgd": "amdgpu_amdkfd_get_local_mem_info(kdev->kgd, &local_mem_info);",
+    "adev": "amdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);",
+}
+
+# the call in amdgpu_pci_probe(): ent->driver_data directly for most of 5.10.y
+PROBE_LOAD = {
+    "flags": "ret = amdgpu_driver_load_kms(adev, flags);",
+    "driver_data": "ret = amdgpu_driver_load_kms(adev, ent->driver_data);",
+}
+
+# the shapes of each generation (what the top Makefile's version alone would suggest)
+SHAPES = {
+    "5.10": dict(gmc="mapping", kfd="picks", crat="kgd", probe="driver_data"),
+    "6.1": dict(gmc="mapping", kfd="picks", crat="adev", probe="flags"),
+    "6.2": dict(gmc="mapping-uc", kfd="default", crat="adev", probe="flags"),
+    "6.18": dict(gmc="vm_flags", kfd="default", crat="adev", probe="flags"),
+}
+
+
+def make_tree(root: Path, version: str = "6.1.192", shape: str = "6.1", *, omit: str | None = None,
+              **forms) -> Path:
+    """Write a fake tree for `version` ("7.3-rc2" style for a release candidate) under root, its hooked
+    places in the forms of SHAPES[shape], each overridable: gmc=, kfd=, crat=, probe=.
 
     omit: the name of a function to leave out, to see the renderer refuse.
     """
+    forms = {**SHAPES[shape], **forms}
     base, _, rc = version.partition("-")
     major, minor, *rest = base.split(".")
     files = {
@@ -73,7 +122,7 @@ static int amdgpu_pci_probe(struct pci_dev *pdev,
 	/* a brace in a comment { and a string "}" must not confuse the scan */
 	adev->pdev = pdev;
 
-	ret = amdgpu_driver_load_kms(adev, flags);
+	""" + PROBE_LOAD[forms["probe"]] + """
 	if (ret)
 		goto err_pci;
 	return 0;
@@ -89,7 +138,7 @@ static int __init amdgpu_init(void)
 """,
         f"{AMD}/amdgpu/gmc_v10_0.c": (
             '#include "amdgpu.h"\n#include "navi10_enum.h"\n\n'
-            + GET_VM_PTE[shape]
+            + GET_VM_PTE[forms["gmc"]]
             + "\nstatic const struct amdgpu_gmc_funcs gmc_v10_0_gmc_funcs = {\n"
             "\t.get_vm_pte = gmc_v10_0_get_vm_pte,\n};\n\n"
             "static void gmc_v10_0_set_gmc_funcs(struct amdgpu_device *adev)\n{\n"
@@ -102,7 +151,7 @@ static uint64_t get_pte_flags(struct amdgpu_device *adev, struct kgd_mem *mem)
 	uint32_t mapping_flags = AMDGPU_VM_PAGE_READABLE;
 	uint64_t pte_flags;
 
-	mapping_flags |= AMDGPU_VM_MTYPE_NC;
+	""" + KFD_MTYPE[forms["kfd"]] + """
 
 	pte_flags = amdgpu_gem_va_map_flags(adev, mapping_flags);
 	return pte_flags;
@@ -115,7 +164,7 @@ static int kfd_create_vcrat_image_gpu(void *pcrat_image,
 				      size_t *size, struct kfd_node *kdev,
 				      uint32_t proximity_domain)
 {
-	local_mem_info = kdev->local_mem_info;
+	""" + CRAT_MEM_INFO[forms["crat"]] + """
 
 	if (local_mem_info.local_mem_size_private == 0)
 		ret = fill(HSA_MEM_HEAP_TYPE_FB_PUBLIC);

@@ -93,14 +93,19 @@ def test_each_patch_sha256_is_in_the_manifest(tree, tmp_path):
 
 
 @pytest.mark.parametrize("version, shape, mtype_variant, crat_variant, kfd_hook", [
-    ("5.10.262", "mapping", "kfd-picks-mtype", "kgd", True),
-    ("6.1.192", "mapping", "kfd-picks-mtype", "adev", True),
-    ("6.2.0", "mapping", "gmc-picks-mtype", "adev", False),
-    ("6.17.9", "mapping", "gmc-picks-mtype", "adev", False),
-    ("6.18.0-rc1", "vm_flags", "vm-flags", "adev", False),
-    ("7.3-rc2", "vm_flags", "vm-flags", "adev", False),
+    ("5.10.262", "5.10", "kfd-picks-mtype", "kgd", True),
+    ("6.1.192", "6.1", "kfd-picks-mtype", "adev", True),
+    ("6.2.0", "6.2", "gmc-picks-mtype", "adev", False),
+    ("6.17.9", "6.2", "gmc-picks-mtype", "adev", False),
+    ("6.18.0-rc1", "6.18", "vm-flags", "adev", False),
+    ("7.3-rc2", "6.18", "vm-flags", "adev", False),
+    # a backport: RHEL 9's top Makefile says 5.14, its driver has the shape of a later release
+    ("5.14.0", "6.2", "gmc-picks-mtype", "adev", False),
+    ("5.14.0", "6.18", "vm-flags", "adev", False),
+    # and a 5.10 driver under a newer number
+    ("6.6.0", "5.10", "kfd-picks-mtype", "kgd", True),
 ])
-def test_variant_follows_the_kernel_version(tmp_path, version, shape, mtype_variant, crat_variant, kfd_hook):
+def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype_variant, crat_variant, kfd_hook):
     tree = make_tree(tmp_path / "linux", version, shape)
     out = tmp_path / "out"
     result = run_cli("render", "--source", tree, "--out", out, "--json")
@@ -108,9 +113,13 @@ def test_variant_follows_the_kernel_version(tmp_path, version, shape, mtype_vari
     manifest = json.loads(result.stdout)
     assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {"coarse-mtype": mtype_variant, "crat-mem": crat_variant}
     coarse = (out / "0003-coarse-mtype.patch").read_text()
-    assert ("amdgpu_amdkfd_gpuvm.c" in coarse) == kfd_hook
+    assert (f"+++ b/{AMD}/amdgpu/amdgpu_amdkfd_gpuvm.c" in coarse) == kfd_hook
     crat = (out / "0004-crat-mem.patch").read_text()
     assert ("kdev->kgd" in crat) == (crat_variant == "kgd")
+    # the manifest and the patch say which facts chose the variant
+    facts = {q["id"]: q["facts"] for q in manifest["quirks"]}
+    assert f"kfd_crat.c: kfd_create_vcrat_image_gpu() contains `kdev->{crat_variant}`" in facts["crat-mem"]
+    assert all(fact in crat for fact in facts["crat-mem"])
     apply_series(out, tree)
 
 
