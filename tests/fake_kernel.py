@@ -3,9 +3,37 @@ place can take any of the forms it has had across the supported kernels, indepen
 the top Makefile (a distribution's backport mixes them). Enough for the renderer and `patch`; not for a
 compiler."""
 
+import re
 from pathlib import Path
+from unittest import mock
+
+from rdna1_kmgr.core.errors import SourceError
+from rdna1_kmgr.render import name_check
+from rdna1_kmgr.render.patch_series import render_series
 
 AMD = "drivers/gpu/drm/amd"
+NAMES_HEADER = f"{AMD}/include/fake_names.h"
+
+
+def series_names(tree: Path) -> set[str]:
+    """Every identifier the series for `tree` adds (rendered with the name check off), or none if the
+    tree does not render at all."""
+    with mock.patch.object(name_check, "check"):
+        try:
+            patches, _ = render_series(tree)
+        except SourceError:
+            return set()
+    added = "".join(line[1:] for p in patches for line in p.text.splitlines(keepends=True)
+                    if line.startswith("+") and not line.startswith("+++"))
+    return set(re.findall(r"[A-Za-z_]\w*", name_check.code_of(added)))
+
+
+def names_header(names: set[str]) -> str:
+    """A header declaring `names` as members: what a real driver tree and the kernel's headers provide
+    (a fake tree has no headers)."""
+    members = "".join(f"\tint {name};\n" for name in sorted(names))
+    return f"struct fake_names {{\n{members}}};\n"
+
 
 GET_VM_PTE = {
     # 5.10 - 6.1: the MTYPE comes with the mapping
@@ -87,11 +115,13 @@ SHAPES = {
 
 
 def make_tree(root: Path, version: str = "6.1.192", shape: str = "6.1", *, omit: str | None = None,
-              **forms) -> Path:
+              missing_names: set[str] = frozenset(), **forms) -> Path:
     """Write a fake tree for `version` ("7.3-rc2" style for a release candidate) under root, its hooked
     places in the forms of SHAPES[shape], each overridable: gmc=, kfd=, crat=, probe=.
 
     omit: the name of a function to leave out, to see the renderer refuse.
+    missing_names: names the tree's headers do not declare; every other name the series uses is
+    declared in NAMES_HEADER.
     """
     forms = {**SHAPES[shape], **forms}
     base, _, rc = version.partition("-")
@@ -180,4 +210,6 @@ static int kfd_create_vcrat_image_gpu(void *pcrat_image,
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    (root / NAMES_HEADER).parent.mkdir(parents=True, exist_ok=True)
+    (root / NAMES_HEADER).write_text(names_header(series_names(root) - set(missing_names)))
     return root

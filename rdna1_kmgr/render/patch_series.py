@@ -27,7 +27,7 @@ import jinja2
 
 from rdna1_kmgr import __version__
 
-from rdna1_kmgr.render import quirk_catalog
+from rdna1_kmgr.render import name_check, quirk_catalog
 
 from rdna1_kmgr.source import c_anchors
 from rdna1_kmgr.host.rdna1_boards import RDNA1_IDS, DEFAULT_TARGET, format_id
@@ -111,7 +111,8 @@ def _line_ending(text: str) -> str:
     return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
 
 
-def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> None:
+def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> name_check.Added:
+    """Apply one edit; what it added, for the name check."""
     text = tree.text(edit.file)
     newline = _line_ending(text)
     try:
@@ -121,6 +122,10 @@ def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> None:
             f"cannot render: {err.path}: {err.what}",
             "this kernel's driver differs from what the quirk templates know; report it with the kernel version",
         ) from None
+    inside = None
+    if edit.function and (edit.statement or edit.at == "end"):
+        whole = c_anchors.definition(text, edit.file, edit.function)
+        inside = text[whole.start:whole.end]
     if start == len(text) and text and not text.endswith("\n"):
         code = "\n" + code.lstrip("\n")  # after a last line that has no newline of its own
     text = text[:start] + code.replace("\n", newline) + text[end:]
@@ -129,6 +134,7 @@ def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> None:
         at = c_anchors.after_includes(text, edit.file)
         text = text[:at] + include + text[at:]
     tree.write(edit.file, text)
+    return name_check.Added(edit.file, code, inside)
 
 
 def _diff(rel: str, before: str | None, after: str) -> str:
@@ -229,18 +235,21 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
     env = _jinja()
 
     steps = [(fix, "rdna1-kmgr: needed to build amdgpu outside the kernel tree") for fix in quirk_catalog.build_fixes()]
-    steps.append((quirk_catalog.core(), f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}"))
+    core = quirk_catalog.core()
+    steps.append((core, f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}"))
     steps += [
         (q.edit_set(variants[q.id]), _variant_note(q, variants[q.id], version))
         for q in quirks
     ]
 
     patches = []
+    added = []
     core_files = _core_files(env, quirks, variants, context)
     for number, (edit_set, note) in enumerate(steps, 1):
         before = dict(tree.current)
         for edit in edit_set.edits:
-            _apply(tree, edit, env.from_string(edit.code).render(**context, **_vars_of(edit_set, variants)))
+            code = env.from_string(edit.code).render(**context, **_vars_of(edit_set, variants))
+            added.append(_apply(tree, edit, code))
         if edit_set.name == "rdna1-core":
             for rel, text in core_files.items():
                 tree.write(rel, text)
@@ -248,6 +257,9 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         body = "".join(_diff(rel, before.get(rel, tree.original.get(rel)), tree.current[rel]) for rel in changed)
         name = f"{number:04d}-{edit_set.name}.patch"
         patches.append(Patch(name, _header(number, len(steps), edit_set, note) + body))
+
+    added += [name_check.Added(rel, text) for rel, text in core_files.items()]
+    name_check.check(name_check.TreeNames.scan(source_root), added, core_files, core.kernel_names)
 
     manifest = dict(
         kernel_version=str(version),

@@ -65,6 +65,7 @@ class EditSet:
     summary: str
     why: str
     edits: tuple[Edit, ...]
+    kernel_names: tuple[str, ...] = ()  # names from the kernel's own headers (see name_check.py)
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,8 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
 
 def load_edit_set(path: Path, name: str) -> EditSet:
     raw = _load(path)
-    return EditSet(name, raw["title"], raw["summary"], raw["why"].strip(), tuple(_edit(e, path) for e in raw["edits"]))
+    return EditSet(name, raw["title"], raw["summary"], raw["why"].strip(), tuple(_edit(e, path) for e in raw["edits"]),
+                   tuple(raw.get("kernel_names", ())))
 
 
 def build_fixes(root: Path | None = None) -> list[EditSet]:

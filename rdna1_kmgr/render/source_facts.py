@@ -5,7 +5,8 @@ from 6.x, vendor 5.10.y trees carry fixes from later releases. So a variant neve
 lists what the code it hooks must look like, and the renderer takes the one variant whose facts all hold.
 
 A fact, as written in quirk.toml (`file` relative to the source root; `function` optional for
-contains/lacks, which then look at the whole file; text is compared with white space folded):
+contains/lacks, which then look at the whole file; text is compared with white space folded, and
+comments do not count):
 
     { file = F, function = FN, contains = "TEXT" }     FN's body (or F) contains TEXT
     { file = F, function = FN, lacks = "TEXT" }        FN's body (or F) does not contain TEXT
@@ -60,7 +61,7 @@ class Fact:
                 span = c_anchors.Span(0, len(text))
         except c_anchors.AnchorNotFound as err:
             return f"{err.path}: {err.what} not found"
-        found = c_anchors.find(text, span, self.text) >= 0
+        found = c_anchors.find(c_anchors.without_comments(text), span, self.text) >= 0
         if found == (self.test != "lacks"):
             return None
         verb = {"contains": "does not contain", "lacks": "contains", "parameters": "does not take"}[self.test]

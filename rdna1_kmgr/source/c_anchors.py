@@ -106,6 +106,15 @@ def _folded(statement: str) -> re.Pattern:
     return re.compile(r"\s*".join(parts))
 
 
+_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def without_comments(text: str) -> str:
+    """The text with every comment blanked to spaces (newlines kept): same length, same offsets, so a
+    search for code is not fooled by a comment that mentions it."""
+    return _COMMENTS.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
 def find(text: str, span: Span, snippet: str) -> int:
     """Offset of the first occurrence of `snippet` (white space folded) within span, or -1."""
     match = _folded(snippet).search(text, span.start, span.end)
