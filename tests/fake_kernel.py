@@ -97,6 +97,9 @@ KFD_MTYPE = {
 CRAT_MEM_INFO = {
     "kgd": "amdgpu_amdkfd_get_local_mem_info(kdev->kgd, &local_mem_info);",
     "adev": "amdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);",
+    # no kernel has both: a tree where the facts of two variants hold
+    "kgd+adev": "amdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);\n"
+                "\tcheck(kdev->kgd);",
 }
 
 # the call in amdgpu_pci_probe(): ent->driver_data directly for most of 5.10.y

@@ -5,11 +5,13 @@ the device as `kdev->adev`) would apply cleanly and fail ten minutes into the bu
 cheap, so the renderer does it first:
 
 - a struct member the added code uses (`p->name`, `s.name`, `.name =`) must be one the tree's own code
-  uses as a member, or one declared in the tree or the series' own files (a name followed by `;`, `,`,
-  `[` or `:` in a declaration, or a function pointer `(*name)(`): members of kernel-wide structs such
-  as pci_dev's are known by their use, since their headers are not part of a driver tree;
+  uses as a member, or one declared in the tree or in the series' own files (a name after a type word
+  or `*` and before `;`, `,`, `=`, `)`, `[` or `:`, a function pointer `(*name)(`, a function's
+  definition or prototype, a macro): members of kernel-wide structs such as pci_dev's are known by their
+  use, since their headers are not part of a driver tree;
 - any other identifier must occur in the tree's code (comments and strings left out) or be declared by
-  the series, and the series' own names (amdgpu_rdna1_*, AMDGPU_RDNA1_*, rdna1_*, RDNA1_*) are its own;
+  the series' own files (amdgpu_rdna1.{c,h}); names in the series' own name space (amdgpu_rdna1_*,
+  AMDGPU_RDNA1_*, rdna1_*, RDNA1_*: its tables, struct tags, module parameters) are its own;
 - names the quirk core declares it takes from the kernel's own headers (common.toml `kernel_names`, e.g.
   FIELD_PREP from <linux/bitfield.h>) are taken on trust: a driver tree does not carry those headers;
 - in a hook placed inside a function, a lower-case name that is neither called nor a member must occur
@@ -28,8 +30,8 @@ from pathlib import Path
 from rdna1_kmgr.core.errors import SourceError
 
 AMD = "drivers/gpu/drm/amd"
-SCANNED = ("amdgpu", "amdkfd", "include")
 OWN = re.compile(r"^(amdgpu_rdna1_|AMDGPU_RDNA1_|rdna1_|RDNA1_)")
+SCANNED = ("amdgpu", "amdkfd", "include")
 KEYWORDS = frozenset("""
     auto break case char const continue default defined do double else enum extern float for goto if
     inline int long register return short signed sizeof static struct switch typedef typeof union unsigned
@@ -41,6 +43,7 @@ _LITERALS = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\
 # function pointer's name
 _DECLARED = re.compile(r"(?:\b([A-Za-z_]\w*)[ \t]+|\*[ \t]*)([A-Za-z_]\w*)[ \t]*(?:\[[^\]\n]*\][ \t]*)*"
                        r"(?::[ \t]*\w+[ \t]*)?[;,=)]|\(\s*\*\s*([A-Za-z_]\w*)\s*\)\s*\(")
+_FUNCTION = re.compile(r"(?:\b([A-Za-z_]\w*)[ \t]+|\*[ \t]*)([A-Za-z_]\w*)[ \t]*\([^;{}()]*\)\s*[{;]")
 _NOT_TYPES = frozenset({"return", "case", "goto", "else", "sizeof", "typeof"})
 _MEMBER = re.compile(r"(?:->|\.)[ \t]*([A-Za-z_]\w*)")
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
@@ -53,9 +56,10 @@ def code_of(text: str) -> str:
 
 
 def declared(code: str) -> set[str]:
-    """Names the code declares: declarators, function pointers and macros."""
+    """Names the code declares: declarators, function pointers, functions and macros."""
     names = {name or pointer for word, name, pointer in _DECLARED.findall(code) if word not in _NOT_TYPES}
-    return names | set(_DEFINE.findall(code))
+    names |= {name for word, name in _FUNCTION.findall(code) if word not in _NOT_TYPES}
+    return (names | set(_DEFINE.findall(code))) - KEYWORDS
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,8 @@ def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> name_check.
     if edit.function and (edit.statement or edit.at == "end"):
         whole = c_anchors.definition(text, edit.file, edit.function)
         inside = text[whole.start:whole.end]
-    if start == len(text) and text and not text.endswith("\n"):
-        code = "\n" + code.lstrip("\n")  # after a last line that has no newline of its own
+    if start == len(text) and text and not text.endswith("\n") and code.endswith("\n"):
+        code = "\n" + code[:-1]  # after a last line without newline: the file still ends without one
     text = text[:start] + code.replace("\n", newline) + text[end:]
     include = INCLUDE_LINE.replace("\n", newline)
     if edit.file.endswith(".c") and include not in text:
