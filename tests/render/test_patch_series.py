@@ -123,6 +123,95 @@ def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype
     apply_series(out, tree)
 
 
+def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_path):
+    # get_vm_pte without the UC override while KFD no longer picks UC: a shape no release had
+    tree = make_tree(tmp_path / "linux", "5.14.0", "6.1", kfd="default")
+    out = tmp_path / "out"
+    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+                   "quirk coarse-mtype: no variant fits",
+                   "kfd-picks-mtype (written for Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
+                   "gmc-picks-mtype (written for Linux 6.2 - 6.17): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
+                   "vm-flags (written for Linux 6.18 and later): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `vm_flags`")
+
+
+def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
+    tree = make_tree(tmp_path / "linux", crat="kgd+adev")
+    out = tmp_path / "out"
+    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+                   "quirk crat-mem: the facts of several variants hold",
+                   "kgd (kfd_crat.c: kfd_create_vcrat_image_gpu() contains `kdev->kgd`)",
+                   "adev (kfd_crat.c: kfd_create_vcrat_image_gpu() contains `kdev->adev`)")
+
+
+def test_a_name_the_tree_lacks_is_refused_before_anything_is_written(tmp_path):
+    # the 5.10 shape, but this tree's headers and code have no `map_mtype` (the self-test calls it)
+    tree = make_tree(tmp_path / "linux", "5.10.100", "5.10", missing_names={"map_mtype"})
+    out = tmp_path / "out"
+    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+                   "`map_mtype` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)")
+
+
+def rewrite(tree, transform):
+    """Apply transform to the bytes of every file of tree."""
+    for path in tree.rglob("*"):
+        if path.is_file():
+            path.write_bytes(transform(path.read_bytes()))
+
+
+def patched(tmp_path, name, transform, tool):
+    """A fake tree with `transform` applied to its files, rendered and patched with `tool`."""
+    tree = make_tree(tmp_path / name)
+    rewrite(tree, transform)
+    out = tmp_path / f"{name}-out"
+    result = run_cli("render", "--source", tree, "--out", out)
+    assert result.exit_code == 0, result.stderr
+    if tool == "patch":
+        apply_series(out, tree)
+    else:
+        for patch in (out / "series").read_text().split():
+            done = subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(out / patch)],
+                                  cwd=tree, capture_output=True, text=True)
+            assert done.returncode == 0, f"{patch}: {done.stderr}"
+    return {p.relative_to(tree).as_posix(): p.read_bytes() for p in tree.rglob("*") if p.is_file()}
+
+
+def crlf(data):
+    return data.replace(b"\n", b"\r\n")
+
+
+def no_final_newline(data):
+    return data[:-1] if data.endswith(b"\n") else data
+
+
+@pytest.mark.parametrize("tool", ["patch", "git-apply"])
+@pytest.mark.parametrize("transform", [crlf, no_final_newline], ids=["crlf", "no-final-newline"])
+def test_line_endings_and_last_lines_survive_and_both_tools_apply(tmp_path, transform, tool):
+    """Rendering a transformed tree gives the transformed result of rendering the plain tree (the files
+    the series adds are its own, in kernel style)."""
+    plain = patched(tmp_path, "plain", lambda data: data, "patch")
+    changed = patched(tmp_path, "changed", transform, tool)
+    new = {f"{AMD}/amdgpu/amdgpu_rdna1.c", f"{AMD}/amdgpu/amdgpu_rdna1.h"}
+    assert {rel: data for rel, data in changed.items() if rel not in new} == {
+        rel: transform(data) for rel, data in plain.items() if rel not in new}
+    assert {rel: changed[rel] for rel in new} == {rel: plain[rel] for rel in new}
+
+
+def test_trailing_white_space_and_tabs_are_kept(tmp_path):
+    tree = make_tree(tmp_path / "linux")
+    drv = tree / AMD / "amdgpu/amdgpu_drv.c"
+    text = drv.read_bytes().replace(b"\tamdgpu_amdkfd_init();\n", b"\tamdgpu_amdkfd_init();  \t\n")
+    drv.write_bytes(text.replace(b"flags);\n", b"flags); \n"))
+    out = tmp_path / "out"
+    assert run_cli("render", "--source", tree, "--out", out).exit_code == 0
+    for patch in (out / "series").read_text().split():
+        done = subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(out / patch)], cwd=tree,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    after = drv.read_bytes()
+    assert b"\tamdgpu_amdkfd_init();  \t\n" in after and b"ret = amdgpu_driver_load_kms(adev, flags); \n" in after
+    assert b"amdgpu_rdna1_probe(adev);" in after
+
+
 def test_one_quirk_only(tree, tmp_path):
     out = tmp_path / "out"
     result = run_cli("render", "--source", tree, "--out", out, "--quirk", "crat-mem", "--json")
