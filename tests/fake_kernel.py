@@ -87,6 +87,10 @@ GET_VM_PTE = {
 """,
 }
 
+# no kernel has it: both parameters, a tree where the facts of two coarse-mtype variants hold
+GET_VM_PTE["mapping+vm_flags"] = GET_VM_PTE["vm_flags"].replace(
+    "struct amdgpu_vm *vm,", "struct amdgpu_bo_va_mapping *mapping, struct amdgpu_vm *vm,")
+
 # KFD's get_pte_flags(): before 6.2 it picks UC for coherent allocations itself
 KFD_MTYPE = {
     "picks": "mapping_flags |= coherent ?\n\t\tAMDGPU_VM_MTYPE_UC : AMDGPU_VM_MTYPE_NC;",
@@ -97,7 +101,7 @@ KFD_MTYPE = {
 CRAT_MEM_INFO = {
     "kgd": "amdgpu_amdkfd_get_local_mem_info(kdev->kgd, &local_mem_info);",
     "adev": "amdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);",
-    # no kernel has both: a tree where the facts of two variants hold
+    # the middle of the kgd_dev removal: both
     "kgd+adev": "amdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);\n"
                 "\tcheck(kdev->kgd);",
 }
@@ -108,19 +112,25 @@ PROBE_LOAD = {
     "driver_data": "ret = amdgpu_driver_load_kms(adev, ent->driver_data);",
 }
 
+# the end of amdgpu_init(): a proposed fix unwinds on failure
+INIT_REGISTER = {
+    "return": "return pci_register_driver(&amdgpu_kms_pci_driver);",
+    "unwind": "r = pci_register_driver(&amdgpu_kms_pci_driver);\n\tif (r)\n\t\tgoto error_pci_register;\n\n\treturn 0;",
+}
+
 # the shapes of each generation (what the top Makefile's version alone would suggest)
 SHAPES = {
-    "5.10": dict(gmc="mapping", kfd="picks", crat="kgd", probe="driver_data"),
-    "6.1": dict(gmc="mapping", kfd="picks", crat="adev", probe="flags"),
-    "6.2": dict(gmc="mapping-uc", kfd="default", crat="adev", probe="flags"),
-    "6.18": dict(gmc="vm_flags", kfd="default", crat="adev", probe="flags"),
+    "5.10": dict(gmc="mapping", kfd="picks", crat="kgd", probe="driver_data", init="return"),
+    "6.1": dict(gmc="mapping", kfd="picks", crat="adev", probe="flags", init="return"),
+    "6.2": dict(gmc="mapping-uc", kfd="default", crat="adev", probe="flags", init="return"),
+    "6.18": dict(gmc="vm_flags", kfd="default", crat="adev", probe="flags", init="return"),
 }
 
 
 def make_tree(root: Path, version: str = "6.1.192", shape: str = "6.1", *, omit: str | None = None,
               missing_names: set[str] = frozenset(), **forms) -> Path:
     """Write a fake tree for `version` ("7.3-rc2" style for a release candidate) under root, its hooked
-    places in the forms of SHAPES[shape], each overridable: gmc=, kfd=, crat=, probe=.
+    places in the forms of SHAPES[shape], each overridable: gmc=, kfd=, crat=, probe=, init=.
 
     omit: the name of a function to leave out, to see the renderer refuse.
     missing_names: names the tree's headers do not declare; every other name the series uses is
@@ -166,7 +176,7 @@ static int __init amdgpu_init(void)
 	amdgpu_amdkfd_init();
 
 	/* let modprobe override vga console setting */
-	return pci_register_driver(&amdgpu_kms_pci_driver);
+	""" + INIT_REGISTER[forms["init"]] + """
 }
 """,
         f"{AMD}/amdgpu/gmc_v10_0.c": (

@@ -135,12 +135,32 @@ def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_
 
 
 def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
-    tree = make_tree(tmp_path / "linux", crat="kgd+adev")
+    tree = make_tree(tmp_path / "linux", "6.18.0", "6.18", gmc="mapping+vm_flags")
     out = tmp_path / "out"
     assert_refused(run_cli("render", "--source", tree, "--out", out), out,
-                   "quirk crat-mem: the facts of several variants hold",
-                   "kgd (kfd_crat.c: kfd_create_vcrat_image_gpu() contains `kdev->kgd`)",
-                   "adev (kfd_crat.c: kfd_create_vcrat_image_gpu() contains `kdev->adev`)")
+                   "quirk coarse-mtype: the facts of several variants hold",
+                   "gmc-picks-mtype (amdgpu_amdkfd_gpuvm.c: get_pte_flags() lacks `AMDGPU_VM_MTYPE_UC`, ",
+                   "vm-flags (gmc_v10_0.c: gmc_v10_0_get_vm_pte() takes `vm_flags`, ")
+
+
+def test_a_driver_midway_through_the_kgd_removal_uses_adev(tmp_path):
+    tree = make_tree(tmp_path / "linux", "5.16.0", "5.10", crat="kgd+adev")
+    out = tmp_path / "out"
+    manifest = json.loads(run_cli("render", "--source", tree, "--out", out, "--json").stdout)
+    assert {q["id"]: q["variant"] for q in manifest["quirks"]}["crat-mem"] == "adev"
+    apply_series(out, tree)
+
+
+@pytest.mark.parametrize("forms", [dict(probe="driver_data"), dict(init="unwind")])
+def test_every_accepted_form_of_a_statement_takes_the_hook(tmp_path, forms):
+    tree = make_tree(tmp_path / "linux", **forms)
+    out = tmp_path / "out"
+    assert run_cli("render", "--source", tree, "--out", out).exit_code == 0
+    apply_series(out, tree)
+    drv = (tree / AMD / "amdgpu/amdgpu_drv.c").read_text()
+    probe, init = function_body(drv, "amdgpu_pci_probe"), function_body(drv, "amdgpu_init")
+    assert probe.index("amdgpu_rdna1_probe(adev);") < probe.index("amdgpu_driver_load_kms(")
+    assert init.index("amdgpu_rdna1_init();") < init.index("pci_register_driver(")
 
 
 def test_a_name_the_tree_lacks_is_refused_before_anything_is_written(tmp_path):
