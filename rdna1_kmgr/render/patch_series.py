@@ -3,7 +3,7 @@
 OUT/series                  patch names in the order `patch -p1` applies them from the source root
 OUT/NNNN-<name>.patch       a header saying what the patch changes and why, then unified diffs
 OUT/manifest.json           kernel version, quirks with their variants and the facts that chose them,
-                            devices, sha256 of every patch
+                            devices, the kernel-header macros `build` must confirm, sha256 of every patch
 
 Each quirk's variant is the one whose facts hold on this very tree (source_facts.py); the version number
 is only reported. Files are read and patched as bytes (decoded with surrogateescape, no newline
@@ -266,6 +266,7 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         quirks=[dict(id=q.id, bit=q.bit, variant=variants[q.id].id, facts=[str(f) for f in variants[q.id].facts])
                 for q in quirks],
         quirks_mask=context["all_bits"],
+        kernel_names=core.kernel_names,  # macros taken on trust from the kernel's headers; build probes them
         selftest_cases=count_selftest_cases(core_files[f"{AMDGPU}/amdgpu_rdna1.c"]),
         series=[p.name for p in patches],
         patches={p.name: p.sha256 for p in patches},

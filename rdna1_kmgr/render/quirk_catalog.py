@@ -65,7 +65,7 @@ class EditSet:
     summary: str
     why: str
     edits: tuple[Edit, ...]
-    kernel_names: tuple[str, ...] = ()  # names from the kernel's own headers (see name_check.py)
+    kernel_names: dict = field(default_factory=dict)  # macro -> the kernel header it comes from (name_check.py)
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
 def load_edit_set(path: Path, name: str) -> EditSet:
     raw = _load(path)
     return EditSet(name, raw["title"], raw["summary"], raw["why"].strip(), tuple(_edit(e, path) for e in raw["edits"]),
-                   tuple(raw.get("kernel_names", ())))
+                   dict(raw.get("kernel_names", {})))
 
 
 def build_fixes(root: Path | None = None) -> list[EditSet]:
