@@ -5,7 +5,7 @@ the device as `kdev->adev`) would apply cleanly and fail ten minutes into the bu
 cheap, so the renderer does it first:
 
 - a struct member the added code uses (`p->name`, `s.name`, `.name =`) must be one the tree's own code
-  uses as a member, or one declared in the tree or in the series' own files (a name after a type word
+  uses as a member, or one declared in the tree's headers or in the series' own files (a name after a type word
   or `*` and before `;`, `,`, `=`, `)`, `[` or `:`, a function pointer `(*name)(`, a function's
   definition or prototype, a macro): members of kernel-wide structs such as pci_dev's are known by their
   use, since their headers are not part of a driver tree;
@@ -46,6 +46,7 @@ _DECLARED = re.compile(r"(?:\b([A-Za-z_]\w*)[ \t]+|\*[ \t]*)([A-Za-z_]\w*)[ \t]*
 _FUNCTION = re.compile(r"(?:\b([A-Za-z_]\w*)[ \t]+|\*[ \t]*)([A-Za-z_]\w*)[ \t]*\([^;{}()]*\)\s*[{;]")
 _NOT_TYPES = frozenset({"return", "case", "goto", "else", "sizeof", "typeof"})
 _MEMBER = re.compile(r"(?:->|\.)[ \t]*([A-Za-z_]\w*)")
+_WORD = re.compile(r"(->|\.)?[ \t]*\b([A-Za-z_]\w*)")
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
 _TOKEN = re.compile(r"(?<![\w#])(?<!# )([A-Za-z_]\w*)(\s*\()?")
 
@@ -89,9 +90,12 @@ class TreeNames:
                 if "asic_reg" in path.parts:
                     continue
                 code = code_of(path.read_bytes().decode(errors="surrogateescape"))
-                tokens.update(re.findall(r"[A-Za-z_]\w*", code))
-                decl |= declared(code)
-                decl.update(_MEMBER.findall(code))
+                for arrow, name in _WORD.findall(code):
+                    tokens.add(name)
+                    if arrow:
+                        decl.add(name)  # used as a member
+                if path.suffix == ".h":  # struct definitions live in headers
+                    decl |= declared(code)
         return cls(tokens, decl)
 
 

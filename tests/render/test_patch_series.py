@@ -313,11 +313,22 @@ def test_rerender_replaces_an_earlier_render(tree, tmp_path):
     assert (out / "0003-crat-mem.patch").exists()
 
 
-def test_quirks_lists_the_catalog():
+def test_quirks_lists_the_catalog_with_the_facts_of_each_variant():
     result = run_cli("quirks", "--json")
     catalog = json.loads(result.stdout)
     assert [q["id"] for q in catalog] == ["coarse-mtype", "crat-mem"]
-    assert all(q["variants"] for q in catalog)
+    assert all(v["facts"] for q in catalog for v in q["variants"])
+    crat = {v["id"]: v["facts"] for v in catalog[1]["variants"]}
+    assert crat["adev"] == ["kfd_crat.c: kfd_create_vcrat_image_gpu() contains `kdev->adev`"]
+    text = run_cli("quirks").stdout
+    assert re.search(r"^    adev \(first seen in Linux 5.17 and later\) when:\n"
+                     r"        kfd_crat.c: kfd_create_vcrat_image_gpu\(\) contains `kdev->adev`$", text, re.M), text
+
+
+def test_render_says_which_facts_chose_each_variant(tree, tmp_path):
+    text = run_cli("render", "--source", tree, "--out", tmp_path / "out").stdout
+    assert re.search(r"^quirk crat-mem: variant adev, because this tree's\n"
+                     r"    kfd_crat.c: kfd_create_vcrat_image_gpu\(\) contains `kdev->adev`$", text, re.M), text
 
 
 def test_help_lists_every_command_and_version_works():
