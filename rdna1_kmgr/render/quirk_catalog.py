@@ -101,7 +101,7 @@ class Quirk:
         if not fitting:
             raise SourceError(
                 f"cannot render quirk {self.id}: no variant fits this source: "
-                + "; ".join(f"{v.id} (written for Linux {v.kernels}): {misses[v.id]}" for v in self.variants),
+                + "; ".join(f"{v.id} (first seen in Linux {v.kernels}): {misses[v.id]}" for v in self.variants),
                 "this driver differs from every shape the quirk knows; report it with the kernel's source package",
             )
         raise SourceError(

@@ -129,9 +129,9 @@ def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_
     out = tmp_path / "out"
     assert_refused(run_cli("render", "--source", tree, "--out", out), out,
                    "quirk coarse-mtype: no variant fits",
-                   "kfd-picks-mtype (written for Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
-                   "gmc-picks-mtype (written for Linux 6.2 - 6.17): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
-                   "vm-flags (written for Linux 6.18 and later): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `vm_flags`")
+                   "kfd-picks-mtype (first seen in Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
+                   "gmc-picks-mtype (first seen in Linux 6.2 - 6.17): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
+                   "vm-flags (first seen in Linux 6.18 and later): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `vm_flags`")
 
 
 def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
