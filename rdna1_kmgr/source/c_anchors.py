@@ -101,9 +101,15 @@ def body(text: str, path: str, function: str) -> Span:
 
 
 def _folded(statement: str) -> re.Pattern:
-    """A pattern matching `statement` with any run of white space (including none around punctuation)."""
-    parts = [re.escape(tok) for tok in re.findall(r"\w+|\S", statement)]
-    return re.compile(r"\s*".join(parts))
+    """A pattern matching `statement` with any run of white space (including none around punctuation),
+    whole words at its ends (`kdev->adev` is not found in `kdev->adevice`)."""
+    tokens = re.findall(r"\w+|\S", statement)
+    pattern = r"\s*".join(re.escape(tok) for tok in tokens)
+    if tokens and re.match(r"\w", tokens[0]):
+        pattern = r"(?<!\w)" + pattern
+    if tokens and re.match(r"\w", tokens[-1]):
+        pattern += r"(?!\w)"
+    return re.compile(pattern)
 
 
 _COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)

@@ -92,3 +92,10 @@ def test_comments_are_blanked_in_place():
     text = "x = 1; /* kdev->kgd */ y = 2; // kdev->kgd\nz;"
     blank = c_anchors.without_comments(text)
     assert len(blank) == len(text) and "kgd" not in blank and blank.endswith("\nz;")
+
+
+def test_a_snippet_is_matched_as_whole_words_at_its_ends():
+    text = "int f(void)\n{\n\tx = kdev->adevice;\n\ty = kdev->adev;\n}\n"
+    body = c_anchors.body(text, "x.c", "f")
+    assert c_anchors.find(text, body, "kdev->adev") == text.index("kdev->adev;")
+    assert c_anchors.find(text, body, "dev->adev") == -1
