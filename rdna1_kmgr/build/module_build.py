@@ -76,8 +76,9 @@ def _release_in_depends(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def resolve_kernel(requested: str | None) -> Kernel:
-    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one."""
+def resolve_kernel(requested: str | None, doing: str = "building") -> Kernel:
+    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one.
+    `doing` is what the command does for it, for the note ("building", "planning an install", ...)."""
     if requested is not None:
         release = user_input.kernel_release(requested)
         return Kernel(release, kernel_source.debian_kernel_version(release))
@@ -91,7 +92,7 @@ def resolve_kernel(requested: str | None) -> Kernel:
                         "and no distribution kernel is known", "give --kernel RELEASE")
     return Kernel(current, kernel_source.debian_kernel_version(current),
                   note=f"the running kernel {running} is not a {distro.name() or 'distribution'} kernel; "
-                       f"building for the distribution's current kernel {current} (give --kernel to choose)")
+                       f"{doing} for the distribution's current kernel {current} (give --kernel to choose)")
 
 
 # --- the package half --------------------------------------------------------------------------------
@@ -297,6 +298,13 @@ class BuildRequest:
     no_install: bool = False
     key: str | None = None
     cert: str | None = None
+    debug_info: bool = False  # compile with the kernel config's -g (default: KCFLAGS=-g0)
+
+
+def package_for(manifest: dict, debug_info: bool) -> dkms.Package:
+    """The DKMS package a rendered series goes into."""
+    version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"], debug_info)
+    return dkms.Package(dkms.PACKAGE_NAME, version, debug_info=debug_info)
 
 
 def series_parameters(series_dir: Path) -> list[str]:
@@ -349,8 +357,7 @@ def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, 
         if compile_probes.confirm(kernel.release, manifest.get("kernel_names", {})):
             stream.write(f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
                          f"{' '.join(sorted(manifest['kernel_names']))}\n")
-        package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                        manifest["patchset_sha256"]))
+        package = package_for(manifest, request.debug_info)
         devices = [int(d, 16) for d in manifest["devices"]]
         quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
         built = build_package(
@@ -427,8 +434,7 @@ def plan(request: BuildRequest) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
         params = series_parameters(Path(tmp) / "series")
-    package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                    manifest["patchset_sha256"]))
+    package = package_for(manifest, request.debug_info)
     lines.append(f"render {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]}) "
                  f"for devices {' '.join(manifest['devices'])}")
     if manifest.get("kernel_names"):
@@ -442,7 +448,8 @@ def plan(request: BuildRequest) -> list[str]:
         lines.append(f"  {' '.join(dkms.command(dkms.add_args(package), trees))}")
         lines.append(f"  {' '.join(dkms.command(dkms.build_args(package, kernel.release, jobs), trees))}"
                      f"   (kbuild tree {dkms.kbuild_root(package.name) / kernel.release}"
-                     f"{', ccache' if ccache_env() else ''})")
+                     f"{', ccache' if ccache_env() else ''}"
+                     f"{', with debug info' if request.debug_info else ', no debug info unless module BTF needs it'})")
     lines.append(f"verify vermagic {kernel.release}, the signature against {keys.cert} (openssl), "
                  f"parameters {' '.join(params)}, aliases for {' '.join(manifest['devices'])}")
     if have_dkms:

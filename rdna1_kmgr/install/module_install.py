@@ -147,7 +147,7 @@ def check_gate(candidate: Candidate, cert: Path, skip_vm_check: bool, root: Targ
             raise InstallRefused(
                 f"Secure Boot is on and the signing certificate {cert} is {enrolled}: the firmware would "
                 "refuse the module",
-                f"run `sudo rdna1-kmgr keys enroll --cert {cert}`, choose a one-time password, reboot, pick "
+                f"run `rdna1-kmgr keys enroll --cert {cert}` as root, choose a one-time password, reboot, pick "
                 "'Enroll MOK' in the blue MOK Manager screen and type that password, then install again; "
                 "nothing was changed")
     return Gate(cert, signer, vm_check, facts.secure_boot_state)
@@ -383,7 +383,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     elif request.kernel is not None:
         kernel = user_input.kernel_release(request.kernel)
     else:
-        resolved = resolve_kernel(None)
+        resolved = resolve_kernel(None, "planning an install" if request.dry_run else "installing")
         if resolved.note:
             stream.write(f"rdna1-kmgr: {resolved.note}\n")
         kernel = resolved.release
@@ -487,7 +487,7 @@ def next_boot_text(candidate: Candidate, verified: dict, root: TargetRoot) -> li
         f"({root.modprobe_dir / MODPROBE_CONF}).",
         f"If that boot goes wrong: at the boot menu press `e`, add {ESCAPE_PARAMETER} to the line starting with "
         "`linux` (stock amdgpu behaviour for that boot), boot with Ctrl-X or F10, then run "
-        f"`sudo rdna1-kmgr rollback --kernel {kernel}`.",
+        f"`rdna1-kmgr rollback --kernel {kernel}` (as root).",
     ]
     if kernel == os.uname().release and (root.sys_module / candidate.module_name).is_dir():
         lines.append(f"The running kernel keeps the {candidate.module_name} it loaded at boot until you reboot.")
