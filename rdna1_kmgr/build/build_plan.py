@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import prerequisites, signing
+from rdna1_kmgr.build import compile_probes, prerequisites, signing
 from rdna1_kmgr.build.module_build import (AMD_TREE, BuildRequest, Kernel, ccache_env, default_jobs, package_for,
                                            resolve_kernel, series_parameters, source_tree)
 from rdna1_kmgr.core import user_input
@@ -68,6 +68,9 @@ def plan(request: BuildRequest) -> dict:
                         "applies": True, "files": touched, "package": package.ref}
     lines.append(f"render {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]}) "
                  f"for devices {' '.join(manifest['devices'])}; they apply with patch -p1 ({len(touched)} files)")
+    if manifest.get("kernel_names") and system.on_host:
+        lines.append(f"compile probe against {compile_probes.headers_dir(kernel.release)}: "
+                     f"{' '.join(sorted(manifest['kernel_names']))} defined")
     lines += _dkms_steps(package, kernel, trees, jobs, system, request.debug_info)
     lines.append(f"verify vermagic {kernel.release}, the signature against {keys.cert} (openssl), "
                  f"parameters {' '.join(params)}, aliases for {' '.join(manifest['devices'])}")

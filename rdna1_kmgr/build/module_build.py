@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_checks, prerequisites, signing
+from rdna1_kmgr.build import compile_probes, module_checks, prerequisites, signing
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir
@@ -361,6 +361,10 @@ def _run(request: BuildRequest, kernel: Kernel, system: SystemIdentity, keys: si
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
+        # what the driver tree could not show, confirmed against the headers before the long compile
+        if compile_probes.confirm(kernel.release, manifest.get("kernel_names", {})):
+            stream.write(f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
+                         f"{' '.join(sorted(manifest['kernel_names']))}\n")
         package = package_for(manifest, request.debug_info)
         devices = [int(d, 16) for d in manifest["devices"]]
         quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
