@@ -281,6 +281,15 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
 
     conf = root.modprobe_dir / MODPROBE_CONF
     image = tool.image(kernel)
+    initramfs_step = Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel),
+                          _parents_to_create(image.parent), lambda: tool.regenerate(kernel))
+    if not kernel_image_installed(kernel, root):
+        # No kernel to boot, so no initramfs to make (update-initramfs would build one for a kernel whose
+        # own modules are not there): the image package's postinst makes it, with this module and
+        # modprobe.d, once the kernel is installed.
+        initramfs_step = Step("initramfs", None, [], [], lambda: None,
+                              text=[f"    skipped: {root.boot_dir / f'vmlinuz-{kernel}'} is not installed; its "
+                                    "package makes the initramfs (with this module) when it is installed"])
     return [
         Step("dkms-install", dkms_install, [target], _parents_to_create(target.parent), run_dkms_install,
              undo={"kind": "dkms-uninstall", "package": candidate.package.name,
@@ -291,14 +300,18 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
         Step("modprobe-conf", None, [conf], _parents_to_create(conf.parent),
              lambda: write_durably(conf, conf_text(candidate).encode()),
              text=[f"    {line}" for line in conf_text(candidate).splitlines() if not line.startswith("#")]),
-        Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel), _parents_to_create(image.parent),
-             lambda: tool.regenerate(kernel)),
+        initramfs_step,
         Step("verify", None, [], [], lambda: on_verified(verify(candidate, root, tool, cert)),
              text=[f"    {' '.join(root.modinfo_command(kernel, candidate.module_name))} must name {target} "
                    f"with sha256 {candidate.sha256}",
                    f"    lsinitramfs {image}: when it carries {candidate.module_name}, its own index must give that "
                    "module (unmkinitramfs, then modinfo -b)"]),
     ]
+
+
+def kernel_image_installed(kernel: str, root: TargetRoot) -> bool:
+    """Whether the kernel itself is installed (its image in /boot), not only its headers."""
+    return (root.boot_dir / f"vmlinuz-{kernel}").is_file()
 
 
 def verify(candidate: Candidate, root: TargetRoot, tool: initramfs.InitramfsTool, cert: Path) -> dict:

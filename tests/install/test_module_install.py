@@ -313,7 +313,8 @@ def verdict_record(sha256: str, kernel: str, result: str = "pass") -> verdict.Re
                           seconds=1.0, started="2025-01-01T00:00:00", tool_version="test")
 
 
-def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, with_initramfs: bool = True) -> None:
+def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, with_initramfs: bool = True,
+              with_image: bool = True) -> None:
     FakeSysroot(root).kernel(kernel).os_release("debian", "12", "Debian GNU/Linux 12 (bookworm)")
     modules = root / "lib/modules" / kernel
     (modules / "kernel" / AMD_TREE / "amdgpu").mkdir(parents=True)
@@ -324,6 +325,8 @@ def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, wi
     (root / "etc/modprobe.d").mkdir(parents=True)
     (root / "etc/modprobe.d/someone-elses.conf").write_text("options snd_hda_intel power_save=1\n")
     (root / "boot").mkdir()
+    if with_image:  # the kernel itself installed, not only its headers
+        (root / "boot" / f"vmlinuz-{kernel}").write_bytes(b"kernel image")
     if with_initramfs:
         subprocess.run([str(bin_dir / "update-initramfs"), "-c", "-k", kernel, "-b", str(root / "boot")],
                        check=True, env=env)
@@ -338,7 +341,7 @@ def fake_tools(tmp_path_factory) -> Path:
     return bin_dir
 
 
-def _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=True) -> FakeSystem:
+def _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=True, with_image=True) -> FakeSystem:
     pristine.reset()
     root, state = tmp_path / "root", tmp_path / "state"
     env = {**os.environ, **pristine.env, "RDNA1_KMGR_ROOT": str(root), "RDNA1_KMGR_STATE": str(state),
@@ -346,7 +349,7 @@ def _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=True
     env.pop(jr.ABORT_ENV, None)
     for key in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_STATE", "PATH", *pristine.env):
         monkeypatch.setenv(key, env[key])
-    make_root(root, pristine.kernel, pristine.stock_module, fake_tools, env, with_initramfs)
+    make_root(root, pristine.kernel, pristine.stock_module, fake_tools, env, with_initramfs, with_image)
     return FakeSystem(root, state, pristine.kernel, pristine, env)
 
 
@@ -428,7 +431,24 @@ def test_install_without_an_initramfs_creates_one_and_rollback_removes_it(tmp_pa
     assert (fs.root / "boot" / f"initrd.img-{fs.kernel}").is_file()
     assert fs.rollback().returncode == 0
     assert_same_system(before, fs.hash())
-    assert list((fs.root / "boot").iterdir()) == []
+    assert list((fs.root / "boot").iterdir()) == [fs.root / "boot" / f"vmlinuz-{fs.kernel}"]
+
+
+def test_a_kernel_whose_image_is_not_installed_gets_the_module_and_no_initramfs(tmp_path, monkeypatch, pristine,
+                                                                               fake_tools):
+    """A newcomer's machine: the distribution's kernel has its headers (build pulled them) but not its image.
+    Install puts the module in place for it; the image package's postinst makes the initramfs later."""
+    fs = _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=False, with_image=False)
+    fs.write_verdict()
+    before = fs.hash()
+    dry = fs.cli("install", "--kernel", fs.kernel, "--dry-run", *fs.cert_args)
+    assert dry.returncode == 0, dry.stderr
+    assert "4. initramfs\n    skipped: " in dry.stdout and "update-initramfs" not in dry.stdout
+    assert fs.install().returncode == 0
+    assert fs.resolves_to() == fs.installed_path
+    assert list((fs.root / "boot").iterdir()) == []  # no initramfs made for a kernel that is not there
+    assert fs.rollback().returncode == 0
+    assert_same_system(before, fs.hash())
 
 
 def test_status_reports_the_install(system):
