@@ -7,8 +7,10 @@ import click
 from rdna1_kmgr import __version__
 from .commands.build import build
 from .commands.detect import detect
+from .commands.doctor import doctor
 from .commands.install import install
 from .commands.keys import keys
+from .commands.profile import profile
 from .commands.render import quirks, render
 from .commands.rollback import rollback
 from .commands.status import status
@@ -33,5 +35,5 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-for command in (detect, render, quirks, build, keys, vmtest, install, rollback, status):
+for command in (detect, doctor, render, quirks, build, keys, vmtest, install, rollback, status, profile):
     main.add_command(command)
