@@ -84,8 +84,7 @@ def find_installs(folders: list[Path], processors: tuple[str, ...]) -> list[Inst
     installs = []
     for folder in folders:
         for family in FAMILIES:
-            libraries = sorted(p for p in folder.iterdir() if p.name.startswith(family.libs)
-                               and p.is_file() and not p.is_symlink()) if folder.is_dir() else []
+            libraries = _libraries(folder, family) if folder.is_dir() else []
             if not libraries:
                 continue
             install = Install(family, folder, libraries)
@@ -95,6 +94,17 @@ def find_installs(folders: list[Path], processors: tuple[str, ...]) -> list[Inst
                 _read_data_folder(install, (folder / data), processors)
             installs.append(install)
     return installs
+
+
+def _libraries(folder: Path, family: Family) -> list[Path]:
+    """The family's shared objects in `folder`, each file once (librocblas.so.4 is a link to .so.4.4)."""
+    found: dict[Path, Path] = {}
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(family.libs) and path.is_file():
+            real = path.resolve()
+            if real not in found or not path.is_symlink():
+                found[real] = path
+    return sorted(found.values())
 
 
 def _read_data_folder(install: Install, folder: Path, processors: tuple[str, ...]) -> None:
