@@ -20,12 +20,13 @@ def findings(sysroot: Path, home: Path | None) -> list[Finding]:
     on_host = sysroot.resolve() == Path("/")
     named = {f"/{rel}": user_profile.named_in(sysroot / rel)
              for rel in (user_profile.ENVIRONMENT_D, user_profile.PROFILE_D)}
+    names = {n for n in named.values() if n is not None}
+    # The journal is this machine's; under --sysroot the files alone say what is installed.
     journal = ProfileJournal() if on_host else None
-    installed = None
+    installed = next(iter(names)) if journal is None and len(names) == 1 else None
     if journal is not None and journal.exists():
         installed = (journal.state().begin or {}).get("profile")
-    facts = {"files": named, "journaled": installed}
-    names = {n for n in named.values() if n is not None}
+    facts = {"files": named, "journaled": installed if journal is not None else "not read (sysroot)"}
     result = []
     if not names and installed is None:
         result.append(Finding("profile", "info", "no rdna1-kmgr user-space profile installed", "",
@@ -37,7 +38,7 @@ def findings(sysroot: Path, home: Path | None) -> list[Finding]:
                               "log in again for a desktop session to pick it up", facts))
     else:
         result.append(Finding("profile", "warn", f"profile files and journal disagree: files {named}, "
-                              f"journal {installed or 'none' if on_host else 'not read (sysroot)'}",
+                              f"journal {installed or 'none'}",
                               "a file was changed or removed by hand since `profile install`",
                               "run `rdna1-kmgr profile install NAME` again, or `rdna1-kmgr profile remove`", facts))
     elsewhere = [a for a in environment_files.assignments(sysroot, home, _profile_variable)
