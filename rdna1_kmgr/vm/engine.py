@@ -251,9 +251,9 @@ def workload_plan(name: str) -> dict:
             "pythons": list(dict.fromkeys([sys.executable, "/usr/bin/python3"]))}
 
 
-def guest_command(rundir: Path) -> str:
+def guest_command(rundir: Path, script: str = "collect.py") -> str:
     """The shell line vng runs in the guest: only our interpreter, our script and our run folder."""
-    paths = [sys.executable, str(collector_path()), str(rundir)]
+    paths = [sys.executable, str(collector_path(script)), str(rundir)]
     for path in paths:
         if not path.startswith("/") or any(ch in path for ch in "\n\r\0"):
             raise HostError(f"unusable path for the guest: {path!r}", "install rdna1-kmgr under a plain path")
@@ -265,14 +265,15 @@ def guest_command(rundir: Path) -> str:
 
 def boot(tools: Tools, kernel: guest_kernel.GuestKernel, rundir: Path, accel: Accel, timeout: float,
          console: Path, report: Reporter = say, extra_vng_args: list[str] | tuple[str, ...] = (),
-         mode: str = "emulated") -> GuestRun:
-    """Boot the kernel, run collect.py on rundir/plan.json, and return what came back."""
+         mode: str = "emulated", script: str = "collect.py") -> GuestRun:
+    """Boot the kernel, run the guest script (collect.py, or the experiment's matrix.py) on
+    rundir/plan.json, and return what came back."""
     watcher = StageWatcher(report)
     report(f"booting {kernel.release} ({accel.name}, hard limit {timeout:.0f} s), console log {console}")
     # With a GPU passed, udev would autoload the distro's own amdgpu for it before the test loads ours.
     blacklist = GUEST_BLACKLIST + (("amdgpu",) if mode == "passthrough" else ())
     outcome = runner.run(
-        vng_argv(tools, kernel, rundir, accel, guest_command(rundir), extra_vng_args, blacklist),
+        vng_argv(tools, kernel, rundir, accel, guest_command(rundir, script), extra_vng_args, blacklist),
         console, timeout, env=tools.env(), cwd="/", watch=watcher.feed,
     )
     return GuestRun(outcome, console, _read_result(rundir / "result.json"), watcher.stages)
