@@ -16,20 +16,21 @@ from pathlib import Path
 from rdna1_kmgr.build import module_elf
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.paths import log_dir
-from rdna1_kmgr.vm import engine, experiment, guest_kernel, verdict
+from rdna1_kmgr.vm import engine, experiment, guest_kernel, guest_view, verdict
 
 BOOT_ALLOWANCE = 240  # seconds: a TCG boot under load, the dependencies' modprobe
 CELL_OVERHEAD = 120  # seconds per cell beyond its workload limit: insmod and rmmod of a 17-350 MB module
 QUIRKS_PARAM = "rdna1_quirks"
 
 
-def batch_runner(release: str, module: Path | None, workload: dict, cell_timeout: float, accel: str = "auto",
+def batch_runner(release: str, module: Path | None, workload: dict | None, cell_timeout: float, accel: str = "auto",
                  fetch: bool = False, base_env: dict[str, str] | None = None, report=engine.say,
                  extra_vng_args: list[str] | tuple[str, ...] = (), mode: str = "emulated") -> experiment.BatchRunner:
     """A function that runs a list of cells in one fresh VM of `release` and returns the guest's result.
 
     `module`: the amdgpu.ko each cell loads with its mask (None: cells run the workload alone).
-    `workload`: engine.workload_plan's dict, with `args` for the script (the sweep) and `device`.
+    `workload`: changes to engine.workload_plan("conv2d")'s dict: `args` for the script (the sweep),
+    `device`, `pythons` (guest paths; the default is rdna1-kmgr's own venv, mapped into the guest).
     `base_env`: the user's ROCm settings as installed, the "as installed" profile's environment.
     """
     tools = engine.find_tools()
@@ -49,16 +50,18 @@ def batch_runner(release: str, module: Path | None, workload: dict, cell_timeout
             plan = {"name": facts.name if facts else "amdgpu", "module": None, "depends": [],
                     "cells": [c.plan() for c in cells], "workload": workload, "base_env": dict(base_env or {}),
                     "cell_timeout": cell_timeout, "quirks_param": bool(facts and QUIRKS_PARAM in facts.parameters)}
+            view = guest_view.prepare(rundir, kernel.root if kernel.origin == "cache" else None, with_venv=True)
+            plan["workload"] = {**engine.workload_plan("conv2d", view), **(workload or {})}
             if facts is not None:
                 copy = rundir / facts.path.name
                 shutil.copyfile(facts.path, copy)
-                plan.update(module=str(copy), depends=list(facts.depends))
+                plan.update(module=view.guest_path(copy), depends=list(facts.depends))
             (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
             if not chosen:
                 chosen.append(engine.choose_accel(accel, kernel, tools, rundir, report))
             limit = BOOT_ALLOWANCE + len(cells) * (cell_timeout + CELL_OVERHEAD)
             console = logs / f"{time.strftime('%Y%m%dT%H%M%S')}-matrix-vm{attempt}.log"
-            run = engine.boot(tools, kernel, rundir, chosen[0], limit, console, report, extra_vng_args, mode,
+            run = engine.boot(tools, kernel, view, chosen[0], limit, console, report, extra_vng_args, mode,
                               script="matrix.py")
             if run.outcome.timed_out:
                 ended = "timeout"
