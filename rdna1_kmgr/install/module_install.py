@@ -421,9 +421,11 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     check_kernel_installed(kernel, root)
     gate = check_gate(candidate, cert, request.skip_vm_check, root)
     replacing = []
+    # The same build with other parameters (install --quirks) keeps its DKMS package through the undo.
+    same_build = existing == "replace" and (journal.state().begin or {}).get("version") == candidate.package.version
     if existing == "replace":
         replacing = ["first undo the install now in place:"] + [
-            f"  {line}" for line in rollback.plan_for(journal, keep_build=False)]
+            f"  {line}" for line in rollback.plan_for(journal, keep_build=same_build)]
     else:
         check_no_foreign_module(candidate, root, trees)
     tool.require_supported()
@@ -445,7 +447,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
             raise JournalError(f"the journal of {kernel} changed while this run was getting ready",
                                "run the command again; nothing was changed")
         if existing == "replace":
-            for line in rollback.replay(journal, keep_build=False, reason=f"replaced by {candidate.package.ref}"):
+            for line in rollback.replay(journal, keep_build=same_build, reason=f"replaced by {candidate.package.ref}"):
                 stream.write(f"rdna1-kmgr: {line}\n")
         journal.begin("install", kernel=kernel, package=candidate.package.name, version=candidate.package.version,
                       module=str(candidate.module), module_sha256=candidate.sha256, vm_check=gate.vm_check,
