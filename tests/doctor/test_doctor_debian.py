@@ -98,3 +98,19 @@ def test_on_this_machine_without_a_board_it_says_so_and_checks_the_rest():
     assert override[0]["level"] == "problem" and "the environment of this process" in override[0]["seen"]
     checks = {f["check"] for f in result["findings"]}
     assert {"kfd", "access", "rocblas", "miopen", "hipblaslt", "hip", "torch", "versions", "profile"} <= checks
+
+
+def test_a_real_cpu_torch_named_with_python_is_found_and_called_cpu_only():
+    """A real PyTorch wheel (the CPU one pip installs here), by its interpreter's path."""
+    python = os.environ.get("RDNA1_KMGR_TORCH_PYTHON")
+    if not python:
+        pytest.skip("set RDNA1_KMGR_TORCH_PYTHON to a venv's python with torch (pip install torch)")
+    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__, torch.version.hip)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    result = doctor("--python", python)
+    mine = [f for f in by_check(result, "torch") if f["facts"].get("version") == probe[0]]
+    assert mine, by_check(result, "torch")
+    if probe[1] == "None":
+        assert mine[0]["level"] == "warn" and "a CPU-only build, no HIP" in mine[0]["seen"]
+    else:
+        assert f"HIP {probe[1]}" in mine[0]["seen"]
