@@ -24,7 +24,7 @@ from typing import Callable, TextIO
 import distro
 
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_checks, prerequisites, signing
+from rdna1_kmgr.build import compile_probes, module_checks, prerequisites, signing
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir
@@ -353,6 +353,10 @@ def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, 
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
+        # what the driver tree could not show, confirmed against the headers before the long compile
+        if compile_probes.confirm(kernel.release, manifest.get("kernel_names", {})):
+            stream.write(f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
+                         f"{' '.join(sorted(manifest['kernel_names']))}\n")
         package = package_for(manifest, request.debug_info)
         devices = [int(d, 16) for d in manifest["devices"]]
         quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
@@ -433,6 +437,9 @@ def plan(request: BuildRequest) -> list[str]:
     package = package_for(manifest, request.debug_info)
     lines.append(f"render {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]}) "
                  f"for devices {' '.join(manifest['devices'])}")
+    if manifest.get("kernel_names"):
+        lines.append(f"compile probe against {compile_probes.headers_dir(kernel.release)}: "
+                     f"{' '.join(sorted(manifest['kernel_names']))} defined")
     have_dkms = shutil.which("dkms") is not None
     if have_dkms and dkms.is_built(package, kernel.release, trees):
         lines.append(f"reuse {package.ref}, already built for {kernel.release} (verified again)")
