@@ -20,6 +20,7 @@ for `rdna1-kmgr rollback`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -86,6 +87,21 @@ def module_parameters(manifest: dict | None) -> dict[str, str]:
     """The parameters the build was rendered for: the quirks it carries, all switched on."""
     mask = (manifest or {}).get("quirks_mask")
     return {"rdna1_quirks": f"0x{mask:x}"} if isinstance(mask, int) else {}
+
+
+def with_quirks(candidate: Candidate, mask: int | None) -> Candidate:
+    """The candidate with rdna1_quirks=mask in modprobe.d; the mask may only hold quirks the build carries."""
+    if mask is None:
+        return candidate
+    built = candidate.parameters.get("rdna1_quirks")
+    if built is None:
+        raise UsageError("--quirks needs a build with the rdna1_quirks parameter",
+                         "this build's manifest names no quirks; rebuild it")
+    extra = mask & ~int(built, 16)
+    if mask < 0 or extra:
+        raise UsageError(f"--quirks 0x{mask:x} has bits the build lacks (0x{extra:x}); it carries {built}",
+                         "give a mask within the build's quirks (see `rdna1-kmgr quirks`)")
+    return dataclasses.replace(candidate, parameters={**candidate.parameters, "rdna1_quirks": f"0x{mask:x}"})
 
 
 def find_candidate(kernel: str, trees: dkms.Trees) -> Candidate:
@@ -373,6 +389,7 @@ class InstallRequest:
     skip_vm_check: bool = False
     cert: str | None = None
     dry_run: bool = False
+    quirks: int | None = None  # rdna1_quirks to write instead of all the build's quirks (the experiment's pick)
 
 
 def _existing(journal: Journal, candidate: Candidate | None) -> str:
@@ -385,7 +402,8 @@ def _existing(journal: Journal, candidate: Candidate | None) -> str:
             f"an earlier {state.begin['operation'] if state.begin else 'run'} for {journal.kernel} did not "
             f"finish ({state.description})",
             f"run `rdna1-kmgr rollback --kernel {journal.kernel}` first; nothing was changed")
-    if candidate is not None and state.begin.get("module_sha256") == candidate.sha256:
+    if (candidate is not None and state.begin.get("module_sha256") == candidate.sha256
+            and state.begin.get("parameters", candidate.parameters) == candidate.parameters):
         return "same"
     return "replace"
 
@@ -409,7 +427,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     journal = Journal(kernel)
     journal.state()  # a corrupted journal is refused before anything else
     check_writable()
-    candidate = candidate or find_candidate(kernel, trees)
+    candidate = with_quirks(candidate or find_candidate(kernel, trees), request.quirks)
     cert = Path(request.cert).absolute() if request.cert else signing.distro_convention().cert
     existing = _existing(journal, candidate)
     tool = initramfs.detect(root)
@@ -421,9 +439,11 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     check_kernel_installed(kernel, root)
     gate = check_gate(candidate, cert, request.skip_vm_check, root)
     replacing = []
+    # The same build with other parameters (install --quirks) keeps its DKMS package through the undo.
+    same_build = existing == "replace" and (journal.state().begin or {}).get("version") == candidate.package.version
     if existing == "replace":
         replacing = ["first undo the install now in place:"] + [
-            f"  {line}" for line in rollback.plan_for(journal, keep_build=False)]
+            f"  {line}" for line in rollback.plan_for(journal, keep_build=same_build)]
     else:
         check_no_foreign_module(candidate, root, trees)
     tool.require_supported()
@@ -445,7 +465,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
             raise JournalError(f"the journal of {kernel} changed while this run was getting ready",
                                "run the command again; nothing was changed")
         if existing == "replace":
-            for line in rollback.replay(journal, keep_build=False, reason=f"replaced by {candidate.package.ref}"):
+            for line in rollback.replay(journal, keep_build=same_build, reason=f"replaced by {candidate.package.ref}"):
                 stream.write(f"rdna1-kmgr: {line}\n")
         journal.begin("install", kernel=kernel, package=candidate.package.name, version=candidate.package.version,
                       module=str(candidate.module), module_sha256=candidate.sha256, vm_check=gate.vm_check,

@@ -31,6 +31,7 @@ from rdna1_kmgr.install.journal import (
     refuse_if_busy,
     remove_created_dirs,
 )
+from rdna1_kmgr.install.profile_journal import ProfileJournal
 
 
 def _undo_lines(step, keep_build: bool) -> list[str]:
@@ -74,8 +75,11 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
     """The exact rollback of one kernel's journal, in order (changes nothing)."""
     state = journal.state()
     begin = state.begin or {}
-    lines = [f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
-             f"{state.description} (journal {journal.path})"]
+    if isinstance(journal, ProfileJournal):
+        lines = [f"user-space profile {begin.get('profile', '?')}: {state.description} (journal {journal.path})"]
+    else:
+        lines = [f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
+                 f"{state.description} (journal {journal.path})"]
     for step in reversed(state.steps):
         if not step.undone:
             lines += [f"  {line}" for line in _undo_lines(step, keep_build)]
@@ -162,7 +166,8 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     if kernel is not None:
         journal = Journal(user_input.kernel_release(kernel))
         return [journal] if journal.exists() else []
-    return [Journal(k) for k in Journal.kernels()]
+    profile = ProfileJournal()
+    return [Journal(k) for k in Journal.kernels()] + ([profile] if profile.exists() else [])
 
 
 def run(kernel: str | None, keep_build: bool = False, dry_run: bool = False,

@@ -22,6 +22,7 @@ from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.install import user_profile
 from rdna1_kmgr.vm import verdict
 
 MODULE = "amdgpu"
@@ -188,6 +189,7 @@ def run(cert: str | None = None) -> dict:
         "secure_boot": facts.secure_boot_state,
         "certificate": {"path": str(cert_path), "enrollment": enrollment},
         "kernels": [kernel_status(k, root, trees, cert_path, entries) for k in sorted(kernels)],
+        "profile": user_profile.status(),
     }
 
 
@@ -242,7 +244,19 @@ def text_lines(result: dict) -> list[str]:
                 which = {True: "this module", False: "another amdgpu (not the one installed)", None: "unknown"}
                 lines.append(f"  loaded      {which[loaded['is_this_module']]}; parameters "
                              + (" ".join(f"{a}={b}" for a, b in (p.get("loaded") or {}).items()) or "no rdna1_* ones"))
+    lines += profile_lines(result.get("profile"))
     return lines
+
+
+def profile_lines(profile: dict | None) -> list[str]:
+    """The user-space profile section (`rdna1-kmgr profile install`)."""
+    if not profile:
+        return []
+    if profile["installed"] is None:
+        return ["", "profile       none installed (`rdna1-kmgr profile list`)"]
+    files = " ".join(f"{path} ({name or 'absent'})" for path, name in profile["files"].items())
+    return ["", f"profile       {profile['installed']}: {profile['state']} since {profile.get('since')}",
+            f"              {files}"]
 
 
 def verdict_text(v: dict | None) -> str:

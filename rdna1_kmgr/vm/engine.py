@@ -240,10 +240,10 @@ def workload_plan(name: str, view: guest_view.GuestView) -> dict:
     return {"name": name, "script": view.script(f"{name}.py"), "device": "cuda", "pythons": view.pythons()}
 
 
-def guest_command(view: guest_view.GuestView) -> str:
+def guest_command(view: guest_view.GuestView, script: str = "collect.py") -> str:
     """The shell line vng runs in the guest: our interpreter, our script and our run folder, as the guest
     sees them."""
-    paths = [view.python, view.script("collect.py"), str(guest_view.GUEST_RUN)]
+    paths = [view.python, view.script(script), str(guest_view.GUEST_RUN)]
     for path in paths:
         if not path.startswith("/") or any(ch in path for ch in "\n\r\0"):
             raise HostError(f"unusable path for the guest: {path!r}", "install rdna1-kmgr under a plain path")
@@ -255,14 +255,15 @@ def guest_command(view: guest_view.GuestView) -> str:
 
 def boot(tools: Tools, kernel: guest_kernel.GuestKernel, view: guest_view.GuestView, accel: Accel, timeout: float,
          console: Path, report: Reporter = say, extra_vng_args: list[str] | tuple[str, ...] = (),
-         mode: str = "emulated") -> GuestRun:
-    """Boot the kernel, run collect.py on the run folder's plan.json, and return what came back."""
+         mode: str = "emulated", script: str = "collect.py") -> GuestRun:
+    """Boot the kernel, run the guest script (collect.py, or the experiment's matrix.py) on the run
+    folder's plan.json, and return what came back."""
     watcher = StageWatcher(report)
     report(f"booting {kernel.release} ({accel.name}, hard limit {timeout:.0f} s), console log {console}")
     # With a GPU passed, udev would autoload the distro's own amdgpu for it before the test loads ours.
     blacklist = GUEST_BLACKLIST + (("amdgpu",) if mode == "passthrough" else ())
     outcome = runner.run_session(
-        vng_argv(tools, kernel, view, accel, guest_command(view), extra_vng_args, blacklist),
+        vng_argv(tools, kernel, view, accel, guest_command(view, script), extra_vng_args, blacklist),
         console, timeout, env=tools.env(), cwd="/", watch=watcher.feed,
     )
     return GuestRun(outcome, console, _read_result(view.run / "result.json"), watcher.stages)

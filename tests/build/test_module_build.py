@@ -121,8 +121,8 @@ def test_series_parameters_come_from_the_patches(tmp_path):
 
 
 def test_kernel_release_is_resolved_and_explained(monkeypatch):
-    monkeypatch.setattr(module_build.kernel_source, "debian_kernel_version",
-                        lambda release: {"6.1.0-56-amd64": "6.1.192-2"}.get(release))
+    monkeypatch.setattr(module_build.distro_source, "kernel_package",
+                        lambda release, system: ({"6.1.0-56-amd64": "6.1.192-2"}.get(release), None))
     monkeypatch.setattr(module_build, "distro_current_kernel", lambda: "6.1.0-56-amd64")
     monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "h", "6.18.44-custom", "#1", "x86_64")))
     kernel = module_build.resolve_kernel(None)
