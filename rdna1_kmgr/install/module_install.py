@@ -198,12 +198,9 @@ def _vm_check(candidate: Candidate, skip: bool) -> dict:
 
 
 def check_kernel_installed(kernel: str, root: TargetRoot) -> None:
-    """The kernel installed, or at least its headers: the distribution's kernel `build` built for on a machine
-    that runs another one (a newcomer's, a VM host) has only those, and the module goes in place for the day
-    its image is installed (that package's postinst then makes the initramfs with it)."""
+    """Its modules, or its headers at least (a newcomer's distro kernel: the module waits for its image)."""
     modules = root.modules_dir(kernel)
-    if not (modules / "kernel").is_dir() and not (modules / "modules.order").is_file() \
-            and not (modules / "build").exists():
+    if not any(p.exists() for p in (modules / "kernel", modules / "modules.order", modules / "build")):
         raise InstallRefused(f"kernel {kernel} is not installed here ({modules} holds neither its modules nor "
                              "its headers)", f"build for it first (`rdna1-kmgr build --kernel {kernel}`), or install "
                              f"its image package (linux-image-{kernel}); nothing was changed")
@@ -302,15 +299,11 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
 
     conf = root.modprobe_dir / MODPROBE_CONF
     image = tool.image(kernel)
+    # Headers only, no kernel to boot: its image package's postinst makes the initramfs, with this module.
     initramfs_step = Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel),
-                          _parents_to_create(image.parent), lambda: tool.regenerate(kernel))
-    if not kernel_image_installed(kernel, root):
-        # No kernel to boot, so no initramfs to make (update-initramfs would build one for a kernel whose
-        # own modules are not there): the image package's postinst makes it, with this module and
-        # modprobe.d, once the kernel is installed.
-        initramfs_step = Step("initramfs", None, [], [], lambda: None,
-                              text=[f"    skipped: {root.boot_dir / f'vmlinuz-{kernel}'} is not installed; its "
-                                    "package makes the initramfs (with this module) when it is installed"])
+                          _parents_to_create(image.parent), lambda: tool.regenerate(kernel)) \
+        if root.kernel_image_installed(kernel) else Step("initramfs", None, [], [], lambda: None, text=[
+            f"    skipped: {root.boot_dir}/vmlinuz-{kernel} is not installed; its package makes the initramfs"])
     return [
         Step("dkms-install", dkms_install, [target], _parents_to_create(target.parent), run_dkms_install,
              undo={"kind": "dkms-uninstall", "package": candidate.package.name,
@@ -328,11 +321,6 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
                    f"    lsinitramfs {image}: when it carries {candidate.module_name}, its own index must give that "
                    "module (unmkinitramfs, then modinfo -b)"]),
     ]
-
-
-def kernel_image_installed(kernel: str, root: TargetRoot) -> bool:
-    """Whether the kernel itself is installed (its image in /boot), not only its headers."""
-    return (root.boot_dir / f"vmlinuz-{kernel}").is_file()
 
 
 def verify(candidate: Candidate, root: TargetRoot, tool: initramfs.InitramfsTool, cert: Path) -> dict:
