@@ -24,4 +24,6 @@ def start() -> None:
     handler.setFormatter(logging.Formatter(_FORMAT))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    logger.info("command: %s", " ".join(["rdna1-kmgr", *sys.argv[1:]]))
+    # sys.argv is the command line when run as rdna1-kmgr, not when a program calls the CLI in-process
+    run_as_command = os.path.basename(sys.argv[0]) == "rdna1-kmgr"
+    logger.info("command: %s", " ".join(["rdna1-kmgr", *sys.argv[1:]]) if run_as_command else "rdna1-kmgr (in-process)")
