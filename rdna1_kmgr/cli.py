@@ -7,6 +7,8 @@ import click
 from rdna1_kmgr import __version__
 from .commands.build import build
 from .commands.detect import detect
+from .commands.follow import follow
+from .commands.hooks import hooks
 from .commands.install import install
 from .commands.keys import keys
 from .commands.render import quirks, render
@@ -33,5 +35,5 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-for command in (detect, render, quirks, build, keys, vmtest, install, rollback, status):
+for command in (detect, render, quirks, build, keys, vmtest, install, rollback, status, follow, hooks):
     main.add_command(command)
