@@ -65,14 +65,28 @@ def _journal_files(journal: Journal, root: TargetRoot) -> tuple[list[Path], list
     return files, dirs
 
 
+def _packages(kernel: str, journal: Journal, trees: dkms.Trees) -> list[tuple[dkms.Package, dkms.Trees]]:
+    """The rdna1-amdgpu versions DKMS has for the kernel, and the one its journal installed."""
+    found = {e.version: trees for e in _dkms_entries(kernel, trees)}
+    try:
+        begin = (journal.state().begin or {}) if journal.exists() else {}
+    except KmgrError:
+        begin = {}
+    if begin.get("package") == dkms.PACKAGE_NAME and begin.get("version") and shutil.which("dkms"):
+        where = begin.get("trees") or {}
+        found.setdefault(begin["version"], dkms.Trees(source=Path(where.get("source", trees.source)),
+                                                      dkms=Path(where.get("dkms", trees.dkms))))
+    return [(dkms.Package(dkms.PACKAGE_NAME, version), where) for version, where in sorted(found.items())]
+
+
 def plan(kernel: str) -> list[str]:
     kernel = user_input.kernel_release(kernel)
     root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
     journal = Journal(kernel)
     lines = [f"{kernel} was removed: drop what rdna1-kmgr kept for it"]
-    for entry in _dkms_entries(kernel, trees):
-        package = dkms.Package(entry.name, entry.version)
-        lines.append(f"  {' '.join(dkms.command(dkms.remove_args(package, kernel), trees))}   ({entry.state})")
+    for package, package_trees in _packages(kernel, journal, trees):
+        lines.append(f"  {' '.join(dkms.command(dkms.remove_args(package, kernel), package_trees))}   (if DKMS "
+                     f"lists it; {package.source_dir(package_trees)} too when no other kernel uses it)")
     files, dirs = _journal_files(journal, root)
     lines += [f"  remove {path}" for path in files]
     lines += [f"  remove the directory {d} (if empty)" for d in dirs]
@@ -95,10 +109,12 @@ def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
     root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
     said = []
     with locked(f"follow --kernel {kernel} --removed"):
-        for entry in _dkms_entries(kernel, trees):
-            dkms.remove(dkms.Package(entry.name, entry.version), trees, kernel)
-            said.append(f"removed the DKMS package {entry.name}/{entry.version} for {kernel}")
         journal = Journal(kernel)
+        for package, package_trees in _packages(kernel, journal, trees):
+            # Idempotent: DKMS's own prerm hook may have removed an installed version for this kernel already;
+            # the version's source under /usr/src then still goes, unless another kernel uses it.
+            dkms.remove(package, package_trees, kernel)
+            said.append(f"removed the DKMS package {package.ref} for {kernel}")
         try:
             files, dirs = _journal_files(journal, root)
         except KmgrError as err:  # a corrupted journal: nothing of it is trusted, the journal goes below
