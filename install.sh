@@ -1,6 +1,7 @@
 #!/bin/sh
 # Install rdna1-kmgr on Debian or Ubuntu: the system packages it drives (DKMS, kbuild's tools, kmod,
-# QEMU), a Python environment in /opt/rdna1-kmgr and the command /usr/local/sbin/rdna1-kmgr.
+# QEMU), a Python environment in /opt/rdna1-kmgr, the command /usr/local/sbin/rdna1-kmgr and the kernel
+# hooks that make the patched driver follow kernel upgrades (`rdna1-kmgr hooks remove` takes them away).
 #   sudo ./install.sh           the tool
 #   sudo ./install.sh --test    the tool, plus what its test suite needs
 set -eu
@@ -39,4 +40,8 @@ spec=$here
 [ "$with_tests" = yes ] && spec="$here[test]"
 "$prefix/bin/pip" install -q --disable-pip-version-check --upgrade "$spec"
 ln -sf "$prefix/bin/rdna1-kmgr" /usr/local/sbin/rdna1-kmgr
+# Kernel upgrades: /etc/kernel/{postinst,header_postinst,postrm}.d, apt's DPkg::Post-Invoke and a boot unit,
+# all calling this installation's `rdna1-kmgr follow`. They do nothing until the owner installs a module.
+echo "install.sh: placing the kernel hooks"
+"$prefix/bin/rdna1-kmgr" hooks install
 echo "install.sh: done: $(/usr/local/sbin/rdna1-kmgr --version)"

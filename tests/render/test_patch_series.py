@@ -204,7 +204,8 @@ def test_quirks_lists_the_catalog():
 
 def test_help_lists_every_command_and_version_works():
     result = run_cli("--help")
-    for command in ("detect", "render", "quirks", "build", "keys", "vm-test", "install", "rollback", "status"):
+    for command in ("detect", "render", "quirks", "build", "keys", "vm-test", "install", "rollback", "status",
+                    "follow", "hooks"):
         assert re.search(rf"^\s+{command}\s+\S", result.stdout, re.M), command
     assert run_cli("--version").stdout.startswith("rdna1-kmgr, version ")
 
