@@ -128,6 +128,9 @@ class Story:
         self.stream.flush()
         self._file.flush()
 
+    def isatty(self) -> bool:
+        return False  # progress in whole lines (a quarter at a time): the log and apt's output read them
+
     def say(self, line: str) -> None:
         self.write(f"rdna1-kmgr: {line}\n")
 
@@ -262,7 +265,8 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         for line in result.get("next_boot", []):
             story.say(line)
     return {"package": built["package"], "package_version": built["package_version"],
-            "module_sha256": built["sha256"], "verdict": record.verdict, "verdict_record": str(record.record),
+            "module_sha256": built["sha256"], "verdict": record.verdict,
+            "verdict_record": str(verdict.record_path(record.module_sha256)),
             "quirks": built["quirks"]}
 
 
