@@ -204,3 +204,12 @@ def test_bad_input_is_one_line_and_the_hook_form_never_fails(host):
         assert [ln for ln in proc.stderr.splitlines() if ln.strip()][0].startswith("rdna1-kmgr: error: ")
     proc = host.cli("follow", "--kernel", "../etc", "--defer", "--hook")
     assert proc.returncode == 0 and proc.stdout.startswith("rdna1-kmgr: ")
+
+
+def test_systemd_accepts_the_boot_unit(host):
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed")
+    unit = host.root / "etc/systemd/system/rdna1-kmgr-follow.service"
+    proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    problems = [ln for ln in proc.stderr.splitlines() if "rdna1-kmgr-follow" in ln]
+    assert proc.returncode == 0 and not problems, proc.stderr

@@ -753,6 +753,16 @@ def test_installing_a_newer_build_replaces_the_installed_one(system):
     assert_same_system(before, system.hash())
 
 
+def test_a_modprobe_conf_of_our_name_that_we_did_not_write_is_refused(system):
+    conf = system.root / "etc/modprobe.d/rdna1-kmgr.conf"
+    conf.write_text("options amdgpu dc=0\n")  # someone's own file under our name
+    before = system.hash()
+    proc = system.install()
+    assert proc.returncode == 8
+    assert "was not written by rdna1-kmgr" in one_error_line(proc)
+    assert_same_system(before, system.hash())
+
+
 # --- the real thing: amdgpu for Debian's 6.1 kernel, installed into that kernel -----------------------------------
 
 
