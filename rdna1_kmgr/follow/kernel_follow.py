@@ -40,7 +40,7 @@ from rdna1_kmgr.build import module_build
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import log_dir
-from rdna1_kmgr.install import follow_record, module_install
+from rdna1_kmgr.install import follow_record, module_install, rollback
 from rdna1_kmgr.install.journal import Busy, Journal, make_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.patch_series import render
@@ -261,6 +261,10 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
             if not record.passed:
                 raise BuildError(f"the VM verdict is {record.verdict}: {record.reason}", f"record {record.record}")
     with _stage("install", story):
+        if Journal(kernel).exists():
+            # An earlier follow-up of this kernel killed inside its install (a power cut, say): undo that first.
+            story.say(f"an earlier install for {kernel} did not finish: rolling it back first")
+            rollback.run(kernel, keep_build=True, stream=story)
         result = module_install.run(module_install.InstallRequest(kernel=kernel), stream=story)
         for line in result.get("next_boot", []):
             story.say(line)

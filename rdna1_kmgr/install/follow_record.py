@@ -60,14 +60,15 @@ def kernels() -> list[str]:
 
 
 def write(kernel: str, state: str, **fields) -> dict:
-    """Replace the kernel's record (atomically, durably); `pending` also leaves the marker, others drop it."""
+    """Replace the kernel's record (atomically, durably). The marker stays while the work is pending or
+    running (a run killed half way is done again by the next hook or boot) and goes with its outcome."""
     assert state in STATES, state
     record = {"kernel": user_input.kernel_release(kernel), "state": state,
               "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **fields}
     make_dirs(follow_dir())
     write_durably(_record_path(kernel), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     marker = pending_dir() / record["kernel"]
-    if state == "pending":
+    if state in ("pending", "running"):
         make_dirs(pending_dir())
         marker.touch()
     else:
