@@ -30,7 +30,8 @@ def follow(kernel, run_pending, defer, removed, source, dry_run, hook, as_json):
         if not hook:
             raise
         # The package manager must go on: the reason is in the record and the log; say it in one line.
-        click.echo(f"rdna1-kmgr: {kernel or 'follow'}: {err.line()}")
+        record = follow_record.read(kernel) if kernel and isinstance(err, kernel_follow.StageFailed) else None
+        click.echo(f"rdna1-kmgr: {kernel or 'follow'}: {follow_record.describe(record) or err.line()}")
         return
     if as_json:
         emit_json(result)
@@ -69,6 +70,8 @@ def _follow(kernel, run_pending, defer, removed, source, dry_run) -> dict:
         try:
             records.append(kernel_follow.follow(k, source))
         except kernel_follow.StageFailed as err:
+            if not run_pending:
+                raise  # one kernel by hand: its reason is the error line
             records.append(follow_record.read(k) or {"kernel": k, "state": "stock", "reason": err.line()})
             failed = failed or err.exit_code
     lines = [f"rdna1-kmgr: {r['kernel']}: {follow_record.describe(r) or r.get('reason')}" for r in records

@@ -286,14 +286,3 @@ def defer(kernel: str) -> str | None:
         return f"{kernel} has an rdna1-kmgr install already"
     follow_record.write(kernel, "pending")
     return f"{kernel}: noted; amdgpu is patched for it once the package manager is done"
-
-
-def follow_pending(stream: TextIO | None = None) -> list[dict]:
-    """Follow every pending kernel, one after the other; their records."""
-    results = []
-    for kernel in follow_record.pending():
-        try:
-            results.append(follow(kernel, stream=stream))
-        except StageFailed:
-            results.append(follow_record.read(kernel) or {"kernel": kernel, "state": "stock"})
-    return results

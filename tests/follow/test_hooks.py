@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rdna1_kmgr.install import journal as jr
+from fake_kernel import make_tree
 from sysfs_fixtures import FakeSysroot
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
@@ -213,3 +214,19 @@ def test_systemd_accepts_the_boot_unit(host):
     proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     problems = [ln for ln in proc.stderr.splitlines() if "rdna1-kmgr-follow" in ln]
     assert proc.returncode == 0 and not problems, proc.stderr
+
+
+def test_a_source_the_renderer_refuses_leaves_the_kernel_stock_with_the_reason(host, tmp_path):
+    kernel = "6.1.0-99-amd64"  # no headers here: the build would stop later anyway; render comes first
+    (host.root / "lib/modules" / kernel / "kernel").mkdir(parents=True)
+    tree = make_tree(tmp_path / "src", "6.1.192", omit="gmc_v10_0_get_vm_pte")
+    host.opt_in()
+    proc = host.cli("follow", "--kernel", kernel, "--source", str(tree))
+    assert proc.returncode == 3
+    assert proc.stderr.strip().splitlines()[-1].startswith("rdna1-kmgr: error: render: cannot render")
+    record = host.record(kernel)
+    assert record["state"] == "stock" and record["stage"] == "render"
+    assert "gmc_v10_0" in record["reason"]
+    status = json.loads(host.cli("status", "--json").stdout)
+    (k,) = [k for k in status["kernels"] if k["kernel"] == kernel]
+    assert k["follow"]["stage"] == "render" and k["journal"] is None and k["dkms"] == []
