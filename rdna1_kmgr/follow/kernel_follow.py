@@ -158,11 +158,11 @@ def follow_lock() -> Iterator[None]:
 def plan(kernel: str, source: str | None = None) -> list[str]:
     """What `follow --kernel` would do (changes nothing)."""
     kernel = user_input.kernel_release(kernel)
+    if kernel in finished_installs():
+        return [f"nothing to do for {kernel}: it has an rdna1-kmgr install already"]
     installed = current_install(exclude=kernel)
     if installed is None:
         return [f"nothing to do for {kernel}: no kernel has an rdna1-kmgr install (follow acts once one has)"]
-    if kernel in finished_installs():
-        return [f"nothing to do for {kernel}: it has an rdna1-kmgr install already"]
     request = _build_request(kernel, installed, source)
     lines = [f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
              f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"]
@@ -184,17 +184,17 @@ def follow(kernel: str, source: str | None = None, stream: TextIO | None = None)
     """Patch `kernel` or leave it stock; returns its follow record. StageFailed when it stays stock."""
     stream = stream if stream is not None else sys.stderr
     kernel = user_input.kernel_release(kernel)
+    finished = finished_installs().get(kernel)
+    if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
+        return follow_record.write(kernel, "patched", package=finished.get("package"),
+                                   package_version=finished.get("version"),
+                                   verdict=(finished.get("vm_check") or {}).get("verdict"),
+                                   module_sha256=finished.get("module_sha256"), reason="installed already")
     installed = current_install(exclude=kernel)
     if installed is None:
         follow_record.forget(kernel)
         return {"kernel": kernel, "state": "not-opted-in",
                 "reason": "no kernel has an rdna1-kmgr install; follow acts once one has"}
-    finished = finished_installs().get(kernel)
-    if finished is not None:
-        return follow_record.write(kernel, "patched", package=finished.get("package"),
-                                   package_version=finished.get("version"),
-                                   verdict=(finished.get("vm_check") or {}).get("verdict"),
-                                   module_sha256=finished.get("module_sha256"), reason="installed already")
     with follow_lock():
         log = log_dir() / f"follow-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         story = Story(stream, log)
