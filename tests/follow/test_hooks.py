@@ -230,3 +230,16 @@ def test_a_source_the_renderer_refuses_leaves_the_kernel_stock_with_the_reason(h
     status = json.loads(host.cli("status", "--json").stdout)
     (k,) = [k for k in status["kernels"] if k["kernel"] == kernel]
     assert k["follow"]["stage"] == "render" and k["journal"] is None and k["dkms"] == []
+
+
+def test_follow_dry_run_prints_the_plan_and_changes_nothing(host):
+    host.opt_in()
+    before = sorted(str(p) for p in host.state.rglob("*"))
+    proc = host.cli("follow", "--kernel", NEW, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == (f"follow {NEW} with the quirks installed for {OLD} (rdna1-amdgpu/{VERSION}): "
+                        "coarse-mtype crat-mem; devices 0x731F")
+    assert any(line.startswith("  install: `rdna1-kmgr install --kernel") for line in lines)
+    assert sorted(str(p) for p in host.state.rglob("*")) == before
+    assert host.cli("follow", "--kernel", OLD, "--dry-run").stdout.startswith(f"nothing to do for {OLD}")
