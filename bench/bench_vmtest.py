@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of the emulated `rdna1-kmgr vm-test` verdict under TCG.
 
-    sudo /opt/rdna1-kmgr/bin/python bench/bench_vmtest.py [--kernel KREL | --module KO] [--runs N] [--json]
+    /opt/rdna1-kmgr/bin/python bench/bench_vmtest.py [--kernel KREL | --module KO] [--runs N] [--json]
 
 Runs the whole emulated validation N times (default 3) exactly as the command does, with --accel tcg (the
 KVM probe is left out: here it ends in a fraction of a second, elsewhere KVM replaces TCG altogether), and
@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 from rdna1_kmgr.build import built_module
-
-from rdna1_kmgr.vm import engine
 from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.vm import engine
 
 TARGET_SECONDS = 30.0
 

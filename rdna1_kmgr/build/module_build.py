@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,17 +24,14 @@ from typing import Callable, TextIO
 import distro
 
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.source import cache_entry
-from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.build import prerequisites
-from rdna1_kmgr.build import signing
-from rdna1_kmgr.source import kernel_source
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.host.rdna1_boards import format_id
+from rdna1_kmgr.build import module_checks, prerequisites, signing
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir
 from rdna1_kmgr.core.progress import Progress, count_sources
+from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.source import cache_entry, kernel_source
 
 AMD_TREE = "drivers/gpu/drm/amd"
 # A patch line declaring a module parameter: the series' rdna1_* parameters must be in the module.
@@ -58,17 +54,17 @@ class Kernel:
 
 def distro_current_kernel() -> str | None:
     """The release the distro's kernel metapackage points to today (installed one first, else apt's candidate)."""
-    if not shutil.which("dpkg-query"):
+    if not runner.which("dpkg-query"):
         return None  # dnf and pacman hosts: their place is here, not written yet
-    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+    arch = runner.run(["dpkg", "--print-architecture"]).stdout.strip()
     metas = [f"linux-image-{arch}", f"linux-headers-{arch}", "linux-image-generic", "linux-headers-generic"]
     for meta in metas:
-        proc = subprocess.run(["dpkg-query", "--show", "--showformat=${Depends}", meta], capture_output=True, text=True)
+        proc = runner.run(["dpkg-query", "--show", "--showformat=${Depends}", meta], check=False)
         found = _release_in_depends(proc.stdout) if proc.returncode == 0 else None
         if found:
             return found
     for meta in metas:
-        proc = subprocess.run(["apt-cache", "depends", meta], capture_output=True, text=True)
+        proc = runner.run(["apt-cache", "depends", meta], check=False)
         found = _release_in_depends(proc.stdout) if proc.returncode == 0 else None
         if found:
             return found
@@ -80,8 +76,9 @@ def _release_in_depends(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def resolve_kernel(requested: str | None) -> Kernel:
-    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one."""
+def resolve_kernel(requested: str | None, doing: str = "building") -> Kernel:
+    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one.
+    `doing` is what the command does for it, for the note ("building", "planning an install", ...)."""
     if requested is not None:
         release = user_input.kernel_release(requested)
         return Kernel(release, kernel_source.debian_kernel_version(release))
@@ -95,7 +92,7 @@ def resolve_kernel(requested: str | None) -> Kernel:
                         "and no distribution kernel is known", "give --kernel RELEASE")
     return Kernel(current, kernel_source.debian_kernel_version(current),
                   note=f"the running kernel {running} is not a {distro.name() or 'distribution'} kernel; "
-                       f"building for the distribution's current kernel {current} (give --kernel to choose)")
+                       f"{doing} for the distribution's current kernel {current} (give --kernel to choose)")
 
 
 # --- the package half --------------------------------------------------------------------------------
@@ -301,6 +298,13 @@ class BuildRequest:
     no_install: bool = False
     key: str | None = None
     cert: str | None = None
+    debug_info: bool = False  # compile with the kernel config's -g (default: KCFLAGS=-g0)
+
+
+def package_for(manifest: dict, debug_info: bool) -> dkms.Package:
+    """The DKMS package a rendered series goes into."""
+    version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"], debug_info)
+    return dkms.Package(dkms.PACKAGE_NAME, version, debug_info=debug_info)
 
 
 def series_parameters(series_dir: Path) -> list[str]:
@@ -349,8 +353,7 @@ def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, 
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
-        package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                        manifest["patchset_sha256"]))
+        package = package_for(manifest, request.debug_info)
         devices = [int(d, 16) for d in manifest["devices"]]
         quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
         built = build_package(
@@ -427,8 +430,7 @@ def plan(request: BuildRequest) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
         params = series_parameters(Path(tmp) / "series")
-    package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                    manifest["patchset_sha256"]))
+    package = package_for(manifest, request.debug_info)
     lines.append(f"render {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]}) "
                  f"for devices {' '.join(manifest['devices'])}")
     have_dkms = shutil.which("dkms") is not None
@@ -439,7 +441,8 @@ def plan(request: BuildRequest) -> list[str]:
         lines.append(f"  {' '.join(dkms.command(dkms.add_args(package), trees))}")
         lines.append(f"  {' '.join(dkms.command(dkms.build_args(package, kernel.release, jobs), trees))}"
                      f"   (kbuild tree {dkms.kbuild_root(package.name) / kernel.release}"
-                     f"{', ccache' if ccache_env() else ''})")
+                     f"{', ccache' if ccache_env() else ''}"
+                     f"{', with debug info' if request.debug_info else ', no debug info unless module BTF needs it'})")
     lines.append(f"verify vermagic {kernel.release}, the signature against {keys.cert} (openssl), "
                  f"parameters {' '.join(params)}, aliases for {' '.join(manifest['devices'])}")
     if have_dkms:

@@ -24,34 +24,29 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from rdna1_kmgr.build import built_module
-
-from rdna1_kmgr.host import host_facts
-
-from rdna1_kmgr.install import initramfs
-from rdna1_kmgr.install import modprobe_conf
-
-from rdna1_kmgr.build import module_checks
-
-from rdna1_kmgr.install import rollback
-
-from rdna1_kmgr.build import signing
-
-from rdna1_kmgr.core import user_input
-
-from rdna1_kmgr.vm import verdict
+from rdna1_kmgr.build import built_module, module_checks, signing
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
-from rdna1_kmgr.install.journal import (Journal, JournalError, abort_point, check_writable, locked, refuse_if_busy,
-                                        sha256_file)
+from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.install import initramfs, modprobe_conf, rollback
+from rdna1_kmgr.install.journal import (
+    Journal,
+    JournalError,
+    abort_point,
+    check_writable,
+    locked,
+    refuse_if_busy,
+)
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.vm import verdict
 
 MODPROBE_CONF = modprobe_conf.NAME
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "verify")
@@ -112,7 +107,7 @@ def installed_path(candidate: Candidate, root: TargetRoot) -> Path:
 
 def resolved_module(kernel: str, module: str, root: TargetRoot) -> Path | None:
     """The file `modinfo -k KREL -n <module>` resolves to (what modprobe would load), or None."""
-    result = subprocess.run(root.modinfo_command(kernel, module), capture_output=True, text=True)
+    result = runner.run(root.modinfo_command(kernel, module), check=False)
     if result.returncode != 0 or not result.stdout.strip():
         return None
     return Path(result.stdout.strip().splitlines()[0])
@@ -152,7 +147,7 @@ def check_gate(candidate: Candidate, cert: Path, skip_vm_check: bool, root: Targ
             raise InstallRefused(
                 f"Secure Boot is on and the signing certificate {cert} is {enrolled}: the firmware would "
                 "refuse the module",
-                f"run `sudo rdna1-kmgr keys enroll --cert {cert}`, choose a one-time password, reboot, pick "
+                f"run `rdna1-kmgr keys enroll --cert {cert}` as root, choose a one-time password, reboot, pick "
                 "'Enroll MOK' in the blue MOK Manager screen and type that password, then install again; "
                 "nothing was changed")
     return Gate(cert, signer, vm_check, facts.secure_boot_state)
@@ -238,12 +233,7 @@ def _parents_to_create(path: Path) -> list[Path]:
 
 
 def _run(command: list[str], what: str) -> None:
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        lines = [ln.strip() for ln in (result.stderr + "\n" + result.stdout).splitlines() if ln.strip()]
-        errors = [ln for ln in lines if "rror" in ln]
-        raise HostError(f"{what} failed (exit status {result.returncode}): {(errors or lines or ['no output'])[-1]}",
-                        f"the command was: {' '.join(command)}")
+    runner.run(command, timeout=900, doing=what, hint=f"the command was: {' '.join(command)}")
 
 
 def depmod_files(kernel: str, root: TargetRoot) -> list[Path]:
@@ -391,7 +381,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     elif request.kernel is not None:
         kernel = user_input.kernel_release(request.kernel)
     else:
-        resolved = resolve_kernel(None)
+        resolved = resolve_kernel(None, "planning an install" if request.dry_run else "installing")
         if resolved.note:
             stream.write(f"rdna1-kmgr: {resolved.note}\n")
         kernel = resolved.release
@@ -496,7 +486,7 @@ def next_boot_text(candidate: Candidate, verified: dict, root: TargetRoot) -> li
         f"({root.modprobe_dir / MODPROBE_CONF}).",
         f"If that boot goes wrong: at the boot menu press `e`, add {ESCAPE_PARAMETER} to the line starting with "
         "`linux` (stock amdgpu behaviour for that boot), boot with Ctrl-X or F10, then run "
-        f"`sudo rdna1-kmgr rollback --kernel {kernel}`.",
+        f"`rdna1-kmgr rollback --kernel {kernel}` (as root).",
     ]
     if kernel == os.uname().release and (root.sys_module / candidate.module_name).is_dir():
         lines.append(f"The running kernel keeps the {candidate.module_name} it loaded at boot until you reboot.")

@@ -5,30 +5,27 @@ Otherwise, with the user's consent, the distro's image package is downloaded and
 `dpkg-deb -x` into cache_dir()/kernels/KREL; it is never installed (installing an image package runs
 boot-loader and initramfs hooks on the host).
 
-How the modules reach the guest: the VM sees the host's root read-only over 9p, so the cache tree is
-visible in the guest at its host path. virtme-ng finds a kernel's modules by walking up from the image
-path to the first folder holding lib/modules (here cache_dir()/kernels/KREL) and has its init mount a
-tmpfs over /lib/modules with a symlink /lib/modules/KREL -> that folder. `depmod -b` is run here once,
-at unpack time, because the package ships no modules.dep (its postinst would make it).
+How the modules reach the guest: virtme-ng finds a kernel's modules by walking up from the image path to
+the first folder holding lib/modules (here cache_dir()/kernels/KREL) and has its init link
+/lib/modules/KREL to that folder's host path; the cache is not visible in the guest by itself (/var/cache
+is a tmpfs there), so vm/guest_view.py maps the tree read-only at that same path. `depmod -b` is run here
+once, at unpack time, because the package ships no modules.dep (its postinst would make it).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.source import cache_entry
-
 from rdna1_kmgr.build import module_elf
-
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.source.debian_archive import PrivateArchive
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.core.paths import cache_dir
+from rdna1_kmgr.source import cache_entry
+from rdna1_kmgr.source.debian_archive import PrivateArchive
 from rdna1_kmgr.source.kernel_source import DEBIAN_SUITES
 
 HOST_ROOT = Path("/")
@@ -75,14 +72,20 @@ def locate(release: str, fetch: bool = False) -> GuestKernel:
     if not fetch:
         raise HostError(
             f"kernel {release} is neither installed on this host nor in the cache ({cached.root})",
-            f"run again with --yes to download linux-image-{release} into the cache (it is unpacked there, "
-            "not installed)",
+            f"run again with --yes to download {' '.join(image_packages(release))} into the cache (unpacked "
+            "there, not installed)",
         )
     return fetch_image(release)
 
 
+def image_packages(release: str) -> list[str]:
+    """The packages that hold kernel `release`'s image and its modules. Debian's linux-image-KREL has both
+    (another distribution that splits them lists each here)."""
+    return [f"linux-image-{release}"]
+
+
 def fetch_image(release: str) -> GuestKernel:
-    """Download the distro's image package for `release` and unpack it into the cache (once)."""
+    """Download the distro's image package(s) for `release` and unpack them into the cache (once)."""
     root = cached_root(release)
     kernels = root.parent
     kernels.mkdir(parents=True, exist_ok=True)
@@ -90,16 +93,17 @@ def fetch_image(release: str) -> GuestKernel:
         cached = GuestKernel(release, root, "cache")
         if _complete(cached):
             return cached
-        deb = _download(f"linux-image-{release}")
+        debs = [_download(package) for package in image_packages(release)]
         with cache_entry.staging(kernels, release) as tmp:
-            _say(f"unpacking {deb.name} into {root} (not installing it)")
-            _run(["dpkg-deb", "-x", str(deb), str(tmp)], f"unpacking {deb.name}")
+            for deb in debs:
+                _say(f"unpacking {deb.name} into {root} (not installing it)")
+                _run(["dpkg-deb", "-x", str(deb), str(tmp)], f"unpacking {deb.name}")
             _merge_usr(tmp, release)
             _say(f"depmod for {release}")
             _run(["depmod", "-b", str(tmp), release], f"depmod for {release}")
             staged = GuestKernel(release, tmp, "cache")
             if not _complete(staged):
-                raise SourceError(f"{deb.name} holds no boot/vmlinuz-{release} with its modules",
+                raise SourceError(f"{' '.join(d.name for d in debs)} hold no boot/vmlinuz-{release} with its modules",
                                   "is it a kernel image package?")
             cache_entry.publish(tmp, root)
         return cached
@@ -128,10 +132,7 @@ def _download(package: str) -> Path:
 
 
 def _run(argv: list[str], doing: str) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise HostError(f"{doing} failed: {last}", f"command: {' '.join(argv)}")
+    runner.run(argv, timeout=900, doing=doing, hint=f"command: {' '.join(argv)}")
 
 
 def _say(text: str) -> None:

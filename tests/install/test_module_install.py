@@ -17,7 +17,6 @@ Every test compares a hash of what install touches, taken before, with the same 
 /lib/modules/KREL (paths, types, link targets, modes, contents), /etc/modprobe.d, and the initramfs's file list.
 """
 
-from collections.abc import Iterator
 import hashlib
 import json
 import os
@@ -26,21 +25,21 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from rdna1_kmgr.build import module_build as kbuild
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.install import journal as jr
-from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.build import signing
-from rdna1_kmgr.vm import verdict
 from dkms_helpers import installed_release, make_keys
 from install_checks import (assert_same_system, ensure_image_installed, initramfs_list, modinfo_resolves, system_hash,
                             tree_digest, verdict_record)
 from sysfs_fixtures import FakeSysroot
+
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.build import module_build as kbuild
+from rdna1_kmgr.build import module_checks, signing
+from rdna1_kmgr.install import journal as jr
+from rdna1_kmgr.vm import verdict
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 AMD_TREE = "drivers/gpu/drm/amd"
@@ -375,6 +374,16 @@ def test_status_reports_the_install(system):
     assert k["journal"] is None
     assert k["module"]["path"] == str(system.stock_path) and not k["module"]["rdna1_kmgr"]
 
+    # before the install: the built module and its verdict, which install will ask for
+    record = json.loads((system.state / "validations" / f"{system.pristine.module_sha256}.json").read_text())
+    verdict_seen = {"verdict": "pass", "mode": "emulated", "kernel": system.kernel, "reason": "all checks passed",
+                    "record": str(system.state / "validations" / f"{system.pristine.module_sha256}.json"),
+                    "when": record["started"], "accel": record["accel"],
+                    "checked": [c["name"] for c in record["checks"]], "failed": []}
+    assert [b["verdict"] for b in k["built"]] == [verdict_seen]
+    text = system.cli("status", *system.cert_args).stdout
+    assert f"  verdict     pass (emulated, {record['accel']}) {record['started']}: checked " in text
+
     assert system.install().returncode == 0
     status = json.loads(system.cli("status", "--json", *system.cert_args).stdout)
     (k,) = [k for k in status["kernels"] if k["kernel"] == system.kernel]
@@ -384,9 +393,11 @@ def test_status_reports_the_install(system):
         "path": str(system.installed_path), "sha256": system.pristine.module_sha256, "rdna1_kmgr": True,
         "signature": {"signer": "rdna1-kmgr test key", "valid": True,
                       "detail": f"verifies against {system.pristine.keys.cert}"},
-        "verdict": {"verdict": "pass", "mode": "emulated", "kernel": system.kernel, "reason": "all checks passed",
-                    "record": str(system.state / "validations" / f"{system.pristine.module_sha256}.json")},
+        "verdict": verdict_seen,
     }
+    # the built module's verdict too (the same file DKMS installed), with when, how and what was checked
+    assert k["built"] == [{"version": system.pristine.package.version, "sha256": system.pristine.module_sha256,
+                           "module": k["built"][0]["module"], "verdict": verdict_seen}]
     assert {"file": str(system.root / "etc/modprobe.d/rdna1-kmgr.conf"),
             "options": {"rdna1_quirks": "0x3"}} in k["parameters"]["modprobe.d"]
     assert status["certificate"]["path"] == str(system.pristine.keys.cert)

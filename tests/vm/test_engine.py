@@ -18,18 +18,16 @@ import sys
 import time
 from pathlib import Path
 
+import fakeamdgpu
 import pytest
 from click.testing import CliRunner
-
-import fakeamdgpu
 from conftest import _using_test_cache, persistent_cache_root
-from rdna1_kmgr.vm import guest_kernel
+
 from rdna1_kmgr.build import module_elf
-from rdna1_kmgr.core import runner
-from rdna1_kmgr.vm import verdict
-from rdna1_kmgr.vm import engine
 from rdna1_kmgr.cli import main
+from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.vm import engine, guest_kernel, guest_view, verdict
 
 DATA = Path(__file__).parent / "data"
 CANNED_KERNEL = "6.1.0-56-amd64"
@@ -286,62 +284,6 @@ def test_a_file_that_is_not_a_module_is_refused(tmp_path, name, content):
         module_elf.read(path)
 
 
-# --- the process-session runner -----------------------------------------------------------------------------
-
-
-def test_a_timeout_kills_every_process_of_the_session(tmp_path):
-    started = time.monotonic()
-    outcome = runner.run(["sh", "-c", "sleep 300 & sleep 300 & wait"], tmp_path / "out", timeout=1)
-    assert outcome.timed_out and outcome.returncode is None
-    assert time.monotonic() - started < 6
-    assert runner.session_members(outcome.session) == []
-
-
-def test_a_process_ignoring_sigterm_is_killed_all_the_same(tmp_path):
-    outcome = runner.run(["sh", "-c", "trap '' TERM; sleep 300"], tmp_path / "out", timeout=0.5)
-    assert outcome.timed_out and outcome.elapsed >= runner._GRACE
-    assert runner.session_members(outcome.session) == []
-
-
-def test_a_child_left_behind_after_a_normal_exit_is_swept(tmp_path):
-    outcome = runner.run(["sh", "-c", "(sleep 300 &); echo bye"], tmp_path / "out", timeout=10)
-    assert outcome.returncode == 0 and not outcome.timed_out
-    assert runner.session_members(outcome.session) == []
-    assert (tmp_path / "out").read_text() == "bye\n"
-
-
-def test_watch_can_stop_a_run_early(tmp_path):
-    outcome = runner.run(["sh", "-c", "echo ready; sleep 300"], tmp_path / "out", timeout=30,
-                             watch=lambda chunk: "ready" in chunk)
-    assert outcome.stopped_early and outcome.elapsed < 10
-    assert runner.session_members(outcome.session) == []
-
-
-def test_ctrl_c_stops_the_session_and_goes_on_up(tmp_path, monkeypatch):
-    def interrupt(chunk):
-        raise KeyboardInterrupt
-
-    sessions = []
-    real_popen = runner.subprocess.Popen
-
-    def recording_popen(*args, **kwargs):
-        proc = real_popen(*args, **kwargs)
-        sessions.append(proc.pid)
-        return proc
-
-    monkeypatch.setattr(runner.subprocess, "Popen", recording_popen)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run(["sh", "-c", "echo go; sleep 300 & sleep 300"], tmp_path / "out", timeout=30, watch=interrupt)
-    assert sessions and runner.session_members(sessions[0]) == []
-
-
-def test_output_survives_a_child_that_reopens_its_stdout(tmp_path):
-    """QEMU opens /proc/self/fd/1 for its console; on a plain file that truncated what came before."""
-    script = "echo from-the-shell; sleep 0.3; echo from-the-reopen > /proc/self/fd/1"
-    runner.run(["sh", "-c", script], tmp_path / "out", timeout=10)
-    assert (tmp_path / "out").read_text() == "from-the-shell\nfrom-the-reopen\n"
-
-
 # --- console stages, the guest command line ---------------------------------------------------------------------
 
 
@@ -360,17 +302,41 @@ def test_stages_are_reported_once_each_even_when_lines_arrive_in_pieces():
     assert seen[0].endswith("kernel started")
 
 
-def test_the_guest_command_quotes_paths_and_tcg_disables_kvm(tmp_path):
-    rundir = tmp_path / "run dir"
-    command = engine.guest_command(rundir)
-    assert command.endswith(f"'{rundir}'") and " -I -S " in command
-    kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
+def test_the_guest_command_uses_guest_paths_and_tcg_disables_kvm(tmp_path):
+    rundir = tmp_path / "run"
+    rundir.mkdir()
+    kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path / "kernels" / CANNED_KERNEL, "cache")
+    view = guest_view.prepare(rundir, kernel.root)
+    command = engine.guest_command(view)
+    assert command.split()[1:] == ["-I", "-S", "/run/rdna1-kmgr/guest/collect.py", "/run/rdna1-kmgr"]
+    assert (rundir / "guest" / "collect.py").is_file()  # the guest side travels in the run folder
     tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
-    tcg = engine.vng_argv(tools, kernel, rundir, engine.Accel("tcg", ""), command)
-    kvm = engine.vng_argv(tools, kernel, rundir, engine.Accel("kvm", ""), command)
+    tcg = engine.vng_argv(tools, kernel, view, engine.Accel("tcg", ""), command)
+    kvm = engine.vng_argv(tools, kernel, view, engine.Accel("kvm", ""), command)
     assert "--disable-kvm" in tcg and "--disable-kvm" not in kvm
-    assert tcg[tcg.index("--rwdir") + 1] == str(rundir) and tcg[-2:] == ["--exec", command]
+    assert tcg[tcg.index("--rwdir") + 1] == f"/run/rdna1-kmgr={rundir}" and tcg[-2:] == ["--exec", command]
+    # the unpacked kernel, read-only at its own path: where virtme's /lib/modules/KREL link points
+    assert f"{kernel.root}={kernel.root}" in tcg and tcg[tcg.index(f"{kernel.root}={kernel.root}") - 1] == "--rodir"
     assert tools.env()["PATH"].startswith("/venv/bin" + os.pathsep)
+
+
+def test_the_guest_python_is_the_systems_or_its_installation_is_mapped(tmp_path):
+    # a venv of the system's Python (install.sh, pipx): the real binary under /usr, nothing to map
+    python, mapping = guest_view.interpreter("/usr/bin/python3", "/usr")
+    assert python == os.path.realpath("/usr/bin/python3") and mapping is None
+    # a Python installed elsewhere (pyenv, uv, a tarball under /opt or a home folder) is mapped read-only
+    home = tmp_path / "pyenv" / "3.11.7"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "python3.11").write_text("")
+    python, mapping = guest_view.interpreter(str(home / "bin" / "python3.11"), str(home))
+    assert python == "/run/rdna1-kmgr-python/bin/python3.11"
+    assert mapping.vng_args() == ["--rodir", f"/run/rdna1-kmgr-python={home}"]
+
+
+def test_a_path_virtme_cannot_map_is_refused_with_what_to_do(tmp_path):
+    odd = tmp_path / "a b,c"
+    with pytest.raises(HostError, match="virtme-ng cannot show"):
+        guest_view.Mapping(guest_view.GUEST_RUN, odd, writable=True).vng_args()
 
 
 # --- the guest kernel -----------------------------------------------------------------------------------------
