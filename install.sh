@@ -1,6 +1,7 @@
 #!/bin/sh
 # Install rdna1-kmgr on Debian or Ubuntu: the system packages it drives (DKMS, kbuild's tools, kmod,
-# QEMU), a Python environment in /opt/rdna1-kmgr and the command /usr/local/sbin/rdna1-kmgr.
+# QEMU), a Python environment in /opt/rdna1-kmgr, the command /usr/local/sbin/rdna1-kmgr and the kernel
+# hooks that make the patched driver follow kernel upgrades (`rdna1-kmgr hooks remove` takes them away).
 # Run it as root (a root shell: nothing here calls sudo, which a fresh Debian may not have), or with sudo:
 #   ./install.sh                the tool
 #   ./install.sh --test         the tool, plus what its test suite needs
@@ -47,4 +48,8 @@ mkdir -p "$bindir"
 ln -sf "$prefix/bin/rdna1-kmgr" "$bindir/rdna1-kmgr"
 # Where every command logs the programs it ran (core/command_log.py writes only where this folder exists).
 install -d -m 0755 /var/log/rdna1-kmgr
+# Kernel upgrades: /etc/kernel/{postinst,header_postinst,postrm}.d, apt's DPkg::Post-Invoke and a boot unit,
+# all calling this installation's `rdna1-kmgr follow`. They do nothing until the owner installs a module.
+echo "install.sh: placing the kernel hooks"
+"$prefix/bin/rdna1-kmgr" hooks install
 echo "install.sh: done: $("$bindir/rdna1-kmgr" --version) ($bindir/rdna1-kmgr)"

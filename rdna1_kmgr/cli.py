@@ -8,6 +8,8 @@ from rdna1_kmgr import __version__
 from rdna1_kmgr.commands.build import build
 from rdna1_kmgr.commands.detect import detect
 from rdna1_kmgr.commands.doctor import doctor
+from rdna1_kmgr.commands.follow import follow
+from rdna1_kmgr.commands.hooks import hooks
 from rdna1_kmgr.commands.install import install
 from rdna1_kmgr.commands.keys import keys
 from rdna1_kmgr.commands.profile import profile
@@ -37,5 +39,5 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-for command in (detect, doctor, render, quirks, build, keys, vmtest, install, rollback, status, profile):
+for command in (detect, doctor, render, quirks, build, keys, vmtest, install, rollback, status, profile, follow, hooks):
     main.add_command(command)

@@ -8,7 +8,8 @@ The steps, each journaled (intent and backups on disk first, then the step, then
 
     dkms-install   dkms install: the module goes to /lib/modules/KREL/updates/dkms
     depmod         depmod KREL: the module index now resolves amdgpu to it
-    modprobe-conf  /etc/modprobe.d/rdna1-kmgr.conf with the parameters the build was made for
+    modprobe-conf  /etc/modprobe.d/rdna1-kmgr.conf with the parameters the build was made for, written for
+                   every installed kernel at once (modprobe_conf: the file is shared, the installs are not)
     initramfs      the distribution's tool regenerates KREL's image (it copies modprobe.d, and amdgpu when the
                    image carries it)
     verify         `modinfo -k KREL -n amdgpu` is the installed file with the built sha256, and any amdgpu
@@ -36,7 +37,7 @@ from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts
-from rdna1_kmgr.install import initramfs, rollback
+from rdna1_kmgr.install import initramfs, modprobe_conf, rollback
 from rdna1_kmgr.install.journal import (
     Journal,
     JournalError,
@@ -44,19 +45,18 @@ from rdna1_kmgr.install.journal import (
     check_writable,
     locked,
     refuse_if_busy,
-    write_durably,
 )
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.vm import verdict
 
-MODPROBE_CONF = "rdna1-kmgr.conf"
+MODPROBE_CONF = modprobe_conf.NAME
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "verify")
 # What depmod writes (kmod 30); the package's modules.order, modules.builtin(.modinfo) are its inputs.
 DEPMOD_OUTPUTS = ("modules.alias", "modules.alias.bin", "modules.builtin.alias.bin", "modules.builtin.bin",
                   "modules.dep", "modules.dep.bin", "modules.devname", "modules.softdep", "modules.symbols",
                   "modules.symbols.bin")
 DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
-ESCAPE_PARAMETER = "amdgpu.rdna1_quirks=0"
+ESCAPE_PARAMETER = modprobe_conf.ESCAPE_PARAMETER
 
 
 class InstallRefused(KmgrError):
@@ -263,18 +263,12 @@ def depmod_files(kernel: str, root: TargetRoot) -> list[Path]:
     return [folder / name for name in sorted(names)]
 
 
-def conf_text(candidate: Candidate) -> str:
-    lines = [
-        f"# Written by `rdna1-kmgr install` for {candidate.package.ref} (kernel {candidate.kernel}, "
-        f"module sha256 {candidate.sha256}).",
-        "# `rdna1-kmgr rollback` restores what was here. For one boot without the RDNA1 quirks, put "
-        f"{ESCAPE_PARAMETER} on the kernel command line.",
-        "# Kernels without the rdna1-kmgr module ignore these parameters (with a line in the kernel log).",
-    ]
-    if candidate.parameters:
-        lines.append(f"options {candidate.module_name} "
-                     + " ".join(f"{k}={v}" for k, v in sorted(candidate.parameters.items())))
-    return "\n".join(lines) + "\n"
+def check_conf_is_ours(root: TargetRoot) -> None:
+    """The shared modprobe.d file is rewritten for every install: one rdna1-kmgr did not write is refused."""
+    conf = modprobe_conf.path(root)
+    if not modprobe_conf.is_ours(conf):
+        raise InstallRefused(f"{conf} is there and was not written by rdna1-kmgr",
+                             "move it aside (rdna1-kmgr keeps its own parameters in that file); nothing was changed")
 
 
 def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: initramfs.InitramfsTool,
@@ -297,7 +291,8 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
             raise HostError(f"dkms install reported success but {target} is not the built module",
                             "see `dkms status`")
 
-    conf = root.modprobe_dir / MODPROBE_CONF
+    conf = modprobe_conf.path(root)
+    conf_text = modprobe_conf.text_for(exclude=kernel, adding=(kernel, candidate.parameters)) or ""
     image = tool.image(kernel)
     # Headers only, no kernel to boot: its image package's postinst makes the initramfs, with this module.
     initramfs_step = Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel),
@@ -311,9 +306,12 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
                    "trees": {"source": str(trees.source), "dkms": str(trees.dkms)}}),
         Step("depmod", root.depmod_command(kernel), depmod_files(kernel, root), [],
              lambda: _run(root.depmod_command(kernel), "depmod")),
+        # The file serves every installed kernel: written for all of them, and a rollback rewrites it for
+        # the kernels left instead of restoring this backup (modprobe_conf says why).
         Step("modprobe-conf", None, [conf], _parents_to_create(conf.parent),
-             lambda: write_durably(conf, conf_text(candidate).encode()),
-             text=[f"    {line}" for line in conf_text(candidate).splitlines() if not line.startswith("#")]),
+             lambda: modprobe_conf.sync(conf, exclude=kernel, adding=(kernel, candidate.parameters)),
+             undo={"kind": "modprobe-conf", "path": str(conf), "kernel": kernel},
+             text=[f"    {line}" for line in conf_text.splitlines() if not line.startswith("#")]),
         initramfs_step,
         Step("verify", None, [], [], lambda: on_verified(verify(candidate, root, tool, cert)),
              text=[f"    {' '.join(root.modinfo_command(kernel, candidate.module_name))} must name {target} "
@@ -434,6 +432,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
             f"  {line}" for line in rollback.plan_for(journal, keep_build=same_build)]
     else:
         check_no_foreign_module(candidate, root, trees)
+    check_conf_is_ours(root)
     tool.require_supported()
     verified: dict = {}
     steps = plan_steps(candidate, root, trees, tool, cert, verified.update)

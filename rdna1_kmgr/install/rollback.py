@@ -22,6 +22,7 @@ from typing import Callable, TextIO
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.install import modprobe_conf
 from rdna1_kmgr.install.journal import (
     Journal,
     State,
@@ -40,7 +41,9 @@ def _undo_lines(step, keep_build: bool) -> list[str]:
     undo = record.get("undo") or {}
     if undo.get("kind") == "dkms-uninstall":
         lines.append(f"    {' '.join(undo['command'])}   (if DKMS lists it installed)")
-    for entry in reversed(record["backups"]):
+    if undo.get("kind") == "modprobe-conf":
+        lines.append(f"    {modprobe_conf.undo_plan(Path(undo['path']), undo['kernel'])}")
+    for entry in _restored(record):
         if entry["backup"] is None and "symlink" not in entry:
             lines.append(f"    remove {entry['path']} (if present)")
         else:
@@ -48,6 +51,12 @@ def _undo_lines(step, keep_build: bool) -> list[str]:
     for folder in sorted(record["dirs"], key=lambda d: d.count("/"), reverse=True):
         lines.append(f"    remove the directory {folder} (if empty)")
     return lines
+
+
+def _restored(intent: dict) -> list[dict]:
+    """The backups a step's undo puts back, newest first; the shared modprobe.d file is rewritten instead."""
+    shared = (intent.get("undo") or {}).get("kind") == "modprobe-conf"
+    return [] if shared else list(reversed(intent["backups"]))
 
 
 def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:
@@ -136,7 +145,9 @@ def _undo(journal: Journal, step) -> list[str]:
     undo = step.intent.get("undo") or {}
     if undo.get("kind") == "dkms-uninstall":
         said += _dkms_uninstall(undo)
-    for entry in reversed(step.intent["backups"]):
+    if undo.get("kind") == "modprobe-conf":
+        said.append(modprobe_conf.sync(Path(undo["path"]), exclude=undo["kernel"]))
+    for entry in _restored(step.intent):
         said.append(journal.restore(entry))
     for folder in remove_created_dirs(step.intent["dirs"]):
         said.append(f"removed the directory {folder}")

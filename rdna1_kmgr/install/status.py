@@ -1,10 +1,11 @@
 """`rdna1-kmgr status`: per kernel, what rdna1-kmgr built and installed, and whether it is in use. Reads only.
 
-A kernel is listed when it has a journal, a DKMS entry of rdna1-amdgpu, or is the running one. For each:
+A kernel is listed when it has a journal, a DKMS entry of rdna1-amdgpu, a follow record, or is the running one. For each:
 the DKMS package versions and their states; the amdgpu that `modinfo -k KREL -n amdgpu` resolves to, its
 sha256 and whether it is ours; its signature (checked with openssl against the certificate) and the
 certificate's enrollment; the VM verdict of the module each DKMS build left and of the installed one (pass or
-fail, when, in which mode, what was checked); the parameters configured in modprobe.d, given on the kernel
+fail, when, in which mode, what was checked); what `follow` decided for it (pending, patched,
+or stock and why) and which amdgpu its next boot loads; the parameters configured in modprobe.d, given on the kernel
 command line and in effect in the loaded module; and, for the running kernel, whether this module is loaded.
 """
 
@@ -21,6 +22,7 @@ from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
+from rdna1_kmgr.install import follow_record
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.install import user_profile
 from rdna1_kmgr.vm import verdict
@@ -161,6 +163,9 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
         params["cmdline"] = cmdline_options(root)
         params["loaded"] = loaded_parameters(root)
     loaded = _loaded_is(resolved, root) if running and resolved is not None else None
+    follow = follow_record.read(kernel)
+    if follow is None and kernel in follow_record.pending():
+        follow = {"kernel": kernel, "state": "pending"}
     return {
         "kernel": kernel,
         "running": running,
@@ -172,7 +177,17 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
         "parameters": params,
         "loaded": None if not running else {"amdgpu_loaded": (root.sys_module / MODULE).is_dir(),
                                             "is_this_module": loaded},
+        "follow": follow,
+        "next_boot": _next_boot(module, follow),
     }
+
+
+def _next_boot(module: dict | None, follow: dict | None) -> str:
+    """Which amdgpu the kernel's next boot loads, as things stand (a pending follow-up may change it)."""
+    now = "the rdna1-kmgr build" if module and module["rdna1_kmgr"] else "the stock amdgpu"
+    if follow and follow.get("state") in ("pending", "running"):
+        return f"{now}; the patched one once `rdna1-kmgr follow` finishes ({follow['state']})"
+    return now
 
 
 def run(cert: str | None = None) -> dict:
@@ -180,7 +195,7 @@ def run(cert: str | None = None) -> dict:
     trees = dkms.Trees.from_env()
     cert_path = Path(cert).absolute() if cert else signing.distro_convention().cert
     entries = dkms.status(dkms.PACKAGE_NAME, trees) if shutil.which("dkms") else []
-    kernels = set(Journal.kernels()) | {e.kernel for e in entries if e.kernel}
+    kernels = set(Journal.kernels()) | {e.kernel for e in entries if e.kernel} | set(follow_record.kernels())
     if root.is_system:
         kernels.add(os.uname().release)
     facts = host_facts.detect(root.path)
@@ -228,6 +243,9 @@ def text_lines(result: dict) -> list[str]:
                 state = {True: "valid", False: "INVALID", None: "not checked"}[s["valid"]]
                 lines.append(f"  signature   {state}, signer {s['signer']!r} ({s['detail']})")
                 lines.append("  verdict     " + verdict_text(m["verdict"]))
+        if k.get("follow"):
+            lines.append(f"  follow      {follow_record.describe(k['follow'])}")
+        lines.append(f"  next boot   {k['next_boot']}")
         p = k["parameters"]
         for entry in p["modprobe.d"]:
             opts = " ".join(f"{a}={b}" for a, b in entry["options"].items())

@@ -333,7 +333,8 @@ def test_render_says_which_facts_chose_each_variant(tree, tmp_path):
 
 def test_help_lists_every_command_and_version_works():
     result = run_cli("--help")
-    for command in ("detect", "render", "quirks", "build", "keys", "vm-test", "install", "rollback", "status"):
+    for command in ("detect", "render", "quirks", "build", "keys", "vm-test", "install", "rollback", "status",
+                    "follow", "hooks"):
         assert re.search(rf"^\s+{command}\s+\S", result.stdout, re.M), command
     assert run_cli("--version").stdout.startswith("rdna1-kmgr, version ")
 

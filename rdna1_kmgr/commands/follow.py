@@ -1,0 +1,79 @@
+"""`rdna1-kmgr follow`: the patched amdgpu for a newly installed kernel (what the kernel hooks call)."""
+
+import sys
+
+import click
+
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.errors import KmgrError, UsageError
+from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.follow import kernel_follow, kernel_removal
+from rdna1_kmgr.install import follow_record
+
+
+@click.command()
+@click.option("--kernel", metavar="KREL", help="The kernel to follow (or, with --removed, to forget).")
+@click.option("--pending", "run_pending", is_flag=True, help="Follow every kernel the hooks noted as pending.")
+@click.option("--defer", is_flag=True, help="Only note KREL as pending (what the kernel hooks do inside dpkg).")
+@click.option("--removed", is_flag=True,
+              help="KREL was removed: drop its DKMS package, kbuild tree, journal and records.")
+@click.option("--source", metavar="PATH|URL", help="Driver source for KREL instead of the distribution's.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--hook", is_flag=True,
+              help="As the package manager's hooks run it: exit status 0 whatever happens, one line per kernel.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def follow(kernel, run_pending, defer, removed, source, dry_run, hook, as_json):
+    """Build, sign, VM-test and install the patched amdgpu for a new kernel, with the quirks installed now."""
+    try:
+        result = _follow(kernel, run_pending, defer, removed, source, dry_run)
+    except KmgrError as err:
+        if not hook:
+            raise
+        # The package manager must go on: the reason is in the record and the log; say it in one line.
+        record = follow_record.read(kernel) if kernel and isinstance(err, kernel_follow.StageFailed) else None
+        click.echo(f"rdna1-kmgr: {kernel or 'follow'}: {follow_record.describe(record) or err.line()}")
+        return
+    if as_json:
+        emit_json(result)
+    elif "plan" in result:
+        click.echo("\n".join(result["plan"]))
+    else:
+        for line in result.get("lines", []):
+            click.echo(line)
+    if result.get("failed") and not hook:
+        sys.exit(result["failed"])
+
+
+def _follow(kernel, run_pending, defer, removed, source, dry_run) -> dict:
+    if run_pending == bool(kernel):
+        raise UsageError("give --kernel KREL or --pending", "one of them")
+    if defer and removed:
+        raise UsageError("--defer and --removed exclude each other", "give one of them")
+    if (defer or removed or run_pending) and source:
+        raise UsageError("--source goes with a plain `follow --kernel`", "drop it")
+    kernel = user_input.kernel_release(kernel) if kernel else None
+    if removed:
+        if dry_run:
+            return {"plan": kernel_removal.plan(kernel)}
+        return {"kernel": kernel, "removed": kernel_removal.forget(kernel), "lines": []}
+    if defer:
+        if dry_run:
+            return {"plan": [f"note {kernel} as pending in {follow_record.pending_dir()}"]}
+        said = kernel_follow.defer(kernel)
+        return {"kernel": kernel, "deferred": said is not None,
+                "lines": [f"rdna1-kmgr: {said}"] if said else []}
+    kernels = follow_record.pending() if run_pending else [kernel]
+    if dry_run:
+        return {"plan": [line for k in kernels for line in kernel_follow.plan(k, source)]}
+    records, failed = [], 0
+    for k in kernels:
+        try:
+            records.append(kernel_follow.follow(k, source))
+        except kernel_follow.StageFailed as err:
+            if not run_pending:
+                raise  # one kernel by hand: its reason is the error line
+            records.append(follow_record.read(k) or {"kernel": k, "state": "stock", "reason": err.line()})
+            failed = failed or err.exit_code
+    lines = [f"rdna1-kmgr: {r['kernel']}: {follow_record.describe(r) or r.get('reason')}" for r in records
+             if r.get("state") != "not-opted-in"]
+    return {"kernels": records, "failed": failed, "lines": lines}

@@ -1,0 +1,123 @@
+"""The hooks that call `rdna1-kmgr follow`, placed where the distribution runs them (install.sh calls this).
+
+Debian and Ubuntu, the places DKMS uses too:
+
+    /etc/kernel/postinst.d/rdna1-kmgr          a kernel image was installed: note it as pending (inside dpkg)
+    /etc/kernel/header_postinst.d/rdna1-kmgr   its headers were: the same (they may come after the image)
+    /etc/kernel/postrm.d/rdna1-kmgr            a kernel was removed: drop its build, journal and records
+    /etc/apt/apt.conf.d/80rdna1-kmgr           DPkg::Post-Invoke: once dpkg is done, do the pending work
+    /etc/systemd/system/rdna1-kmgr-follow.service (+ multi-user.target.wants link): the same at boot, for
+                                               work the owner rebooted before (or that was interrupted)
+
+Fedora would call the same command from /etc/kernel/postinst.d (kernel-install runs it, as akmods does) or a
+/usr/lib/kernel/install.d/ plugin; Arch from a pacman hook (/etc/pacman.d/hooks/*.hook, `When = PostTransaction`
+on `usr/lib/modules/*/vmlinuz`). Neither is placed here yet.
+
+Each file is a template in hooks/ with @CLI@ standing for the absolute path of this installation's command.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.install.journal import make_dirs, write_durably
+from rdna1_kmgr.install.target_root import TargetRoot
+
+UNIT = "rdna1-kmgr-follow.service"
+
+
+@dataclass(frozen=True)
+class HookFile:
+    where: str  # relative to the root
+    template: str | None  # a file in hooks/; None for the unit's enabling link
+    mode: int = 0o644
+    link_to: str | None = None
+
+
+HOOKS = (
+    HookFile("etc/kernel/postinst.d/rdna1-kmgr", "kernel-hook.sh", 0o755),
+    HookFile("etc/kernel/header_postinst.d/rdna1-kmgr", "kernel-hook.sh", 0o755),
+    HookFile("etc/kernel/postrm.d/rdna1-kmgr", "kernel-hook.sh", 0o755),
+    HookFile("etc/apt/apt.conf.d/80rdna1-kmgr", "apt-post-invoke.conf"),
+    HookFile(f"etc/systemd/system/{UNIT}", UNIT),
+    HookFile(f"etc/systemd/system/multi-user.target.wants/{UNIT}", None, link_to=f"../{UNIT}"),
+)
+
+
+def this_command() -> Path:
+    """The rdna1-kmgr of this installation (its venv's script), which the hooks call by absolute path."""
+    return Path(sys.executable).parent / "rdna1-kmgr"
+
+
+def content(hook: HookFile, cli: Path) -> bytes:
+    text = resources.files("rdna1_kmgr.hooks").joinpath(hook.template).read_text()
+    return text.replace("@CLI@", str(cli)).encode()
+
+
+def _current(path: Path, hook: HookFile, cli: Path) -> bool:
+    if hook.link_to is not None:
+        return path.is_symlink() and os.readlink(path) == hook.link_to
+    try:
+        return path.read_bytes() == content(hook, cli) and (path.stat().st_mode & 0o7777) == hook.mode
+    except OSError:
+        return False
+
+
+def plan(root: TargetRoot, cli: Path, removing: bool = False) -> list[str]:
+    lines = []
+    for hook in HOOKS:
+        path = root.path / hook.where
+        present = path.exists() or path.is_symlink()
+        if removing:
+            if present:
+                lines.append(f"remove {path}")
+        elif not _current(path, hook, cli):
+            what = f"link {path} -> {hook.link_to}" if hook.link_to else f"write {path} (mode {hook.mode:o})"
+            lines.append(("replace: " if present else "") + what)
+    return lines
+
+
+def install(root: TargetRoot, cli: Path, dry_run: bool = False) -> list[str]:
+    """Place every hook calling `cli`; what it did (or would do). Idempotent."""
+    if not cli.is_file():
+        raise HostError(f"{cli} does not exist", "install rdna1-kmgr first (install.sh), then place the hooks")
+    lines = plan(root, cli)
+    if dry_run:
+        return lines
+    for hook in HOOKS:
+        path = root.path / hook.where
+        if _current(path, hook, cli):
+            continue
+        try:
+            make_dirs(path.parent)
+            if hook.link_to is not None:
+                path.unlink(missing_ok=True)
+                path.symlink_to(hook.link_to)
+            else:
+                write_durably(path, content(hook, cli), hook.mode)
+        except OSError as err:
+            raise HostError(f"cannot write {path}: {err.strerror or err}", "run as root") from None
+    return lines
+
+
+def remove(root: TargetRoot, dry_run: bool = False) -> list[str]:
+    lines = plan(root, this_command(), removing=True)
+    if dry_run:
+        return lines
+    for hook in HOOKS:
+        path = root.path / hook.where
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:
+            raise HostError(f"cannot remove {path}: {err.strerror or err}", "run as root") from None
+    return lines
+
+
+def installed(root: TargetRoot) -> dict[str, bool]:
+    return {str(root.path / h.where): (root.path / h.where).exists() or (root.path / h.where).is_symlink()
+            for h in HOOKS}

@@ -1,0 +1,288 @@
+"""`rdna1-kmgr follow --kernel KREL`: give a newly installed kernel the patched amdgpu, or leave it stock and say why.
+
+The quirks are the ones installed now: the manifest of the newest finished install's package (the owner opted
+in by installing one; without any install, follow does nothing). For KREL, in order, each a stage of the flow:
+
+    image      KREL is installed (/lib/modules/KREL/kernel): install needs it, and so does a package manager
+               that is still on its way (the hook runs again when it gets there)
+    source     the kernel's exact driver source (the distribution's, through the tool's own apt state)
+    render     the installed quirks rendered for that source; a source whose anchors are missing is refused here
+    build      the DKMS build, signed and verified (reused when this patch set is built for KREL already);
+               never installs packages: missing headers are a reason, and the header hook runs again
+    vm-test    the emulated VM verdict for exactly that module (a passing one already stored is reused)
+    install    the journaled install of `rdna1-kmgr install`, which rolls itself back when a step fails
+
+The first failing stage ends it: nothing after it runs, the install (the only stage that changes what the
+kernel loads) either never started or rolled itself back, so the kernel keeps its stock amdgpu. The reason goes
+to follow/<KREL>.json (`status` shows it), the whole story to /var/log/rdna1-kmgr/follow-<KREL>-<time>.log.
+
+`--defer` (the kernel hooks, inside dpkg) only notes the kernel as pending; `--pending` (apt's Post-Invoke hook,
+the boot unit) follows every pending kernel. With `--hook` nothing fails the caller: one line per kernel says
+what happened, and the exit status is 0.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, TextIO
+
+from rdna1_kmgr.build import built_module
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.build import module_build
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
+from rdna1_kmgr.core.paths import log_dir
+from rdna1_kmgr.install import follow_record, module_install, rollback
+from rdna1_kmgr.install.journal import Busy, Journal, make_dirs
+from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.vm import engine, verdict
+
+
+class StageFailed(KmgrError):
+    """A stage of the follow-up failed: the kernel stays stock."""
+
+    exit_code = 5
+
+    def __init__(self, stage: str, err: KmgrError):
+        super().__init__(f"{stage}: {err.what}", err.hint)
+        self.stage = stage
+        self.cause = err
+        self.exit_code = err.exit_code
+
+
+# --- what is installed now ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The finished install whose quirks new kernels get."""
+
+    kernel: str
+    package: dkms.Package
+    trees: dkms.Trees
+    quirks: list[str]
+    devices: list[int]
+
+
+def finished_installs() -> dict[str, dict]:
+    """Kernel -> the `begin` record of every finished install still in place."""
+    found = {}
+    for kernel in Journal.kernels():
+        try:
+            state = Journal(kernel).state()
+        except KmgrError:
+            continue  # a corrupted journal says nothing trustworthy
+        if state.committed and not state.rollback_started and state.begin:
+            found[kernel] = state.begin
+    return found
+
+
+def current_install(exclude: str | None = None) -> Installed | None:
+    """The newest finished install (not `exclude`'s), with the quirks its render manifest names; None: opted out."""
+    installs = {k: b for k, b in finished_installs().items() if k != exclude}
+    if not installs:
+        return None
+    kernel, begin = max(installs.items(), key=lambda item: (item[1].get("time", ""), item[1].get("seq", 0)))
+    trees = begin.get("trees") or {}
+    trees = dkms.Trees(source=Path(trees.get("source", "/usr/src")), dkms=Path(trees.get("dkms", "/var/lib/dkms")))
+    package = dkms.Package(begin["package"], begin["version"])
+    manifest_path = package.source_dir(trees) / dkms.MANIFEST_NAME
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as err:
+        raise HostError(f"the render manifest of the installed {package.ref} ({manifest_path}) is unreadable: {err}",
+                        f"rebuild and reinstall it for {kernel}, or give the quirks to `rdna1-kmgr build`") from None
+    quirks = [q["id"] if isinstance(q, dict) else q for q in manifest.get("quirks", [])]
+    devices = [int(d, 16) for d in manifest.get("devices", [])]
+    return Installed(kernel, package, trees, quirks, devices)
+
+
+# --- the log ----------------------------------------------------------------------------------------------------
+
+
+class Story:
+    """Writes every line to the caller's stream and to the kernel's follow log."""
+
+    def __init__(self, stream: TextIO, log: Path):
+        self.stream = stream
+        self.log = log
+        make_dirs(log.parent)
+        self._file = open(log, "a", buffering=1)
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.stream.flush()
+        self._file.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self._file.flush()
+
+    def isatty(self) -> bool:
+        return False  # progress in whole lines (a quarter at a time): the log and apt's output read them
+
+    def say(self, line: str) -> None:
+        self.write(f"rdna1-kmgr: {line}\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@contextmanager
+def follow_lock() -> Iterator[None]:
+    """One follow-up at a time (a second hook run waits instead of building the same thing twice)."""
+    path = follow_record.follow_dir() / "lock"
+    make_dirs(path.parent)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Busy(f"another `rdna1-kmgr follow` holds {path}",
+                       "it follows the pending kernels too; wait for it") from None
+        yield
+
+
+# --- one kernel ---------------------------------------------------------------------------------------------
+
+
+def plan(kernel: str, source: str | None = None) -> list[str]:
+    """What `follow --kernel` would do (changes nothing)."""
+    kernel = user_input.kernel_release(kernel)
+    if kernel in finished_installs():
+        return [f"nothing to do for {kernel}: it has an rdna1-kmgr install already"]
+    installed = current_install(exclude=kernel)
+    if installed is None:
+        return [f"nothing to do for {kernel}: no kernel has an rdna1-kmgr install (follow acts once one has)"]
+    request = _build_request(kernel, installed, source)
+    lines = [f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
+             f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"]
+    lines += [f"  {line}" for line in module_build.plan(request)]
+    lines.append(f"  vm-test: the emulated verdict for that module on {kernel} (a stored passing one is reused)")
+    lines.append(f"  install: `rdna1-kmgr install --kernel {kernel}` (journaled; its exact plan once built: "
+                 f"`rdna1-kmgr install --kernel {kernel} --dry-run`)")
+    lines.append(f"  any failure: {kernel} keeps the stock amdgpu; the reason goes to "
+                 f"{follow_record.follow_dir()}/{kernel}.json and `rdna1-kmgr status`")
+    return lines
+
+
+def _build_request(kernel: str, installed: Installed, source: str | None) -> module_build.BuildRequest:
+    return module_build.BuildRequest(kernel=kernel, source=source, quirks=installed.quirks or None,
+                                     devices=installed.devices or None, no_install=True)
+
+
+def follow(kernel: str, source: str | None = None, stream: TextIO | None = None) -> dict:
+    """Patch `kernel` or leave it stock; returns its follow record. StageFailed when it stays stock."""
+    stream = stream if stream is not None else sys.stderr
+    kernel = user_input.kernel_release(kernel)
+    finished = finished_installs().get(kernel)
+    if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
+        return follow_record.write(kernel, "patched", package=finished.get("package"),
+                                   package_version=finished.get("version"),
+                                   verdict=(finished.get("vm_check") or {}).get("verdict"),
+                                   module_sha256=finished.get("module_sha256"), reason="installed already")
+    installed = current_install(exclude=kernel)
+    if installed is None:
+        follow_record.forget(kernel)
+        return {"kernel": kernel, "state": "not-opted-in",
+                "reason": "no kernel has an rdna1-kmgr install; follow acts once one has"}
+    with follow_lock():
+        log = log_dir() / f"follow-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        story = Story(stream, log)
+        follow_record.write(kernel, "running", pid=os.getpid(), log=str(log))
+        try:
+            story.say(f"following {kernel} with the quirks installed for {installed.kernel} "
+                      f"({installed.package.ref}): {' '.join(installed.quirks)}")
+            done = _stages(kernel, installed, source, story)
+        except StageFailed as err:
+            story.say(f"{kernel} keeps the stock amdgpu: {err.line()}")
+            follow_record.write(kernel, "stock", stage=err.stage, reason=err.cause.line(), log=str(log))
+            raise
+        except BaseException as err:  # Ctrl-C, a crash: stock, and it says so
+            why = type(err).__name__ + (f": {err}" if str(err) else "")
+            follow_record.write(kernel, "stock", stage="interrupted", reason=why, log=str(log))
+            raise
+        finally:
+            story.close()
+        return follow_record.write(kernel, "patched", log=str(log), **done)
+
+
+def _stage(name: str, story: Story):
+    """Run a stage: its KmgrError becomes StageFailed(name)."""
+
+    @contextmanager
+    def stage() -> Iterator[None]:
+        story.say(f"--- {name}")
+        try:
+            yield
+        except StageFailed:
+            raise
+        except KmgrError as err:
+            raise StageFailed(name, err) from None
+
+    return stage()
+
+
+def _stages(kernel: str, installed: Installed, source: str | None, story: Story) -> dict:
+    root = TargetRoot.from_env()
+    request = _build_request(kernel, installed, source)
+    with _stage("image", story):
+        if not (root.modules_dir(kernel) / "kernel").is_dir():
+            raise HostError(f"kernel {kernel} is not installed ({root.modules_dir(kernel)} holds no modules)",
+                            f"install linux-image-{kernel}; its hook follows it then")
+    with _stage("source", story):
+        target = module_build.resolve_kernel(kernel)
+        tree = module_build.source_tree(request, target)
+        story.say(f"source {tree}")
+    with _stage("render", story), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-follow-") as tmp:
+        manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
+        story.say(f"rendered {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]})")
+    with _stage("build", story):
+        built = module_build.run(request, stream=story)
+        story.say(f"{'reused' if built['reused'] else 'built'} {built['package']}/{built['package_version']}: "
+                  f"{built['module']}")
+    with _stage("vm-test", story):
+        module = built_module.for_kernel(kernel)
+        record = verdict.passing_record(module.path, kernel)
+        if record is not None:
+            story.say(f"reusing the passing VM verdict {verdict.record_path(record.module_sha256)}")
+        else:
+            record = engine.validate_module(module.path, kernel, fetch=True, selftest_required=module.selftest_cases,
+                                            report=lambda line: story.write(f"vm-test: {line}\n"))
+            if not record.passed:
+                raise BuildError(f"the VM verdict is {record.verdict}: {record.reason}", f"record {record.record}")
+    with _stage("install", story):
+        if Journal(kernel).exists():
+            # An earlier follow-up of this kernel killed inside its install (a power cut, say): undo that first.
+            story.say(f"an earlier install for {kernel} did not finish: rolling it back first")
+            rollback.run(kernel, keep_build=True, stream=story)
+        result = module_install.run(module_install.InstallRequest(kernel=kernel), stream=story)
+        for line in result.get("next_boot", []):
+            story.say(line)
+    return {"package": built["package"], "package_version": built["package_version"],
+            "module_sha256": built["sha256"], "verdict": record.verdict,
+            "verdict_record": str(verdict.record_path(record.module_sha256)),
+            "quirks": built["quirks"]}
+
+
+# --- the hooks' entry points ----------------------------------------------------------------------------------
+
+
+def defer(kernel: str) -> str | None:
+    """Note `kernel` for later (inside dpkg: nothing else); None when follow has nothing to do (opted out)."""
+    kernel = user_input.kernel_release(kernel)
+    if not finished_installs():
+        return None
+    if kernel in finished_installs():
+        return f"{kernel} has an rdna1-kmgr install already"
+    follow_record.write(kernel, "pending")
+    return f"{kernel}: noted; amdgpu is patched for it once the package manager is done"

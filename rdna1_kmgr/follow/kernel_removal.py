@@ -1,0 +1,145 @@
+"""`rdna1-kmgr follow --kernel KREL --removed`: a removed kernel's rdna1-kmgr state goes with it.
+
+Run by /etc/kernel/postrm.d/rdna1-kmgr after the kernel package removed /lib/modules/KREL's own files and
+initramfs-tools removed /boot/initrd.img-KREL. A rollback would be wrong here: it would put the kernel's old
+module index and initramfs back for a kernel that is gone. Instead, each of these goes:
+
+    dkms       every rdna1-amdgpu version built or installed for KREL (`dkms remove -k KREL`; a version's
+               source under /usr/src goes when no other kernel uses it); DKMS's own prerm hook may have
+               removed an installed one already
+    files      what the journal's install created below /lib/modules/KREL and /boot that is still there
+    modprobe.d /etc/modprobe.d/rdna1-kmgr.conf rewritten for the kernels still installed (removed after the last)
+    journal    closed with a `kernel-removed` record and moved to the history; its backups are dropped
+    kbuild     the kernel's persistent kbuild tree under /var/cache/rdna1-kmgr/kbuild/
+    records    follow/<KREL>.json, its pending marker, and the VM verdicts recorded for KREL
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.errors import KmgrError
+from rdna1_kmgr.install import follow_record, modprobe_conf
+from rdna1_kmgr.install.journal import Journal, locked, remove_created_dirs
+from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.vm import verdict
+
+
+def _dkms_entries(kernel: str, trees: dkms.Trees) -> list:
+    if not shutil.which("dkms"):
+        return []
+    return [e for e in dkms.status(dkms.PACKAGE_NAME, trees) if e.kernel == kernel]
+
+
+def _verdicts_for(kernel: str) -> list[Path]:
+    found = []
+    folder = verdict.validations_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            record = verdict.read(path.stem)
+        except (ValueError, OSError):
+            continue
+        if record is not None and record.kernel == kernel:
+            found.append(path)
+    return found
+
+
+def _journal_files(journal: Journal, root: TargetRoot) -> tuple[list[Path], list[str]]:
+    """Files the install created (absent before it) under the kernel's own folders, and the folders it made."""
+    if not journal.exists():
+        return [], []
+    own = (root.modules_dir(journal.kernel), root.boot_dir)
+    files, dirs = [], []
+    for step in journal.state().steps:
+        for entry in step.intent["backups"]:
+            path = Path(entry["path"])
+            if entry["backup"] is None and "symlink" not in entry and any(path.is_relative_to(o) for o in own):
+                if path.exists() and (path.parent != root.boot_dir or journal.kernel in path.name):
+                    files.append(path)
+        dirs += step.intent["dirs"]
+    return files, dirs
+
+
+def _packages(kernel: str, journal: Journal, trees: dkms.Trees) -> list[tuple[dkms.Package, dkms.Trees]]:
+    """The rdna1-amdgpu versions DKMS has for the kernel, and the one its journal installed."""
+    found = {e.version: trees for e in _dkms_entries(kernel, trees)}
+    try:
+        begin = (journal.state().begin or {}) if journal.exists() else {}
+    except KmgrError:
+        begin = {}
+    if begin.get("package") == dkms.PACKAGE_NAME and begin.get("version") and shutil.which("dkms"):
+        where = begin.get("trees") or {}
+        found.setdefault(begin["version"], dkms.Trees(source=Path(where.get("source", trees.source)),
+                                                      dkms=Path(where.get("dkms", trees.dkms))))
+    return [(dkms.Package(dkms.PACKAGE_NAME, version), where) for version, where in sorted(found.items())]
+
+
+def plan(kernel: str) -> list[str]:
+    kernel = user_input.kernel_release(kernel)
+    root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
+    journal = Journal(kernel)
+    lines = [f"{kernel} was removed: drop what rdna1-kmgr kept for it"]
+    for package, package_trees in _packages(kernel, journal, trees):
+        lines.append(f"  {' '.join(dkms.command(dkms.remove_args(package, kernel), package_trees))}   (if DKMS "
+                     f"lists it; {package.source_dir(package_trees)} too when no other kernel uses it)")
+    files, dirs = _journal_files(journal, root)
+    lines += [f"  remove {path}" for path in files]
+    lines += [f"  remove the directory {d} (if empty)" for d in dirs]
+    if journal.exists():
+        lines.append(f"  {modprobe_conf.undo_plan(modprobe_conf.path(root), kernel)}")
+        lines.append(f"  close the journal {journal.path} and move it to the history")
+    kbuild = dkms.kbuild_root(dkms.PACKAGE_NAME) / kernel
+    if kbuild.exists():
+        lines.append(f"  remove the kbuild tree {kbuild}")
+    lines += [f"  remove the VM verdict {path}" for path in _verdicts_for(kernel)]
+    if follow_record.read(kernel) or kernel in follow_record.pending():
+        lines.append(f"  remove the follow record of {kernel}")
+    return lines
+
+
+def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
+    """Drop everything rdna1-kmgr kept for a removed kernel; what it did."""
+    stream = stream if stream is not None else sys.stderr
+    kernel = user_input.kernel_release(kernel)
+    root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
+    said = []
+    with locked(f"follow --kernel {kernel} --removed"):
+        journal = Journal(kernel)
+        for package, package_trees in _packages(kernel, journal, trees):
+            # Idempotent: DKMS's own prerm hook may have removed an installed version for this kernel already;
+            # the version's source under /usr/src then still goes, unless another kernel uses it.
+            dkms.remove(package, package_trees, kernel)
+            said.append(f"removed the DKMS package {package.ref} for {kernel}")
+        try:
+            files, dirs = _journal_files(journal, root)
+        except KmgrError as err:  # a corrupted journal: nothing of it is trusted, the journal goes below
+            files, dirs = [], []
+            said.append(f"not reading the journal of {kernel}: {err.what}")
+        for path in files:
+            path.unlink(missing_ok=True)
+            said.append(f"removed {path}")
+        said += [f"removed the directory {d}" for d in remove_created_dirs(dirs)]
+        if journal.exists():
+            said.append(modprobe_conf.sync(modprobe_conf.path(root), exclude=kernel))
+            try:
+                journal.append("kernel-removed")
+            except KmgrError:
+                pass  # a corrupted journal cannot take a record; it is archived as it is
+            said.append(f"journal of {kernel} moved to {journal.archive()}")
+        kbuild = dkms.kbuild_root(dkms.PACKAGE_NAME) / kernel
+        if kbuild.exists():
+            shutil.rmtree(kbuild)
+            said.append(f"removed the kbuild tree {kbuild}")
+        for path in _verdicts_for(kernel):
+            path.unlink()
+            said.append(f"removed the VM verdict {path}")
+        if follow_record.forget(kernel):
+            said.append(f"removed the follow record of {kernel}")
+    for line in said:
+        stream.write(f"rdna1-kmgr: {line}\n")
+    return said

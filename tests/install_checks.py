@@ -1,0 +1,100 @@
+"""What install, rollback and follow tests check on a system, shared by tests/install and tests/follow.
+
+"Nothing changed" is a hash of what an install touches (the kernel's /lib/modules/KREL: paths, types, link
+targets, modes, contents; /etc/modprobe.d; the initramfs's file list), taken before and compared after.
+"""
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rdna1_kmgr.vm import verdict
+
+
+def tree_digest(top: Path) -> dict[str, str]:
+    """Every entry below `top`: its type, mode and content hash (or link target). Links are not followed."""
+    found = {}
+    if not top.exists():
+        return found
+    for folder, dirs, files in os.walk(top):
+        base = Path(folder)
+        for name in sorted(dirs + files):
+            path = base / name
+            rel = str(path.relative_to(top))
+            st = path.lstat()
+            if path.is_symlink():
+                found[rel] = f"link {os.readlink(path)}"
+            elif path.is_dir():
+                found[rel] = f"dir {st.st_mode & 0o7777:o}"
+            else:
+                digest = hashlib.sha256()
+                with open(path, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(block)
+                found[rel] = f"file {st.st_mode & 0o7777:o} {digest.hexdigest()}"
+        dirs[:] = [d for d in dirs if not (base / d).is_symlink()]
+    return found
+
+
+def initramfs_list(image: Path) -> list[str] | None:
+    if not image.exists():
+        return None
+    out = subprocess.run(["lsinitramfs", str(image)], capture_output=True, text=True, check=True).stdout
+    return sorted(out.splitlines())
+
+
+def system_hash(root: Path, kernel: str) -> dict:
+    return {
+        "modules": tree_digest(root / "lib/modules" / kernel),
+        "modprobe.d": tree_digest(root / "etc/modprobe.d"),
+        "initramfs": initramfs_list(root / "boot" / f"initrd.img-{kernel}"),
+    }
+
+
+def assert_same_system(before: dict, after: dict) -> None:
+    """Equal, or a readable list of what differs (the dicts are thousands of entries on a real kernel)."""
+    problems = []
+    for part in before:
+        b, a = before[part], after[part]
+        if b == a:
+            continue
+        if isinstance(b, dict) and isinstance(a, dict):
+            for key in sorted(set(b) | set(a)):
+                if b.get(key) != a.get(key):
+                    problems.append(f"{part}: {key}: {b.get(key)} -> {a.get(key)}")
+        else:
+            problems.append(f"{part}: {len(b or [])} entries -> {len(a or [])} "
+                            f"(+{sorted(set(a or []) - set(b or []))[:5]} -{sorted(set(b or []) - set(a or []))[:5]})")
+    assert not problems, "the system differs:\n" + "\n".join(problems[:40])
+
+
+def verdict_record(sha256: str, kernel: str, result: str = "pass") -> verdict.Record:
+    return verdict.Record(verdict=result, reason="all checks passed" if result == "pass" else "selftest: 0 passed",
+                          mode="emulated", kernel=kernel, module="(test)", module_sha256=sha256, accel="tcg",
+                          checks=[], selftest={"passed": 4, "failed": 0, "required": 4}, console_log=None,
+                          seconds=1.0, started="2025-01-01T00:00:00", tool_version="test")
+
+
+def ensure_image_installed(kernel: str) -> None:
+    """The kernel's image package installed, as on a user's machine (its postinst makes the initramfs)."""
+    package = f"linux-image-{kernel}"
+    query = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", package],
+                           capture_output=True, text=True)
+    if query.returncode == 0 and query.stdout.startswith("ii"):
+        return
+    if os.geteuid() != 0:
+        pytest.skip(f"installing {package} needs root")
+    proc = subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q",
+                           "--no-install-recommends", package],
+                          capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    if proc.returncode != 0:
+        pytest.fail(f"apt-get install {package} failed: {proc.stderr[-2000:]}")
+
+
+def modinfo_resolves(kernel: str) -> Path:
+    out = subprocess.run(["modinfo", "-k", kernel, "-n", "amdgpu"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
