@@ -13,10 +13,19 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import compile_probes, prerequisites, signing
-from rdna1_kmgr.build.module_build import (AMD_TREE, BuildRequest, Kernel, ccache_env, default_jobs, package_for,
-                                           resolve_kernel, series_parameters, source_tree)
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.build.module_build import (
+    AMD_TREE,
+    BuildRequest,
+    Kernel,
+    ccache_env,
+    default_jobs,
+    package_for,
+    resolve_kernel,
+    series_parameters,
+    source_tree,
+)
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.system_identity import SystemIdentity

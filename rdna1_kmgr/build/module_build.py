@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import compile_probes, module_checks, prerequisites, signing
+from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir
 from rdna1_kmgr.core.progress import Progress, count_sources
-from rdna1_kmgr.host.rdna1_boards import format_id
-from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
+from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.source import cache_entry, distro_source, kernel_source
 
 AMD_TREE = "drivers/gpu/drm/amd"

@@ -26,9 +26,9 @@ from pathlib import Path
 import distro
 
 from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.source.debian_archive import PrivateArchive, run_apt
-from rdna1_kmgr.core.errors import HostError
 
 # Everything an out-of-tree kbuild run and DKMS's signing step use, besides the headers and dkms.
 BUILD_TOOLS = ("build-essential", "gcc", "make", "bc", "bison", "flex", "libelf-dev", "libssl-dev", "kmod",

@@ -4,9 +4,9 @@ import sys
 
 import click
 
-from rdna1_kmgr.core import user_input
 from rdna1_kmgr.build.build_plan import plan
 from rdna1_kmgr.build.module_build import BuildRequest, default_jobs, run
+from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
 

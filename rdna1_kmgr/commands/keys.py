@@ -7,8 +7,8 @@ import click
 from rdna1_kmgr.build import signing
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.host_facts import detect
 
 _key_options = [

@@ -9,7 +9,6 @@ built for gfx1010 (ROCm/legacy-rocm-build#887; sdnext stopped setting it by defa
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from rdna1_kmgr.doctor import code_objects
 from rdna1_kmgr.doctor.finding import Finding

@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TextIO
 
-from rdna1_kmgr.build import built_module
+from rdna1_kmgr.build import built_module, module_build
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_build
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import log_dir
+from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.install import follow_record, module_install, rollback
 from rdna1_kmgr.install.journal import Busy, Journal, make_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
@@ -240,8 +240,9 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
             raise HostError(f"kernel {kernel} is not installed ({root.modules_dir(kernel)} holds no modules)",
                             f"install linux-image-{kernel}; its hook follows it then")
     with _stage("source", story):
-        target = module_build.resolve_kernel(kernel)
-        tree = module_build.source_tree(request, target)
+        system = system_identity.read()
+        target = module_build.resolve_kernel(kernel, system=system)
+        tree, _origin = module_build.source_tree(request, target, system)
         story.say(f"source {tree}")
     with _stage("render", story), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-follow-") as tmp:
         manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)

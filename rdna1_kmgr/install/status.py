@@ -20,11 +20,10 @@ from rdna1_kmgr.build import module_checks, module_elf, signing
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.install import follow_record, user_profile
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
-from rdna1_kmgr.install import follow_record
 from rdna1_kmgr.install.target_root import TargetRoot
-from rdna1_kmgr.install import user_profile
 from rdna1_kmgr.vm import verdict
 
 MODULE = "amdgpu"

@@ -26,8 +26,13 @@ from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.source.debian_archive import PrivateArchive
-from rdna1_kmgr.source.kernel_source import (ORIGIN_FILE, UBUNTU_ABI_VERSION, require_version, source_origin,
-                                             unpack_amd_subset)
+from rdna1_kmgr.source.kernel_source import (
+    ORIGIN_FILE,
+    UBUNTU_ABI_VERSION,
+    require_version,
+    source_origin,
+    unpack_amd_subset,
+)
 
 # uname -r of an Ubuntu kernel: 6.8.0-48-generic, 6.8.0-1015-lowlatency-64k.
 _RELEASE = re.compile(r"^(\d+\.\d+\.\d+)-(\d+)-([a-z][a-z0-9-]*)$")

@@ -9,12 +9,12 @@ import rdna1_kmgr
 PACKAGE = Path(rdna1_kmgr.__file__).parent
 # The flow, earliest first (userspace: the user-space profiles as data, beside the quirk catalog). commands/
 # and cli.py sit on top of every stage.
-STAGES = ["core", "host", "source", "render", "userspace", "build", "vm", "install", "doctor", "commands"]
+STAGES = ["core", "host", "source", "render", "userspace", "build", "vm", "install", "follow", "doctor", "commands"]
 MAX_LINES = 520
 
 
 def modules():
-    return sorted(p for p in PACKAGE.rglob("*.py") if not {"kmod", "dkms", "qemu"} & set(p.relative_to(PACKAGE).parts))
+    return sorted(p for p in PACKAGE.rglob("*.py") if not {"kmod", "dkms", "qemu", "hooks"} & set(p.relative_to(PACKAGE).parts))
 
 
 def imported_modules(path: Path) -> set[str]:
