@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TextIO
 
-from rdna1_kmgr.build import built_module, module_build
+from rdna1_kmgr.build import build_plan, built_module, module_build
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
@@ -166,7 +166,7 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     request = _build_request(kernel, installed, source)
     lines = [f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
              f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"]
-    lines += [f"  {line}" for line in module_build.plan(request)]
+    lines += [f"  {line}" for line in build_plan.plan(request)["plan"]]
     lines.append(f"  vm-test: the emulated verdict for that module on {kernel} (a stored passing one is reused)")
     lines.append(f"  install: `rdna1-kmgr install --kernel {kernel}` (journaled; its exact plan once built: "
                  f"`rdna1-kmgr install --kernel {kernel} --dry-run`)")
