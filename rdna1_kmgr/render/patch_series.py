@@ -2,7 +2,9 @@
 
 OUT/series                  patch names in the order `patch -p1` applies them from the source root
 OUT/NNNN-<name>.patch       a header saying what the patch changes and why, then unified diffs
-OUT/manifest.json           kernel version, quirks and variants, devices, sha256 of every patch
+OUT/manifest.json           kernel version, quirks and variants, their rdna1_quirks bits (all, and the default
+                            mask the module applies when the parameter is not given), devices, sha256 of
+                            every patch
 
 Deterministic: the same source and options give the same bytes. Nothing is written unless the whole
 series renders; OUT is then replaced in one rename.
@@ -164,7 +166,7 @@ def _core_files(env, quirks, variants, context) -> dict[str, str]:
     rendered = [
         dict(
             id=q.id,
-            bit=q.bit,
+            bits=q.bits,
             macro=q.macro,
             symbol=q.symbol,
             declarations=part(q, q.declarations).strip("\n"),
@@ -177,7 +179,8 @@ def _core_files(env, quirks, variants, context) -> dict[str, str]:
     files = {}
     for name in ("amdgpu_rdna1.c", "amdgpu_rdna1.h"):
         files[f"{AMDGPU}/{name}"] = env.get_template(f"common/{name}.j2").render(
-            **context, quirks=rendered, includes=includes
+            **context, quirks=rendered, includes=includes,
+            bits=sorted((b for q in quirks for b in q.bits), key=lambda b: b.bit)
         )
     return files
 
@@ -190,11 +193,13 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
     devices = check_devices(devices)
     quirks = quirk_catalog.select(quirk_catalog.load_quirks(), quirk_ids)
     variants = {q.id: q.variant_for(version) for q in quirks}
+    bits = sorted((b for q in quirks for b in q.bits), key=lambda b: b.bit)
     context = dict(
         renderer_version=__version__,
         kernel_version=str(version),
         devices=devices,
-        all_bits=sum(1 << q.bit for q in quirks),
+        all_bits=sum(1 << b.bit for b in bits),
+        default_bits=sum(1 << b.bit for b in bits if b.default),
     )
     env = _jinja()
     tree = SourceTree(source_root)
@@ -224,8 +229,12 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         kernel_version=str(version),
         renderer_version=__version__,
         devices=[format_id(d) for d in devices],
-        quirks=[dict(id=q.id, bit=q.bit, variant=variants[q.id].id) for q in quirks],
-        quirks_mask=context["all_bits"],
+        quirks=[dict(id=q.id, bits=[b.id for b in q.bits], variant=variants[q.id].id) for q in quirks],
+        bits=[dict(bit=b.bit, id=b.id, title=b.title, default=b.default) for b in bits],
+        # what the module applies on a listed board when rdna1_quirks is not given
+        quirks_mask=context["default_bits"],
+        active_by_default=[b.id for b in bits if b.default],
+        all_bits_mask=context["all_bits"],
         selftest_cases=count_selftest_cases(core_files[f"{AMDGPU}/amdgpu_rdna1.c"]),
         series=[p.name for p in patches],
         patches={p.name: p.sha256 for p in patches},
