@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,10 +119,12 @@ def _diff(rel: str, before: str | None, after: str) -> str:
 
 
 def _header(number: int, total: int, edit_set: quirk_catalog.EditSet, note: str) -> str:
+    """The mail-style header upstream's checkpatch.pl reads: a description of at most 75 columns, then `---`
+    between it and the diffs."""
     return (
         f"From: rdna1-kmgr {__version__}\n"
         f"Subject: [PATCH {number}/{total}] drm/amdgpu: {edit_set.title}\n\n"
-        f"{edit_set.why}\n\n{note}\n\n"
+        f"{edit_set.why}\n\n{textwrap.fill(note, 75, break_on_hyphens=False)}\n---\n"
     )
 
 
