@@ -40,7 +40,7 @@ def test_the_selftest_covers_every_case_the_render_defines(built_module_61, gues
     # types, compute and other VMs) and crat-mem (large/small BAR, debug_largebar)
     assert out["selftest"] == {"passed": manifest["selftest_cases"], "failed": 0,
                                "required": manifest["selftest_cases"]}
-    assert manifest["selftest_cases"] > 100
+    assert manifest["selftest_cases"] >= 80  # 6.1: 12 crat-mem, 65 KFD-allocation and 10 GEM_VA cases
     load = selftest_load(out)
     # loaded without rdna1_quirks: the default mask, the bits with no known harm
     assert load["after"]["parameters"]["rdna1_quirks"] == str(manifest["quirks_mask"]) == "2"
