@@ -17,7 +17,7 @@ import pytest
 
 from conftest import persistent_cache_root
 from test_engine import assert_nothing_left_running, guest_kernel_61, rdna1_kmgr, vm_env  # noqa: F401 (fixtures)
-from rdna1_kmgr.build import module_build
+from rdna1_kmgr.build import dkms_package as dkms, module_build
 from rdna1_kmgr.render import quirk_catalog
 
 # The line of crat-mem that keeps the total size: without it the self-test's memory-info cases must fail.
@@ -32,10 +32,13 @@ def selftest_load(out: dict) -> dict:
 @pytest.mark.vm
 @pytest.mark.realbuild
 def test_the_selftest_covers_every_case_the_render_defines(built_module_61, guest_kernel_61, vm_env):
-    proc = rdna1_kmgr(["vm-test", "--kernel", built_module_61["kernel"], "--json"], vm_env)
+    manifest_path = Path(built_module_61["package_source"]) / dkms.MANIFEST_NAME
+    # by path: the system's DKMS tree is shared, `--kernel` would take whichever build is newest
+    proc = rdna1_kmgr(["vm-test", "--module", built_module_61["module"], "--manifest", str(manifest_path),
+                       "--json"], vm_env)
     out = json.loads(proc.stdout)
     assert proc.returncode == 0, out.get("reason")
-    manifest = json.loads((Path(built_module_61["package_source"]) / "rdna1-manifest.json").read_text())
+    manifest = json.loads(manifest_path.read_text())
     # every row of every case table ran: coarse-mtype (each KFD allocation class, GEM_VA BO flags and asked
     # types, compute and other VMs) and crat-mem (large/small BAR, debug_largebar)
     assert out["selftest"] == {"passed": manifest["selftest_cases"], "failed": 0,
