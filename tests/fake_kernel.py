@@ -200,6 +200,33 @@ static uint64_t get_pte_flags(struct amdgpu_device *adev, struct kgd_mem *mem)
 	return pte_flags;
 }
 """,
+        f"{AMD}/amdgpu/amdgpu.h": """#ifndef __AMDGPU_H__
+#define __AMDGPU_H__
+
+struct amdgpu_device;
+
+struct amdgpu_device {
+	struct device			*dev;
+	struct pci_dev			*pdev;
+
+	bool                            dc_enabled;
+};
+
+#endif
+""",
+        f"{AMD}/amdgpu/amdgpu_amdkfd.c": """#include "amdgpu_amdkfd.h"
+
+void amdgpu_amdkfd_get_local_mem_info(struct amdgpu_device *adev,
+				      struct kfd_local_mem_info *mem_info)
+{
+	memset(mem_info, 0, sizeof(*mem_info));
+
+	mem_info->local_mem_size_public = adev->gmc.visible_vram_size;
+	mem_info->local_mem_size_private = adev->gmc.real_vram_size -
+						adev->gmc.visible_vram_size;
+	mem_info->vram_width = adev->gmc.vram_width;
+}
+""",
         f"{AMD}/amdkfd/kfd_crat.c": """#include "kfd_crat.h"
 #include "amdgpu.h"
 

@@ -43,20 +43,30 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
     assert result.exit_code == 0, result.stderr
     manifest = json.loads(result.stdout)
     assert (out / "series").read_text().split() == manifest["series"] == [
-        "0001-out-of-tree.patch", "0002-rdna1-core.patch", "0003-coarse-mtype.patch", "0004-crat-mem.patch"]
+        "0001-out-of-tree.patch", "0002-rdna1-core.patch", "0003-crat-mem.patch", "0004-coarse-mtype.patch"]
     assert manifest["kernel_version"] == "6.1.192"
     assert manifest["devices"] == ["0x731F"]
-    assert [q["id"] for q in manifest["quirks"]] == ["coarse-mtype", "crat-mem"]
+    assert [q["id"] for q in manifest["quirks"]] == ["crat-mem", "coarse-mtype"]
+    # only the bits with no known harm are on by default; the coarse-mtype classes wait for the experiment
+    assert [(b["bit"], b["id"], b["default"]) for b in manifest["bits"]] == [
+        (1, "crat-mem", True), (2, "coarse-mtype-vram", False), (3, "coarse-mtype-host", False)]
+    assert manifest["quirks_mask"] == 0x2 and manifest["all_bits_mask"] == 0xE
+    assert manifest["active_by_default"] == ["crat-mem"]
 
     apply_series(out, tree)
     amdgpu = tree / AMD / "amdgpu"
-    pte = function_body((amdgpu / "gmc_v10_0.c").read_text(), "gmc_v10_0_get_vm_pte")
-    # the quirk has the last word on the MTYPE: the call is the function's last statement
-    assert pte.rstrip().endswith("amdgpu_rdna1_pte_mtype(adev, flags);\n}")
-    kfd = function_body((amdgpu / "amdgpu_amdkfd_gpuvm.c").read_text(), "get_pte_flags")
-    assert kfd.index("amdgpu_rdna1_kfd_mapping_flags") < kfd.index("amdgpu_gem_va_map_flags")
-    crat = function_body((tree / AMD / "amdkfd/kfd_crat.c").read_text(), "kfd_create_vcrat_image_gpu")
-    assert crat.index("amdgpu_rdna1_crat_mem_info(kdev->adev, &local_mem_info);") < crat.index("local_mem_size_private == 0")
+    # up to 6.1 the hook is in KFD's own choice only; get_vm_pte stays stock
+    assert "amdgpu_rdna1_pte_mtype" not in (amdgpu / "gmc_v10_0.c").read_text()
+    gpuvm = (amdgpu / "amdgpu_amdkfd_gpuvm.c").read_text()
+    kfd = function_body(gpuvm, "get_pte_flags")
+    assert kfd.index("amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags)") < kfd.index("amdgpu_gem_va_map_flags")
+    assert "return get_pte_flags(adev, mem);" in function_body(gpuvm, "amdgpu_rdna1_kfd_pte_flags")
+    mem_info = function_body((amdgpu / "amdgpu_amdkfd.c").read_text(), "amdgpu_amdkfd_get_local_mem_info")
+    assert mem_info.index("local_mem_size_private =") < mem_info.index("amdgpu_rdna1_local_mem_info(adev, mem_info);")
+    assert "rdna1" not in (tree / AMD / "amdkfd/kfd_crat.c").read_text()
+    header = (amdgpu / "amdgpu.h").read_text()
+    device = header[header.index("struct amdgpu_device {"):header.index("\n};\n")]
+    assert device.rstrip().endswith("u32\t\t\t\trdna1_quirks;")
     init = function_body((amdgpu / "amdgpu_drv.c").read_text(), "amdgpu_init")
     # the hook does not come between the return and the comment explaining it
     assert re.search(r"amdgpu_rdna1_init\(\);\n\n\t/\* let modprobe .*\*/\n\treturn pci_register_driver", init)
@@ -67,7 +77,9 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
         assert (amdgpu / name).read_text().count('#include "amdgpu_rdna1.h"') == 1
     core = (amdgpu / "amdgpu_rdna1.c").read_text()
     assert "module_param_named(rdna1_quirks," in core and "module_param_named(rdna1_selftest," in core
-    assert "static uint amdgpu_rdna1_quirks = AMDGPU_RDNA1_ALL;" in core
+    assert "static uint amdgpu_rdna1_quirks = AMDGPU_RDNA1_DEFAULT;" in core
+    header = (amdgpu / "amdgpu_rdna1.h").read_text()
+    assert "#define AMDGPU_RDNA1_DEFAULT\t(AMDGPU_RDNA1_CRAT_MEM)" in header
     assert re.search(r"amdgpu_rdna1_ids\[\] = \{\n\t0x731F,\n\};", core)
     assert manifest["selftest_cases"] == count_selftest_cases(core) > 0
 
@@ -244,6 +256,14 @@ def test_one_quirk_only(tree, tmp_path):
     assert "COARSE_MTYPE" not in core and "default 0x2)" in core
 
 
+def test_a_class_id_selects_its_quirk(tree, tmp_path):
+    result = run_cli("render", "--source", tree, "--out", tmp_path / "out", "--quirk", "coarse-mtype-host", "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    assert [q["id"] for q in manifest["quirks"]] == ["coarse-mtype"]
+    assert manifest["quirks_mask"] == 0 and manifest["all_bits_mask"] == 0xC
+
+
 def test_several_devices(tree, tmp_path):
     out = tmp_path / "out"
     assert run_cli("render", "--source", tree, "--out", out, "--device", "0x7340", "--device", "731f").exit_code == 0
@@ -263,7 +283,7 @@ def assert_refused(result, out, *words):
 
 
 def test_source_without_the_hooked_function_is_refused_with_nothing_written(tmp_path):
-    tree = make_tree(tmp_path / "linux", omit="gmc_v10_0_get_vm_pte")
+    tree = make_tree(tmp_path / "linux", "6.12.95", omit="gmc_v10_0_get_vm_pte")
     out = tmp_path / "out"
     assert_refused(run_cli("render", "--source", tree, "--out", out), out, "gmc_v10_0.c", "gmc_v10_0_get_vm_pte")
 
@@ -309,7 +329,7 @@ def test_rerender_replaces_an_earlier_render(tree, tmp_path):
     out = tmp_path / "out"
     run_cli("render", "--source", tree, "--out", out)
     assert run_cli("render", "--source", tree, "--out", out, "--quirk", "crat-mem").exit_code == 0
-    assert not (out / "0004-crat-mem.patch").exists()
+    assert not (out / "0004-coarse-mtype.patch").exists()
     assert (out / "0003-crat-mem.patch").exists()
 
 

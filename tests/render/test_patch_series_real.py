@@ -42,18 +42,24 @@ def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_min
     gmc = (tree / AMD / "amdgpu/gmc_v10_0.c").read_text()
     pte = gmc[gmc.index("static void gmc_v10_0_get_vm_pte("):]
     pte = pte[:pte.index("\n}\n") + 3]
-    assert pte.rstrip().endswith("amdgpu_rdna1_pte_mtype(adev, flags);\n}")
-    crat = (tree / AMD / "amdkfd/kfd_crat.c").read_text()
-    assert "amdgpu_rdna1_crat_mem_info(kdev->adev, &local_mem_info);" in crat
+    if variant == "kfd-picks-mtype":  # up to 6.1 KFD's own choice is hooked, get_vm_pte stays stock
+        assert "rdna1" not in pte
+        gpuvm = (tree / AMD / "amdgpu/amdgpu_amdkfd_gpuvm.c").read_text()
+        assert "mapping_flags = amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags);" in gpuvm
+    else:  # the last word, after the stock UC override
+        assert re.search(r"MTYPE_UC\);\n\n\t/\* rdna1-kmgr: .*\*/\n\tamdgpu_rdna1_pte_mtype\(adev, [^;]*flags\);\n}\n$",
+                         pte), pte
+    mem_info = (tree / AMD / "amdgpu/amdgpu_amdkfd.c").read_text()
+    assert "\tamdgpu_rdna1_local_mem_info(adev, mem_info);\n" in mem_info
     assert (tree / AMD / "amdgpu/amdgpu_rdna1.c").is_file()
     # the cache was not touched
     assert (source / AMD / "amdgpu/gmc_v10_0.c").read_bytes() == before
     assert not (source / AMD / "amdgpu/amdgpu_rdna1.c").exists()
 
 
-def test_real_source_without_get_vm_pte_is_refused(real_source_61, tmp_path):
+def test_real_source_without_get_vm_pte_is_refused(real_source_612, tmp_path):
     tree = tmp_path / "linux"
-    shutil.copytree(real_source_61, tree, copy_function=os.link)
+    shutil.copytree(real_source_612, tree, copy_function=os.link)
     gmc = tree / AMD / "amdgpu/gmc_v10_0.c"
     text = gmc.read_text().replace("gmc_v10_0_get_vm_pte", "gmc_v10_0_pte_flags")
     gmc.unlink()  # break the hard link before writing
