@@ -157,7 +157,7 @@ def _header(number: int, total: int, edit_set: quirk_catalog.EditSet, note: str)
     return (
         f"From: rdna1-kmgr {__version__}\n"
         f"Subject: [PATCH {number}/{total}] drm/amdgpu: {edit_set.title}\n\n"
-        f"{edit_set.why}\n\n{textwrap.fill(note, 75, break_on_hyphens=False)}\n---\n"
+        f"{edit_set.why}\n\n{note}\n---\n"
     )
 
 
@@ -288,8 +288,11 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
 
 
 def _variant_note(quirk: quirk_catalog.Quirk, variant: quirk_catalog.Variant, version) -> str:
-    facts = "".join(f"\n  {fact}" for fact in variant.facts)
-    return f"rdna1-kmgr: quirk {quirk.id}, variant {variant.id}, Linux {version}; chosen because this tree's{facts}"
+    """Which facts chose the variant, one to a line (a long one folded) within checkpatch's 75 columns."""
+    head = f"rdna1-kmgr: quirk {quirk.id}, variant {variant.id}, Linux {version}; chosen because this tree's"
+    facts = "".join("\n" + textwrap.fill(str(fact), 75, initial_indent="  ", subsequent_indent="    ",
+                                          break_on_hyphens=False, break_long_words=False) for fact in variant.facts)
+    return textwrap.fill(head, 75, break_on_hyphens=False) + facts
 
 
 def _vars_of(edit_set: quirk_catalog.EditSet, variants: dict) -> dict:
