@@ -182,6 +182,16 @@ def test_no_crat_mem_variant_fits_a_driver_whose_memory_info_takes_neither_kgd_n
                    "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`")
 
 
+def test_a_driver_between_two_crat_mem_shapes_is_refused_rather_than_given_either(tmp_path):
+    # KFD nodes and the xcp parameter, but debug_largebar still only a module parameter (about 6.5 - 6.10)
+    tree = make_tree(tmp_path / "linux", "6.8.0", "6.12", largebar="param")
+    out = tmp_path / "out"
+    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+                   "quirk crat-mem: no variant fits",
+                   "largebar-param (first seen in Linux 5.17 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() contains `xcp`",
+                   "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu.h does not contain `debug_largebar`")
+
+
 def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
     # get_vm_pte and KFD both half way to 6.18: no kernel has it
     tree = make_tree(tmp_path / "linux", "6.18.0", "6.18", gmc="mapping+vm_flags", kfd="vm+mem")
