@@ -91,19 +91,109 @@ GET_VM_PTE = {
 GET_VM_PTE["mapping+vm_flags"] = GET_VM_PTE["vm_flags"].replace(
     "struct amdgpu_vm *vm,", "struct amdgpu_bo_va_mapping *mapping, struct amdgpu_vm *vm,")
 
-# KFD's get_pte_flags(): before 6.2 it picks UC for coherent allocations itself
-KFD_MTYPE = {
-    "picks": "mapping_flags |= coherent ?\n\t\tAMDGPU_VM_MTYPE_UC : AMDGPU_VM_MTYPE_NC;",
-    "default": "mapping_flags |= AMDGPU_VM_MTYPE_DEFAULT;",
+# KFD's get_pte_flags() and its call in kfd_mem_attach(): before 6.2 it picks UC for coherent allocations
+# itself; from 6.18 it takes the VM and returns AMDGPU_VM_* flags
+KFD_PTE = {
+    "picks": ("(struct amdgpu_device *adev, struct kgd_mem *mem)", """
+	bool coherent = mem->alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_COHERENT;
+	uint32_t mapping_flags = AMDGPU_VM_PAGE_READABLE;
+	uint64_t pte_flags;
+
+	mapping_flags |= coherent ?
+		AMDGPU_VM_MTYPE_UC : AMDGPU_VM_MTYPE_NC;
+
+	pte_flags = amdgpu_gem_va_map_flags(adev, mapping_flags);
+	return pte_flags;
+""", "get_pte_flags(adev, mem)"),
+    "default": ("(struct amdgpu_device *adev, struct kgd_mem *mem)", """
+	uint32_t mapping_flags = AMDGPU_VM_PAGE_READABLE |
+				 AMDGPU_VM_MTYPE_DEFAULT;
+
+	return amdgpu_gem_va_map_flags(adev, mapping_flags);
+""", "get_pte_flags(adev, mem)"),
+    "vm": ("(struct amdgpu_device *adev, struct amdgpu_vm *vm,\n\t\t\t      struct kgd_mem *mem)", """
+	uint32_t mapping_flags = AMDGPU_VM_PAGE_READABLE |
+				 AMDGPU_VM_MTYPE_DEFAULT;
+
+	return mapping_flags;
+""", "get_pte_flags(adev, vm, mem)"),
+}
+# no kernel has it: get_pte_flags() takes the VM while a caller still passes (adev, mem)
+KFD_PTE["vm+mem"] = (*KFD_PTE["vm"][:2], "get_pte_flags(adev, mem)")
+
+# amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu() maps KFD's EXT_COHERENT flag (6.8 on, per the catalog)
+EXT_COHERENT = """
+	if (flags & KFD_IOC_ALLOC_MEM_FLAGS_EXT_COHERENT)
+		alloc_flags |= AMDGPU_GEM_CREATE_EXT_COHERENT;"""
+
+# amdgpu_amdkfd_get_local_mem_info(), where KFD learns the board's memory: through a struct kgd_dev
+# before 5.17, per XCP partition from 6.5 or so
+MEM_INFO = {
+    "kgd": ("(struct kgd_dev *kgd,\n\t\t\t\t      struct kfd_local_mem_info *mem_info)", """
+	struct amdgpu_device *adev = (struct amdgpu_device *)kgd;
+
+	memset(mem_info, 0, sizeof(*mem_info));
+	mem_info->local_mem_size_public = adev->gmc.visible_vram_size;
+	mem_info->local_mem_size_private = adev->gmc.real_vram_size -
+			adev->gmc.visible_vram_size;
+	mem_info->vram_width = adev->gmc.vram_width;
+"""),
+    "adev": ("(struct amdgpu_device *adev,\n\t\t\t\t      struct kfd_local_mem_info *mem_info)", """
+	memset(mem_info, 0, sizeof(*mem_info));
+
+	mem_info->local_mem_size_public = adev->gmc.visible_vram_size;
+	mem_info->local_mem_size_private = adev->gmc.real_vram_size -
+						adev->gmc.visible_vram_size;
+
+	mem_info->vram_width = adev->gmc.vram_width;
+"""),
+    "xcp": ("(struct amdgpu_device *adev,\n\t\t\t\t      struct kfd_local_mem_info *mem_info,\n"
+            "\t\t\t\t      struct amdgpu_xcp *xcp)", """
+	memset(mem_info, 0, sizeof(*mem_info));
+
+	if (xcp) {
+		mem_info->local_mem_size_private =
+				KFD_XCP_MEMORY_SIZE(adev, xcp->id);
+	} else {
+		mem_info->local_mem_size_public = adev->gmc.visible_vram_size;
+		mem_info->local_mem_size_private = adev->gmc.real_vram_size -
+						adev->gmc.visible_vram_size;
+	}
+	mem_info->vram_width = adev->gmc.vram_width;
+"""),
 }
 
-# how kfd_create_vcrat_image_gpu() gets the memory info: through kgd before 5.17
-CRAT_MEM_INFO = {
-    "kgd": "amdgpu_amdkfd_get_local_mem_info(kdev->kgd, &local_mem_info);",
-    "adev": "amdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);",
-    # the middle of the kgd_dev removal: both
-    "kgd+adev": "amdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);\n"
-                "\tcheck(kdev->kgd);",
+# where debug_largebar lives: a module parameter (kfd_priv.h's extern), or also a member of struct
+# amdgpu_device set from amdgpu.debug_mask (6.11 on, per the catalog)
+LARGEBAR_MEMBER = {
+    "param": "",
+    "debug_mask": "\tbool                            debug_largebar;\n",
+}
+
+# what KFD keeps a device's local_mem_info in: struct kfd_dev, or struct kfd_node per partition (6.5 or so)
+KFD_NODE = {
+    "kfd_dev": """struct kfd_dev {
+	struct amdgpu_device *adev;
+	struct kfd_local_mem_info local_mem_info;
+};
+""",
+    # midway through the kgd_dev removal (5.16 - 5.17): both
+    "kfd_dev+kgd": """struct kfd_dev {
+	struct kgd_dev *kgd;
+	struct amdgpu_device *adev;
+	struct kfd_local_mem_info local_mem_info;
+};
+""",
+    "kfd_node": """struct kfd_node {
+	struct amdgpu_device *adev;
+	struct kfd_local_mem_info local_mem_info;
+	struct kfd_dev *kfd;
+};
+
+struct kfd_dev {
+	struct amdgpu_device *adev;
+};
+""",
 }
 
 # the call in amdgpu_pci_probe(): ent->driver_data directly for most of 5.10.y
@@ -119,24 +209,32 @@ INIT_REGISTER = {
 }
 
 # the shapes of each generation (what the top Makefile's version alone would suggest)
+OLD = dict(gmc="mapping", kfd="picks", ext=False, mem_info="adev", largebar="param", node="kfd_dev",
+           probe="flags", init="return")
 SHAPES = {
-    "5.10": dict(gmc="mapping", kfd="picks", crat="kgd", probe="driver_data", init="return"),
-    "6.1": dict(gmc="mapping", kfd="picks", crat="adev", probe="flags", init="return"),
-    "6.2": dict(gmc="mapping-uc", kfd="default", crat="adev", probe="flags", init="return"),
-    "6.18": dict(gmc="vm_flags", kfd="default", crat="adev", probe="flags", init="return"),
+    "5.10": {**OLD, "mem_info": "kgd", "probe": "driver_data"},
+    "6.1": OLD,
+    "6.2": {**OLD, "gmc": "mapping-uc", "kfd": "default"},
+    "6.12": {**OLD, "gmc": "mapping-uc", "kfd": "default", "ext": True, "mem_info": "xcp", "largebar": "debug_mask",
+             "node": "kfd_node"},
+    "6.18": {**OLD, "gmc": "vm_flags", "kfd": "vm", "ext": True, "mem_info": "xcp", "largebar": "debug_mask",
+             "node": "kfd_node"},
 }
 
 
 def make_tree(root: Path, version: str = "6.1.192", shape: str = "6.1", *, omit: str | None = None,
               missing_names: set[str] = frozenset(), **forms) -> Path:
     """Write a fake tree for `version` ("7.3-rc2" style for a release candidate) under root, its hooked
-    places in the forms of SHAPES[shape], each overridable: gmc=, kfd=, crat=, probe=, init=.
+    places in the forms of SHAPES[shape], each overridable: gmc=, kfd=, ext= (True: EXT_COHERENT known),
+    mem_info=, largebar=, node=, probe=, init=.
 
     omit: the name of a function to leave out, to see the renderer refuse.
     missing_names: names the tree's headers do not declare; every other name the series uses is
     declared in NAMES_HEADER.
     """
     forms = {**SHAPES[shape], **forms}
+    pte_parameters, pte_body, pte_call = KFD_PTE[forms["kfd"]]
+    mem_info_parameters, mem_info_body = MEM_INFO[forms["mem_info"]]
     base, _, rc = version.partition("-")
     major, minor, *rest = base.split(".")
     files = {
@@ -187,35 +285,41 @@ static int __init amdgpu_init(void)
             "static void gmc_v10_0_set_gmc_funcs(struct amdgpu_device *adev)\n{\n"
             "\tadev->gmc.gmc_funcs = &gmc_v10_0_gmc_funcs;\n}\n"
         ),
-        f"{AMD}/amdgpu/amdgpu_amdkfd_gpuvm.c": """#include "amdgpu_amdkfd.h"
+        f"{AMD}/amdgpu/amdgpu_amdkfd_gpuvm.c": (
+            '#include "amdgpu_amdkfd.h"\n\n'
+            f"static uint64_t get_pte_flags{pte_parameters}\n{{{pte_body}}}\n\n"
+            "int amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu(struct amdgpu_device *adev, uint32_t flags)\n{\n"
+            "\tu64 alloc_flags = 0;\n\n"
+            "\tif (flags & KFD_IOC_ALLOC_MEM_FLAGS_COHERENT)\n"
+            "\t\talloc_flags |= AMDGPU_GEM_CREATE_COHERENT;"
+            + (EXT_COHERENT if forms["ext"] else "")
+            + "\n\treturn alloc_flags;\n}\n\n"
+            "static int kfd_mem_attach(struct amdgpu_device *adev, struct kgd_mem *mem, struct amdgpu_vm *vm)\n{\n"
+            f"\tmem->pte_flags = {pte_call};\n\treturn 0;\n}}\n"
+        ),
+        f"{AMD}/amdgpu/amdgpu.h": """#ifndef __AMDGPU_H__
+#define __AMDGPU_H__
 
-static uint64_t get_pte_flags(struct amdgpu_device *adev, struct kgd_mem *mem)
-{
-	uint32_t mapping_flags = AMDGPU_VM_PAGE_READABLE;
-	uint64_t pte_flags;
+struct amdgpu_device;
 
-	""" + KFD_MTYPE[forms["kfd"]] + """
+struct amdgpu_device {
+	struct device			*dev;
+	struct pci_dev			*pdev;
 
-	pte_flags = amdgpu_gem_va_map_flags(adev, mapping_flags);
-	return pte_flags;
-}
+""" + LARGEBAR_MEMBER[forms["largebar"]] + """	bool                            dc_enabled;
+};
+
+#endif
 """,
-        f"{AMD}/amdkfd/kfd_crat.c": """#include "kfd_crat.h"
-#include "amdgpu.h"
-
-static int kfd_create_vcrat_image_gpu(void *pcrat_image,
-				      size_t *size, struct kfd_node *kdev,
-				      uint32_t proximity_domain)
-{
-	""" + CRAT_MEM_INFO[forms["crat"]] + """
-
-	if (local_mem_info.local_mem_size_private == 0)
-		ret = fill(HSA_MEM_HEAP_TYPE_FB_PUBLIC);
-	else
-		ret = fill(HSA_MEM_HEAP_TYPE_FB_PRIVATE);
-	return ret;
-}
-""",
+        f"{AMD}/amdgpu/amdgpu_amdkfd.c": (
+            '#include "amdgpu_amdkfd.h"\n\n'
+            f"void amdgpu_amdkfd_get_local_mem_info{mem_info_parameters}\n{{{mem_info_body}}}\n"
+        ),
+        f"{AMD}/amdkfd/kfd_priv.h": (
+            "#ifndef KFD_PRIV_H_INCLUDED\n#define KFD_PRIV_H_INCLUDED\n\n"
+            "extern int debug_largebar;\n\n" + KFD_NODE[forms["node"]] + "\n"
+            "bool kfd_dev_is_large_bar(struct " + forms["node"].split("+")[0] + " *dev);\n\n#endif\n"
+        ),
     }
     for rel, text in files.items():
         if omit:

@@ -75,7 +75,8 @@ def dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, acce
 def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, workload):
     """The full GPU run of a build (builds.BuiltModule): its record, written; exit 5 is vm-test's, on a fail."""
     manifest = built.manifest or {}
-    quirks = [q["id"] for q in manifest["quirks"]] if "quirks" in manifest else None
+    # the bits the module turns on by itself (it is loaded without rdna1_quirks); older manifests: every quirk
+    quirks = manifest.get("active_by_default", [q["id"] for q in manifest["quirks"]] if "quirks" in manifest else None)
     return passthrough.run_gpu(gpu, built.path, quirks, release=release, accel=accel, timeout=timeout, fetch=yes,
                                force=force, accept_reset_risk=accept_reset_risk, workload=workload,
                                selftest_required=built.selftest_cases)

@@ -45,13 +45,17 @@ def quirks(as_json: bool):
     found = sorted(quirk_catalog.load_quirks().values(), key=lambda q: q.bit)
     if as_json:
         emit_json([
-            dict(id=q.id, bit=q.bit, mask=format_id(1 << q.bit), summary=q.summary,
+            dict(id=q.id, summary=q.summary,
+                 bits=[dict(bit=b.bit, id=b.id, mask=format_id(1 << b.bit), title=b.title, default=b.default,
+                            risk=b.risk) for b in q.bits],
                  variants=[dict(id=v.id, kernels=v.kernels, facts=[str(f) for f in v.facts]) for v in q.variants])
             for q in found
         ])
         return
     for q in found:
-        click.echo(f"{q.id} (rdna1_quirks bit {q.bit}): {q.summary}")
+        click.echo(f"{q.id}: {q.summary}")
+        for b in q.bits:
+            click.echo(f"    bit {b.bit} {b.id} ({'on' if b.default else 'off'} by default): {b.title}")
         for v in q.variants:
             click.echo(f"    {v.id} (first seen in Linux {v.kernels}) when:")
             for fact in v.facts:

@@ -84,7 +84,7 @@ class Candidate:
 
 
 def module_parameters(manifest: dict | None) -> dict[str, str]:
-    """The parameters the build was rendered for: the quirks it carries, all switched on."""
+    """The parameters the build was rendered for: its default mask (the bits with no known harm)."""
     mask = (manifest or {}).get("quirks_mask")
     return {"rdna1_quirks": f"0x{mask:x}"} if isinstance(mask, int) else {}
 

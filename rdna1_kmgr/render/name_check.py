@@ -48,7 +48,8 @@ _NOT_TYPES = frozenset({"return", "case", "goto", "else", "sizeof", "typeof"})
 _MEMBER = re.compile(r"(?:->|\.)[ \t]*([A-Za-z_]\w*)")
 _WORD = re.compile(r"(->|\.)?[ \t]*\b([A-Za-z_]\w*)")
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
-_TOKEN = re.compile(r"(?<![\w#])(?<!# )([A-Za-z_]\w*)(\s*\()?")
+# A name pasted onto another (`FLAGS_##flag`) is a prefix, not a name of its own.
+_TOKEN = re.compile(r"(?<![\w#])(?<!# )([A-Za-z_]\w*)(?!\w)(?!\s*##)(\s*\()?")
 
 
 def code_of(text: str) -> str:
@@ -104,11 +105,13 @@ def check(tree: TreeNames, added: list[Added], series_files: dict[str, str], ker
 
     kernel_names: names the series takes from the kernel's own headers (outside a driver tree), taken
     on trust here; the compile settles them."""
-    own_decl = set(kernel_names).union(*(declared(code_of(t)) for t in series_files.values()))
+    own_decl = set(kernel_names).union(*(declared(code_of(t)) | set(_LABEL.findall(code_of(t)))
+                                         for t in series_files.values()))
+    pasting = {m for t in series_files.values() for m in _PASTING.findall(code_of(t))}
     for piece in added:
         if not piece.file.endswith((".c", ".h")):
             continue  # Makefiles and the like: kbuild's names, not C's
-        code = code_of(piece.code)
+        code = _without_pasted_arguments(code_of(piece.code), pasting)
         members = set(_MEMBER.findall(code))
         for name in sorted(members):
             if not OWN.match(name) and name not in tree.declared and name not in own_decl:
@@ -123,6 +126,18 @@ def check(tree: TreeNames, added: list[Added], series_files: dict[str, str], ker
             if (local is not None and not called and name[0].islower() and not _is_type(code, match.start(), name)
                     and not re.search(rf"\b{name}\b", local)):
                 _refuse(name, "a local name", piece.file, "the function the hook sits in has no such name")
+
+
+_LABEL = re.compile(r"^[ \t]*([A-Za-z_]\w*):(?!:)", re.M)  # goto targets the series defines
+# A function-like macro of the series that pastes its arguments into names (`RDNA1_KFD(VRAM)` ->
+# KFD_IOC_ALLOC_MEM_FLAGS_VRAM): its arguments are pieces of names, which the compile checks.
+_PASTING = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\([^)\n]*\)[^\n]*##", re.M)
+
+
+def _without_pasted_arguments(code: str, macros: set[str]) -> str:
+    for macro in macros:
+        code = re.sub(rf"\b{macro}\s*\([^()]*\)", macro, code)
+    return code
 
 
 _BASIC_TYPES = frozenset("bool u8 u16 u32 u64 s8 s16 s32 s64 __u8 __u16 __u32 __u64".split())

@@ -2,8 +2,10 @@
 
 OUT/series                  patch names in the order `patch -p1` applies them from the source root
 OUT/NNNN-<name>.patch       a header saying what the patch changes and why, then unified diffs
-OUT/manifest.json           kernel version, quirks with their variants and the facts that chose them,
-                            devices, the kernel-header macros `build` must confirm, sha256 of every patch
+OUT/manifest.json           kernel version, quirks with their variants and the facts that chose them, their
+                            rdna1_quirks bits (all, and the default mask the module applies when the
+                            parameter is not given), devices, the kernel-header macros `build` must
+                            confirm, sha256 of every patch
 
 Each quirk's variant is the one whose facts hold on this very tree (source_facts.py); the version number
 is only reported. Files are read and patched as bytes (decoded with surrogateescape, no newline
@@ -20,6 +22,7 @@ import json
 import re
 import shutil
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,10 +152,12 @@ def _diff(rel: str, before: str | None, after: str) -> str:
 
 
 def _header(number: int, total: int, edit_set: quirk_catalog.EditSet, note: str) -> str:
+    """The mail-style header upstream's checkpatch.pl reads: a description of at most 75 columns, then `---`
+    between it and the diffs."""
     return (
         f"From: rdna1-kmgr {__version__}\n"
         f"Subject: [PATCH {number}/{total}] drm/amdgpu: {edit_set.title}\n\n"
-        f"{edit_set.why}\n\n{note}\n\n"
+        f"{edit_set.why}\n\n{note}\n---\n"
     )
 
 
@@ -197,7 +202,7 @@ def _core_files(env, quirks, variants, context) -> dict[str, str]:
     rendered = [
         dict(
             id=q.id,
-            bit=q.bit,
+            bits=q.bits,
             macro=q.macro,
             symbol=q.symbol,
             declarations=part(q, q.declarations).strip("\n"),
@@ -210,7 +215,8 @@ def _core_files(env, quirks, variants, context) -> dict[str, str]:
     files = {}
     for name in ("amdgpu_rdna1.c", "amdgpu_rdna1.h"):
         files[f"{AMDGPU}/{name}"] = env.get_template(f"common/{name}.j2").render(
-            **context, quirks=rendered, includes=includes
+            **context, quirks=rendered, includes=includes,
+            bits=sorted((b for q in quirks for b in q.bits), key=lambda b: b.bit)
         )
     return files
 
@@ -224,11 +230,13 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
     quirks = quirk_catalog.select(quirk_catalog.load_quirks(), quirk_ids)
     tree = SourceTree(source_root)
     variants = {q.id: q.variant_for(tree.read) for q in quirks}
+    bits = sorted((b for q in quirks for b in q.bits), key=lambda b: b.bit)
     context = dict(
         renderer_version=__version__,
         kernel_version=str(version),
         devices=devices,
-        all_bits=sum(1 << q.bit for q in quirks),
+        all_bits=sum(1 << b.bit for b in bits),
+        default_bits=sum(1 << b.bit for b in bits if b.default),
     )
     env = _jinja()
 
@@ -263,9 +271,13 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         kernel_version=str(version),
         renderer_version=__version__,
         devices=[format_id(d) for d in devices],
-        quirks=[dict(id=q.id, bit=q.bit, variant=variants[q.id].id, facts=[str(f) for f in variants[q.id].facts])
-                for q in quirks],
-        quirks_mask=context["all_bits"],
+        quirks=[dict(id=q.id, bits=[b.id for b in q.bits], variant=variants[q.id].id,
+                     facts=[str(f) for f in variants[q.id].facts]) for q in quirks],
+        bits=[dict(bit=b.bit, id=b.id, title=b.title, default=b.default) for b in bits],
+        # what the module applies on a listed board when rdna1_quirks is not given
+        quirks_mask=context["default_bits"],
+        active_by_default=[b.id for b in bits if b.default],
+        all_bits_mask=context["all_bits"],
         kernel_names=core.kernel_names,  # macros taken on trust from the kernel's headers; build probes them
         selftest_cases=count_selftest_cases(core_files[f"{AMDGPU}/amdgpu_rdna1.c"]),
         series=[p.name for p in patches],
@@ -276,8 +288,11 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
 
 
 def _variant_note(quirk: quirk_catalog.Quirk, variant: quirk_catalog.Variant, version) -> str:
-    facts = "".join(f"\n  {fact}" for fact in variant.facts)
-    return f"rdna1-kmgr: quirk {quirk.id}, variant {variant.id}, Linux {version}; chosen because this tree's{facts}"
+    """Which facts chose the variant, one to a line (a long one folded) within checkpatch's 75 columns."""
+    head = f"rdna1-kmgr: quirk {quirk.id}, variant {variant.id}, Linux {version}; chosen because this tree's"
+    facts = "".join("\n" + textwrap.fill(str(fact), 75, initial_indent="  ", subsequent_indent="    ",
+                                          break_on_hyphens=False, break_long_words=False) for fact in variant.facts)
+    return textwrap.fill(head, 75, break_on_hyphens=False) + facts
 
 
 def _vars_of(edit_set: quirk_catalog.EditSet, variants: dict) -> dict:

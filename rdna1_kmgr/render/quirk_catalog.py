@@ -1,6 +1,7 @@
 """The kernel-side catalog in kmod/: quirks, the quirk core and the out-of-tree build fix, as data.
 
-kmod/quirks/<id>/quirk.toml   one quirk: its bit, why, edits (hooks) and variants chosen by facts
+kmod/quirks/<id>/quirk.toml   one quirk: its bit (or one bit per class: [[classes]]), why, edits (hooks) and
+                              variants chosen by facts
 kmod/common/common.toml       the quirk core's edits; amdgpu_rdna1.{c,h}.j2 beside it
 kmod/build-fixes/*.toml       edits an out-of-tree build of amdgpu needs
 
@@ -57,6 +58,21 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class QuirkBit:
+    """One bit of the module's rdna1_quirks mask: a quirk, or one class of what a quirk changes."""
+
+    bit: int
+    id: str
+    title: str
+    default: bool  # on when rdna1_quirks is not given: only for bits with no known harm
+    risk: str
+
+    @property
+    def macro(self) -> str:
+        return self.id.upper().replace("-", "_")
+
+
+@dataclass(frozen=True)
 class EditSet:
     """Edits that travel as one patch of the series."""
 
@@ -71,7 +87,6 @@ class EditSet:
 @dataclass(frozen=True)
 class Quirk:
     id: str
-    bit: int
     title: str
     summary: str
     why: str
@@ -82,6 +97,12 @@ class Quirk:
     includes: tuple[str, ...]
     edits: dict[str, Edit]
     variants: tuple[Variant, ...]
+    bits: tuple[QuirkBit, ...]
+
+    @property
+    def bit(self) -> int:
+        """The lowest of its bits (the catalog's order)."""
+        return min(b.bit for b in self.bits)
 
     @property
     def macro(self) -> str:
@@ -151,7 +172,6 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
                 raise ValueError(f"{meta}: variant {variant.id} names unknown edits {sorted(unknown)}")
         quirks[raw["id"]] = Quirk(
             id=raw["id"],
-            bit=raw["bit"],
             title=raw["title"],
             summary=raw["summary"],
             why=raw["why"].strip(),
@@ -162,8 +182,21 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
             includes=tuple(raw.get("includes", ())),
             edits=edits,
             variants=variants,
+            bits=_bits(raw, meta),
         )
+    bits = [b.bit for q in quirks.values() for b in q.bits]
+    if len(bits) != len(set(bits)):
+        raise ValueError(f"{root}: two quirks share a bit: {sorted(bits)}")
     return quirks
+
+
+def _bits(raw: dict, origin: Path) -> tuple[QuirkBit, ...]:
+    """A quirk's bits: its own (`bit`, `default`, `risk` beside its id), or one per `[[classes]]` entry."""
+    classes = raw.get("classes") or [dict(bit=raw["bit"], id=raw["id"], title=raw["title"],
+                                          default=raw.get("default", False), risk=raw.get("risk", ""))]
+    if "bit" in raw and "classes" in raw:
+        raise ValueError(f"{origin}: give either `bit` or `[[classes]]`, not both")
+    return tuple(QuirkBit(c["bit"], c["id"], c["title"], c.get("default", False), c.get("risk", "")) for c in classes)
 
 
 def load_edit_set(path: Path, name: str) -> EditSet:
@@ -183,9 +216,12 @@ def core(root: Path | None = None) -> EditSet:
 
 
 def select(catalog: dict[str, Quirk], ids: list[str] | None) -> list[Quirk]:
-    """The quirks asked for (all by default), in bit order; unknown ids are refused."""
+    """The quirks asked for (all by default), in bit order; unknown ids are refused.
+    A quirk is asked for by its id; a class bit's id names the quirk it belongs to."""
     if not ids:
         return sorted(catalog.values(), key=lambda q: q.bit)
+    owner = {b.id: q.id for q in catalog.values() for b in q.bits}
+    ids = [owner.get(i, i) for i in ids]
     unknown = [i for i in ids if i not in catalog]
     if unknown:
         raise UsageError(f"unknown quirk {unknown[0]!r}", f"choose from: {', '.join(sorted(catalog))}")

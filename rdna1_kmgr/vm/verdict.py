@@ -31,6 +31,8 @@ INIT_MESSAGES = (
     "Virtual CRAT table created for CPU",
 )
 SELFTEST_LINE = re.compile(r"rdna1-kmgr selftest: (\d+) passed, (\d+) failed")
+# A failing self-test switches every quirk off and says so in the same line (kmod/common/amdgpu_rdna1.c.j2).
+SELFTEST_FORCED_OFF = re.compile(r"\(first: (.*?)\): quirks forced off, rdna1_quirks=0")
 # What a healthy load never prints. WARN() prints "WARNING: CPU: n PID: ... at file:line".
 BAD_LINE = re.compile(
     r"\bOops\b|\bBUG\b|WARNING:|Call Trace:|KASAN|UBSAN:|general protection fault|Kernel panic"
@@ -308,8 +310,11 @@ def _selftest(module, step, required: int | None) -> Check:
     need = max(required or 1, 1)
     ok = failed == 0 and passed >= need
     detail = f"{passed} passed, {failed} failed (needs >= {need} passed, 0 failed)"
+    forced = SELFTEST_FORCED_OFF.search(found.string)
     failures = [line for line in _messages(step) if re.search(r"rdna1-kmgr selftest: .* case \d+ failed", line)]
-    if failures:
+    if forced:
+        detail += f"; first failure: {forced[1]}; the module switched every quirk off (rdna1_quirks=0)"
+    elif failures:
         detail += f"; first failure: {failures[0]}"
     return Check("selftest", ok, detail)
 

@@ -43,20 +43,31 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
     assert result.exit_code == 0, result.stderr
     manifest = json.loads(result.stdout)
     assert (out / "series").read_text().split() == manifest["series"] == [
-        "0001-out-of-tree.patch", "0002-rdna1-core.patch", "0003-coarse-mtype.patch", "0004-crat-mem.patch"]
+        "0001-out-of-tree.patch", "0002-rdna1-core.patch", "0003-crat-mem.patch", "0004-coarse-mtype.patch"]
     assert manifest["kernel_version"] == "6.1.192"
     assert manifest["devices"] == ["0x731F"]
-    assert [q["id"] for q in manifest["quirks"]] == ["coarse-mtype", "crat-mem"]
+    assert [q["id"] for q in manifest["quirks"]] == ["crat-mem", "coarse-mtype"]
+    # only the bits with no known harm are on by default; the coarse-mtype classes wait for the experiment
+    assert [(b["bit"], b["id"], b["default"]) for b in manifest["bits"]] == [
+        (1, "crat-mem", True), (2, "coarse-mtype-vram", False), (3, "coarse-mtype-host", False)]
+    assert manifest["quirks_mask"] == 0x2 and manifest["all_bits_mask"] == 0xE
+    assert manifest["active_by_default"] == ["crat-mem"]
 
     apply_series(out, tree)
     amdgpu = tree / AMD / "amdgpu"
-    pte = function_body((amdgpu / "gmc_v10_0.c").read_text(), "gmc_v10_0_get_vm_pte")
-    # the quirk has the last word on the MTYPE: the call is the function's last statement
-    assert pte.rstrip().endswith("amdgpu_rdna1_pte_mtype(adev, flags);\n}")
-    kfd = function_body((amdgpu / "amdgpu_amdkfd_gpuvm.c").read_text(), "get_pte_flags")
-    assert kfd.index("amdgpu_rdna1_kfd_mapping_flags") < kfd.index("amdgpu_gem_va_map_flags")
-    crat = function_body((tree / AMD / "amdkfd/kfd_crat.c").read_text(), "kfd_create_vcrat_image_gpu")
-    assert crat.index("amdgpu_rdna1_crat_mem_info(kdev->adev, &local_mem_info);") < crat.index("local_mem_size_private == 0")
+    # up to 6.1 the hook is in KFD's own choice only; get_vm_pte stays stock
+    assert "amdgpu_rdna1_pte_mtype" not in (amdgpu / "gmc_v10_0.c").read_text()
+    gpuvm = (amdgpu / "amdgpu_amdkfd_gpuvm.c").read_text()
+    kfd = function_body(gpuvm, "get_pte_flags")
+    assert kfd.index("amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags)") < kfd.index("amdgpu_gem_va_map_flags")
+    assert "return get_pte_flags(adev, mem);" in function_body(gpuvm, "amdgpu_rdna1_kfd_pte_flags")
+    mem_info = function_body((amdgpu / "amdgpu_amdkfd.c").read_text(), "amdgpu_amdkfd_get_local_mem_info")
+    hook = mem_info.index("amdgpu_rdna1_local_mem_info(adev, mem_info);")
+    assert mem_info.index("local_mem_size_private =") < hook < mem_info.index("mem_info->vram_width =")
+    assert "rdna1" not in (tree / AMD / "amdkfd/kfd_priv.h").read_text()
+    header = (amdgpu / "amdgpu.h").read_text()
+    device = header[header.index("struct amdgpu_device {"):header.index("\n};\n")]
+    assert device.rstrip().endswith("u32\t\t\t\trdna1_quirks;")
     init = function_body((amdgpu / "amdgpu_drv.c").read_text(), "amdgpu_init")
     # the hook does not come between the return and the comment explaining it
     assert re.search(r"amdgpu_rdna1_init\(\);\n\n\t/\* let modprobe .*\*/\n\treturn pci_register_driver", init)
@@ -67,7 +78,9 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
         assert (amdgpu / name).read_text().count('#include "amdgpu_rdna1.h"') == 1
     core = (amdgpu / "amdgpu_rdna1.c").read_text()
     assert "module_param_named(rdna1_quirks," in core and "module_param_named(rdna1_selftest," in core
-    assert "static uint amdgpu_rdna1_quirks = AMDGPU_RDNA1_ALL;" in core
+    assert "static uint amdgpu_rdna1_quirks = AMDGPU_RDNA1_DEFAULT;" in core
+    header = (amdgpu / "amdgpu_rdna1.h").read_text()
+    assert "#define AMDGPU_RDNA1_DEFAULT\t(AMDGPU_RDNA1_CRAT_MEM)" in header
     assert re.search(r"amdgpu_rdna1_ids\[\] = \{\n\t0x731F,\n\};", core)
     assert manifest["selftest_cases"] == count_selftest_cases(core) > 0
 
@@ -92,16 +105,26 @@ def test_each_patch_sha256_is_in_the_manifest(tree, tmp_path):
         assert (out / name).read_text().startswith("From: rdna1-kmgr")
 
 
+# a fact that chose each crat-mem variant, as the manifest and the patch header say it
+CRAT_FACT = {
+    "kgd": "amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `kgd`",
+    "largebar-param": "amdgpu.h lacks `debug_largebar`",
+    "largebar-debug-mask": "amdgpu.h contains `debug_largebar`",
+}
+
+
 @pytest.mark.parametrize("version, shape, mtype_variant, crat_variant, kfd_hook", [
     ("5.10.262", "5.10", "kfd-picks-mtype", "kgd", True),
-    ("6.1.192", "6.1", "kfd-picks-mtype", "adev", True),
-    ("6.2.0", "6.2", "gmc-picks-mtype", "adev", False),
-    ("6.17.9", "6.2", "gmc-picks-mtype", "adev", False),
-    ("6.18.0-rc1", "6.18", "vm-flags", "adev", False),
-    ("7.3-rc2", "6.18", "vm-flags", "adev", False),
+    ("6.1.192", "6.1", "kfd-picks-mtype", "largebar-param", True),
+    ("6.2.0", "6.2", "gmc-picks-mtype-no-ext", "largebar-param", False),
+    ("6.12.95", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
+    ("6.17.9", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
+    ("6.18.0-rc1", "6.18", "vm-flags", "largebar-debug-mask", False),
+    ("7.3-rc2", "6.18", "vm-flags", "largebar-debug-mask", False),
     # a backport: RHEL 9's top Makefile says 5.14, its driver has the shape of a later release
-    ("5.14.0", "6.2", "gmc-picks-mtype", "adev", False),
-    ("5.14.0", "6.18", "vm-flags", "adev", False),
+    ("5.14.0", "6.2", "gmc-picks-mtype-no-ext", "largebar-param", False),
+    ("5.14.0", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
+    ("5.14.0", "6.18", "vm-flags", "largebar-debug-mask", False),
     # and a 5.10 driver under a newer number
     ("6.6.0", "5.10", "kfd-picks-mtype", "kgd", True),
 ])
@@ -112,15 +135,27 @@ def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype
     assert result.exit_code == 0, result.stderr
     manifest = json.loads(result.stdout)
     assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {"coarse-mtype": mtype_variant, "crat-mem": crat_variant}
-    coarse = (out / "0003-coarse-mtype.patch").read_text()
-    assert (f"+++ b/{AMD}/amdgpu/amdgpu_amdkfd_gpuvm.c" in coarse) == kfd_hook
-    crat = (out / "0004-crat-mem.patch").read_text()
-    assert ("kdev->kgd" in crat) == (crat_variant == "kgd")
+    coarse = (out / "0004-coarse-mtype.patch").read_text()
+    assert ("amdgpu_rdna1_kfd_mapping_flags(" in coarse) == kfd_hook
+    assert ("amdgpu_rdna1_pte_mtype(adev, " in coarse) == (not kfd_hook)
+    # the self-test reaches the device and debug_largebar as this driver does
+    core = (out / "0002-rdna1-core.patch").read_text()
+    assert ("(struct kgd_dev *)ctx->adev" in core) == (crat_variant == "kgd")
+    assert ("ctx->adev->debug_largebar" in core) == (crat_variant == "largebar-debug-mask")
+    assert ("amdgpu_amdkfd_get_local_mem_info(ctx->adev, info, NULL);" in core) == (crat_variant == "largebar-debug-mask")
+    # EXT_COHERENT allocations are kept UC only where KFD knows them
+    assert ("KFD_IOC_ALLOC_MEM_FLAGS_EXT_COHERENT" in core) == (mtype_variant in ("gmc-picks-mtype", "vm-flags"))
     # the manifest and the patch say which facts chose the variant
     facts = {q["id"]: q["facts"] for q in manifest["quirks"]}
-    assert f"kfd_crat.c: kfd_create_vcrat_image_gpu() contains `kdev->{crat_variant}`" in facts["crat-mem"]
-    assert all(fact in crat for fact in facts["crat-mem"])
+    assert CRAT_FACT[crat_variant] in facts["crat-mem"]
+    for quirk, patch in (("crat-mem", "0003-crat-mem.patch"), ("coarse-mtype", "0004-coarse-mtype.patch")):
+        header = (out / patch).read_text().split("\n---\n")[0]
+        for fact in facts[quirk]:  # each on a line of its own, a long one folded
+            assert re.search(rf"^  {re.escape(fact.split()[0])} ", header, re.M), (fact, header)
+            assert " ".join(fact.split()) in " ".join(header.split()), (fact, header)
     apply_series(out, tree)
+    mem_info = function_body((tree / AMD / "amdgpu/amdgpu_amdkfd.c").read_text(), "amdgpu_amdkfd_get_local_mem_info")
+    assert mem_info.index("amdgpu_rdna1_local_mem_info(adev, mem_info);") < mem_info.index("mem_info->vram_width =")
 
 
 def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_path):
@@ -130,25 +165,55 @@ def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_
     assert_refused(run_cli("render", "--source", tree, "--out", out), out,
                    "quirk coarse-mtype: no variant fits",
                    "kfd-picks-mtype (first seen in Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
-                   "gmc-picks-mtype (first seen in Linux 6.2 - 6.17): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
+                   "gmc-picks-mtype (first seen in Linux about 6.8 - 6.17 (6.12 read and built)): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
+                   "gmc-picks-mtype-no-ext (first seen in Linux 6.2 - 6.7): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
                    "vm-flags (first seen in Linux 6.18 and later): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `vm_flags`")
 
 
+def test_no_crat_mem_variant_fits_a_driver_whose_memory_info_takes_neither_kgd_nor_adev(tmp_path):
+    tree = make_tree(tmp_path / "linux", "6.1.192", "6.1")
+    amdkfd = tree / AMD / "amdgpu/amdgpu_amdkfd.c"
+    amdkfd.write_text(amdkfd.read_text().replace("struct amdgpu_device *adev,", "struct amdgpu_device *dev,"))
+    out = tmp_path / "out"
+    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+                   "quirk crat-mem: no variant fits",
+                   "kgd (first seen in Linux 5.10 - 5.16): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `kgd`",
+                   "largebar-param (first seen in Linux 5.17 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
+                   "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`")
+
+
+def test_a_driver_between_two_crat_mem_shapes_is_refused_rather_than_given_either(tmp_path):
+    # KFD nodes and the xcp parameter, but debug_largebar still only a module parameter (about 6.5 - 6.10)
+    tree = make_tree(tmp_path / "linux", "6.8.0", "6.12", largebar="param")
+    out = tmp_path / "out"
+    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+                   "quirk crat-mem: no variant fits",
+                   "largebar-param (first seen in Linux 5.17 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() contains `xcp`",
+                   "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu.h does not contain `debug_largebar`")
+
+
 def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
-    tree = make_tree(tmp_path / "linux", "6.18.0", "6.18", gmc="mapping+vm_flags")
+    # get_vm_pte and KFD both half way to 6.18: no kernel has it
+    tree = make_tree(tmp_path / "linux", "6.18.0", "6.18", gmc="mapping+vm_flags", kfd="vm+mem")
     out = tmp_path / "out"
     assert_refused(run_cli("render", "--source", tree, "--out", out), out,
                    "quirk coarse-mtype: the facts of several variants hold",
-                   "gmc-picks-mtype (amdgpu_amdkfd_gpuvm.c: get_pte_flags() lacks `AMDGPU_VM_MTYPE_UC`, ",
+                   "gmc-picks-mtype (gmc_v10_0.c: gmc_v10_0_get_vm_pte() contains `AMDGPU_GEM_CREATE_COHERENT`, ",
                    "vm-flags (gmc_v10_0.c: gmc_v10_0_get_vm_pte() takes `vm_flags`, ")
 
 
-def test_a_driver_midway_through_the_kgd_removal_uses_adev(tmp_path):
-    tree = make_tree(tmp_path / "linux", "5.16.0", "5.10", crat="kgd+adev")
+@pytest.mark.parametrize("mem_info, variant", [("kgd", "kgd"), ("adev", "largebar-param")])
+def test_a_driver_midway_through_the_kgd_removal_gets_the_variant_of_its_memory_info(tmp_path, mem_info, variant):
+    # struct kfd_dev has both kgd and adev: what decides is what amdgpu_amdkfd_get_local_mem_info() takes
+    tree = make_tree(tmp_path / "linux", "5.16.0", "5.10", mem_info=mem_info, node="kfd_dev+kgd")
     out = tmp_path / "out"
-    manifest = json.loads(run_cli("render", "--source", tree, "--out", out, "--json").stdout)
-    assert {q["id"]: q["variant"] for q in manifest["quirks"]}["crat-mem"] == "adev"
+    result = run_cli("render", "--source", tree, "--out", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert {q["id"]: q["variant"] for q in json.loads(result.stdout)["quirks"]}["crat-mem"] == variant
     apply_series(out, tree)
+    core = (tree / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
+    assert ("node->kgd = (struct kgd_dev *)ctx->adev;" in core) == (variant == "kgd")
+    assert ("node->adev = ctx->adev;" in core) == (variant == "largebar-param")
 
 
 @pytest.mark.parametrize("forms", [dict(probe="driver_data"), dict(init="unwind")])
@@ -164,11 +229,11 @@ def test_every_accepted_form_of_a_statement_takes_the_hook(tmp_path, forms):
 
 
 def test_a_name_the_tree_lacks_is_refused_before_anything_is_written(tmp_path):
-    # the 5.10 shape, but this tree's headers and code have no `map_mtype` (the self-test calls it)
-    tree = make_tree(tmp_path / "linux", "5.10.100", "5.10", missing_names={"map_mtype"})
+    # the 5.10 shape, but this tree's struct kgd_mem has no `is_imported` (coarse-mtype reads it)
+    tree = make_tree(tmp_path / "linux", "5.10.100", "5.10", missing_names={"is_imported"})
     out = tmp_path / "out"
     assert_refused(run_cli("render", "--source", tree, "--out", out), out,
-                   "`map_mtype` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)")
+                   "`is_imported` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)")
 
 
 def rewrite(tree, transform):
@@ -244,6 +309,14 @@ def test_one_quirk_only(tree, tmp_path):
     assert "COARSE_MTYPE" not in core and "default 0x2)" in core
 
 
+def test_a_class_id_selects_its_quirk(tree, tmp_path):
+    result = run_cli("render", "--source", tree, "--out", tmp_path / "out", "--quirk", "coarse-mtype-host", "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    assert [q["id"] for q in manifest["quirks"]] == ["coarse-mtype"]
+    assert manifest["quirks_mask"] == 0 and manifest["all_bits_mask"] == 0xC
+
+
 def test_several_devices(tree, tmp_path):
     out = tmp_path / "out"
     assert run_cli("render", "--source", tree, "--out", out, "--device", "0x7340", "--device", "731f").exit_code == 0
@@ -263,7 +336,7 @@ def assert_refused(result, out, *words):
 
 
 def test_source_without_the_hooked_function_is_refused_with_nothing_written(tmp_path):
-    tree = make_tree(tmp_path / "linux", omit="gmc_v10_0_get_vm_pte")
+    tree = make_tree(tmp_path / "linux", "6.12.95", omit="gmc_v10_0_get_vm_pte")
     out = tmp_path / "out"
     assert_refused(run_cli("render", "--source", tree, "--out", out), out, "gmc_v10_0.c", "gmc_v10_0_get_vm_pte")
 
@@ -309,26 +382,33 @@ def test_rerender_replaces_an_earlier_render(tree, tmp_path):
     out = tmp_path / "out"
     run_cli("render", "--source", tree, "--out", out)
     assert run_cli("render", "--source", tree, "--out", out, "--quirk", "crat-mem").exit_code == 0
-    assert not (out / "0004-crat-mem.patch").exists()
+    assert not (out / "0004-coarse-mtype.patch").exists()
     assert (out / "0003-crat-mem.patch").exists()
 
 
-def test_quirks_lists_the_catalog_with_the_facts_of_each_variant():
+def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     result = run_cli("quirks", "--json")
     catalog = json.loads(result.stdout)
-    assert [q["id"] for q in catalog] == ["coarse-mtype", "crat-mem"]
+    assert [q["id"] for q in catalog] == ["crat-mem", "coarse-mtype"]
+    bits = {b["id"]: b for q in catalog for b in q["bits"]}
+    assert {i: (b["mask"], b["default"]) for i, b in bits.items()} == {
+        "crat-mem": ("0x0002", True), "coarse-mtype-vram": ("0x0004", False), "coarse-mtype-host": ("0x0008", False)}
+    assert all(b["risk"] for b in bits.values())
     assert all(v["facts"] for q in catalog for v in q["variants"])
-    crat = {v["id"]: v["facts"] for v in catalog[1]["variants"]}
-    assert crat["adev"] == ["kfd_crat.c: kfd_create_vcrat_image_gpu() contains `kdev->adev`"]
+    crat = {v["id"]: v["facts"] for v in catalog[0]["variants"]}
+    assert crat["largebar-debug-mask"] == ["amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `xcp`",
+                                           "amdgpu.h contains `debug_largebar`", "kfd_priv.h contains `struct kfd_node {`"]
     text = run_cli("quirks").stdout
-    assert re.search(r"^    adev \(first seen in Linux 5.17 and later\) when:\n"
-                     r"        kfd_crat.c: kfd_create_vcrat_image_gpu\(\) contains `kdev->adev`$", text, re.M), text
+    assert re.search(r"^    kgd \(first seen in Linux 5.10 - 5.16\) when:\n"
+                     r"        amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info\(\) takes `kgd`$", text, re.M), text
 
 
 def test_render_says_which_facts_chose_each_variant(tree, tmp_path):
     text = run_cli("render", "--source", tree, "--out", tmp_path / "out").stdout
-    assert re.search(r"^quirk crat-mem: variant adev, because this tree's\n"
-                     r"    kfd_crat.c: kfd_create_vcrat_image_gpu\(\) contains `kdev->adev`$", text, re.M), text
+    assert re.search(r"^quirk crat-mem: variant largebar-param, because this tree's\n"
+                     r"    amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info\(\) takes `adev`$", text, re.M), text
+    assert re.search(r"^quirk coarse-mtype: variant kfd-picks-mtype, because this tree's\n"
+                     r"    amdgpu_amdkfd_gpuvm.c: get_pte_flags\(\) contains `AMDGPU_VM_MTYPE_UC`$", text, re.M), text
 
 
 def test_help_lists_every_command_and_version_works():

@@ -42,18 +42,24 @@ def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_min
     gmc = (tree / AMD / "amdgpu/gmc_v10_0.c").read_text()
     pte = gmc[gmc.index("static void gmc_v10_0_get_vm_pte("):]
     pte = pte[:pte.index("\n}\n") + 3]
-    assert pte.rstrip().endswith("amdgpu_rdna1_pte_mtype(adev, flags);\n}")
-    crat = (tree / AMD / "amdkfd/kfd_crat.c").read_text()
-    assert "amdgpu_rdna1_crat_mem_info(kdev->adev, &local_mem_info);" in crat
+    if variant == "kfd-picks-mtype":  # up to 6.1 KFD's own choice is hooked, get_vm_pte stays stock
+        assert "rdna1" not in pte
+        gpuvm = (tree / AMD / "amdgpu/amdgpu_amdkfd_gpuvm.c").read_text()
+        assert "mapping_flags = amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags);" in gpuvm
+    else:  # the last word, after the stock UC override
+        assert re.search(r"MTYPE_UC\);\n\n\t/\* rdna1-kmgr: .*\*/\n\tamdgpu_rdna1_pte_mtype\(adev, [^;]*flags\);\n}\n$",
+                         pte), pte
+    mem_info = (tree / AMD / "amdgpu/amdgpu_amdkfd.c").read_text()
+    assert "\tamdgpu_rdna1_local_mem_info(adev, mem_info);\n" in mem_info
     assert (tree / AMD / "amdgpu/amdgpu_rdna1.c").is_file()
     # the cache was not touched
     assert (source / AMD / "amdgpu/gmc_v10_0.c").read_bytes() == before
     assert not (source / AMD / "amdgpu/amdgpu_rdna1.c").exists()
 
 
-def test_real_source_without_get_vm_pte_is_refused(real_source_61, tmp_path):
+def test_real_source_without_get_vm_pte_is_refused(real_source_612, tmp_path):
     tree = tmp_path / "linux"
-    shutil.copytree(real_source_61, tree, copy_function=os.link)
+    shutil.copytree(real_source_612, tree, copy_function=os.link)
     gmc = tree / AMD / "amdgpu/gmc_v10_0.c"
     text = gmc.read_text().replace("gmc_v10_0_get_vm_pte", "gmc_v10_0_pte_flags")
     gmc.unlink()  # break the hard link before writing
@@ -98,7 +104,8 @@ def apply_with_git(out, tree):
 
 
 HOOKED = [f"{AMD}/amdgpu/amdgpu_drv.c", f"{AMD}/amdgpu/gmc_v10_0.c", f"{AMD}/amdgpu/amdgpu_amdkfd_gpuvm.c",
-          f"{AMD}/amdkfd/kfd_crat.c", f"{AMD}/amdgpu/Makefile", f"{AMD}/amdgpu/amdgpu_trace.h"]
+          f"{AMD}/amdgpu/amdgpu_amdkfd.c", f"{AMD}/amdgpu/Makefile", f"{AMD}/amdgpu/amdgpu_trace.h",
+          f"{AMD}/amdgpu/amdgpu.h"]
 
 
 def test_real_source_with_crlf_files_renders_a_series_both_tools_apply(real_source_61, tmp_path):
@@ -123,9 +130,12 @@ def test_real_driver_under_an_older_version_number_gets_the_variant_of_its_code(
     tree = derived_tree(real_source_612, tmp_path / "linux", {"Makefile": as_5_14})
     manifest = render(tree, tmp_path / "out")
     assert manifest["kernel_version"].startswith("5.14.")
-    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {"coarse-mtype": "gmc-picks-mtype", "crat-mem": "adev"}
+    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {"coarse-mtype": "gmc-picks-mtype",
+                                                                   "crat-mem": "largebar-debug-mask"}
     patched = patched_copy(tree, tmp_path / "out", tmp_path / "patched")
-    assert "amdgpu_rdna1_crat_mem_info(kdev->adev, &local_mem_info);" in (patched / AMD / "amdkfd/kfd_crat.c").read_text()
+    assert "\tamdgpu_rdna1_local_mem_info(adev, mem_info);\n\n\tmem_info->vram_width = adev->gmc.vram_width;\n" in (
+        patched / AMD / "amdgpu/amdgpu_amdkfd.c").read_text()
+    assert "ctx->adev->debug_largebar = " in (patched / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
 
 
 def test_real_source_with_the_5_10_probe_statement_renders(real_source_61, tmp_path):
@@ -142,8 +152,8 @@ def test_real_source_with_the_5_10_probe_statement_renders(real_source_61, tmp_p
 
 
 def test_a_variant_using_a_member_the_real_tree_lacks_is_refused_in_a_second(real_source_612, tmp_path, monkeypatch):
-    """The kdev->kgd hook on a driver that reaches the device as kdev->adev (what a version-chosen variant
-    did on RHEL 9.6): a catalog whose crat-mem facts are too loose to tell. The name check refuses."""
+    """The 5.10 - 5.16 crat-mem code (its self-test reaches the device through a struct kgd_dev) on a driver
+    that has no kgd at all, chosen by facts too loose to tell: the name check refuses it."""
     from click.testing import CliRunner
 
     from rdna1_kmgr.cli import main
@@ -156,16 +166,16 @@ def test_a_variant_using_a_member_the_real_tree_lacks_is_refused_in_a_second(rea
     text = text[:text.index("[[variants]]")] + """[[variants]]
 id = "kgd"
 kernels = "5.10 - 5.16"
-edits = ["vcrat-mem"]
-vars = { adev = "(struct amdgpu_device *)kdev->kgd" }
-facts = [{ file = "drivers/gpu/drm/amd/amdkfd/kfd_crat.c", function = "kfd_create_vcrat_image_gpu", contains = "kdev" }]
+edits = ["local-mem-info"]
+vars = { largebar_forced = "debug_largebar", kfd_node = "kfd_dev", mem_info_xcp = false, kgd = true }
+facts = [{ file = "drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd.c", function = "amdgpu_amdkfd_get_local_mem_info", contains = "mem_info" }]
 """
     toml.write_text(text)
     monkeypatch.setattr(quirk_catalog, "kmod_root", lambda: kmod)
     result = CliRunner().invoke(main, ["render", "--source", str(real_source_612), "--out", str(tmp_path / "out")])
     assert result.exit_code != 0
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "`kgd` (a struct member, in drivers/gpu/drm/amd/amdkfd/kfd_crat.c)" in result.stderr
+    assert "`kgd` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)" in result.stderr
     assert not (tmp_path / "out").exists()
 
 

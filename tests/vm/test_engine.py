@@ -112,6 +112,18 @@ def test_a_failing_selftest_case_fails_the_verdict():
     assert outcome == "fail" and reason.startswith("selftest: 6 passed, 1 failed")
 
 
+def test_a_selftest_that_switched_the_quirks_off_says_so_in_the_verdict():
+    result = patched_result(passed=80, failed=7)
+    load = step(result, "insmod selftest")
+    load["log"] = [line.replace("80 passed, 7 failed", "80 passed, 7 failed (first: crat-mem case 2): quirks forced "
+                                "off, rdna1_quirks=0") for line in load["log"]]
+    load["after"]["parameters"]["rdna1_quirks"] = "0"
+    checks = judge(result, required=87)
+    assert failing(checks) == {"selftest"}
+    assert checks["selftest"].detail == ("80 passed, 7 failed (needs >= 87 passed, 0 failed); first failure: "
+                                         "crat-mem case 2; the module switched every quirk off (rdna1_quirks=0)")
+
+
 def test_the_selftest_must_run_at_least_the_cases_the_render_defines():
     assert judge(patched_result(passed=7), required=7)["selftest"].ok
     short = judge(patched_result(passed=7), required=9)["selftest"]

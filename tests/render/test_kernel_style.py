@@ -1,0 +1,108 @@
+"""The rendered patches held to upstream's own rules, on real Debian sources: scripts/checkpatch.pl of the same
+kernel accepts every patch, and the objects the series touches compile with W=1 without a warning of their own.
+
+checkpatch.pl (with spelling.txt and const_structs.checkpatch beside it) is not in the unpacked amd subset; it
+is taken once from the very linux-source .deb the subset came from, into the persistent test cache.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import persistent_cache_root
+from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.source import cache_entry, kernel_source
+
+AMD = "drivers/gpu/drm/amd"
+CHECKPATCH_FILES = ("checkpatch.pl", "spelling.txt", "const_structs.checkpatch")
+pytestmark = pytest.mark.realsource
+
+
+def checkpatch_of(source: Path) -> Path:
+    """scripts/checkpatch.pl of the kernel `source` was unpacked from (extracted once per source package)."""
+    archive = (kernel_source.source_origin(source) or {}).get("archive")
+    if not archive:
+        pytest.fail(f"{source} records no archive it came from")
+    deb = persistent_cache_root() / "debs" / archive
+    dest = persistent_cache_root() / "checkpatch" / archive.removesuffix(".deb")
+    if (dest / "scripts/checkpatch.pl").is_file():
+        return dest / "scripts/checkpatch.pl"
+    with cache_entry.exclusive(dest.parent, dest.name), cache_entry.staging(dest.parent, dest.name) as staging:
+        if not (dest / "scripts/checkpatch.pl").is_file():
+            inner = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
+            tarball = next(n for n in subprocess.run(["tar", "-t"], input=inner, capture_output=True, check=True)
+                           .stdout.decode().split() if re.fullmatch(r"\./usr/src/linux-source-[\d.]+\.tar\.xz", n))
+            top = tarball.rsplit("/", 1)[1].removesuffix(".tar.xz")
+            xz = subprocess.run(["tar", "-xO", tarball], input=inner, capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-xJ", "-C", str(staging), "--strip-components=1",
+                            *[f"{top}/scripts/{name}" for name in CHECKPATCH_FILES]], input=xz, check=True)
+            cache_entry.publish(staging, dest)
+    return dest / "scripts/checkpatch.pl"
+
+
+def checkpatch(script: Path, patch: Path, *options: str) -> list[str]:
+    """The ERROR/WARNING/CHECK lines checkpatch reports for one patch."""
+    done = subprocess.run(["perl", str(script), "--no-tree", "--terse", "--show-types", *options, str(patch)],
+                          capture_output=True, text=True)
+    return [line for line in done.stdout.splitlines() if re.search(r": (ERROR|WARNING|CHECK):", line)]
+
+
+@pytest.mark.parametrize("fixture", ["real_source_61", "real_source_612"])
+def test_every_patch_passes_the_kernel_s_own_checkpatch(request, tmp_path, fixture):
+    source = request.getfixturevalue(fixture)
+    script = checkpatch_of(source)
+    out = tmp_path / "out"
+    manifest = render(source, out)
+    for name in manifest["series"]:
+        # No error and no warning at all; the only thing left out is the sign-off (see the README).
+        assert checkpatch(script, out / name, "--no-signoff") == [], name
+        # Without --no-signoff the one complaint is that sign-off: a person's DCO, which a generated patch
+        # cannot give.
+        assert [line.split(": ", 1)[1] for line in checkpatch(script, out / name)] == [
+            "ERROR:MISSING_SIGN_OFF: Missing Signed-off-by: line(s)"], name
+
+
+def patched_copy(source: Path, out: Path, dest: Path) -> Path:
+    shutil.copytree(source, dest, copy_function=os.link)
+    for name in (out / "series").read_text().split():
+        subprocess.run(["patch", "-p1", "--batch", "--quiet", "-d", str(dest), "-i", str(out / name)], check=True)
+    return dest
+
+
+def w1_warnings(tree: Path, release: str, objects: list[str]) -> set[str]:
+    """What W=1 says compiling `objects` of amdgpu, without line numbers (the series moves lines)."""
+    amd = tree / AMD
+    done = subprocess.run(["make", "-C", f"/lib/modules/{release}/build", f"M={amd}/amdgpu", f"FULL_AMD_PATH={amd}",
+                           "W=1", "KCFLAGS=-g0", f"-j{(os.cpu_count() or 1) + 1}", *objects],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return {re.sub(rf"^{re.escape(str(tree))}/|:\d+(:\d+)?:", "", line).strip()
+            for line in (done.stdout + done.stderr).splitlines() if re.search(r"\bwarning\b|\berror\b", line)}
+
+
+@pytest.mark.realbuild
+@pytest.mark.parametrize("source_fixture, headers_fixture", [
+    ("real_source_61", "headers_61"),
+    ("real_source_612", "headers_612"),
+])
+def test_the_objects_the_series_touches_build_clean_with_w1(request, tmp_path, source_fixture, headers_fixture):
+    source = request.getfixturevalue(source_fixture)
+    release = request.getfixturevalue(headers_fixture)
+    out = tmp_path / "out"
+    render(source, out)
+    touched = sorted({m for m in re.findall(rf"^\+\+\+ b/{AMD}/amdgpu/(\w+)\.c$",
+                                             "".join(p.read_text() for p in out.glob("*.patch")), re.M)})
+    assert "amdgpu_rdna1" in touched and "amdgpu_amdkfd" in touched
+    objects = [f"{name}.o" for name in touched]
+    patched = w1_warnings(patched_copy(source, out, tmp_path / "patched"), release, objects)
+    # the same objects of the stock tree (with only the out-of-tree build fix) say what upstream already warns
+    stock = tmp_path / "stock"
+    shutil.copytree(source, stock, copy_function=os.link)
+    subprocess.run(["patch", "-p1", "--batch", "--quiet", "-d", str(stock), "-i", str(out / "0001-out-of-tree.patch")],
+                   check=True)
+    upstream = w1_warnings(stock, release, [o for o in objects if o != "amdgpu_rdna1.o"])
+    assert patched - upstream == set()

@@ -1,0 +1,91 @@
+"""The quirks' self-test in the real amdgpu module, in an emulated VM of its own Debian kernel.
+
+It drives the real driver functions (KFD's get_pte_flags, gmc_v10_0_get_vm_pte, amdgpu_amdkfd_get_local_mem_info,
+kfd_dev_is_large_bar) at module load; when one case fails the module must come up with every quirk off and say
+so in one line. The broken build reuses the session's 6.1 build: same persistent kbuild tree, so only the
+objects the broken quirk changes are compiled again; its DKMS package lives in the test's own DKMS trees, so the
+session's build is not replaced.
+"""
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import persistent_cache_root
+from test_engine import assert_nothing_left_running, guest_kernel_61, rdna1_kmgr, vm_env  # noqa: F401 (fixtures)
+from rdna1_kmgr.build import dkms_package as dkms, module_build
+from rdna1_kmgr.render import quirk_catalog
+
+# The line of crat-mem that keeps the total size: without it the self-test's memory-info cases must fail.
+FOLD = "\tmem_info->local_mem_size_private += mem_info->local_mem_size_public;\n"
+
+
+def selftest_load(out: dict) -> dict:
+    result = json.loads(Path(out["details"]["guest_result"]).read_text())
+    return next(s for s in result["steps"] if s["name"] == "insmod selftest")
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_the_selftest_covers_every_case_the_render_defines(built_module_61, guest_kernel_61, vm_env):
+    manifest_path = Path(built_module_61["package_source"]) / dkms.MANIFEST_NAME
+    # by path: the system's DKMS tree is shared, `--kernel` would take whichever build is newest
+    proc = rdna1_kmgr(["vm-test", "--module", built_module_61["module"], "--manifest", str(manifest_path),
+                       "--json"], vm_env)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0, out.get("reason")
+    manifest = json.loads(manifest_path.read_text())
+    # every row of every case table ran: coarse-mtype (each KFD allocation class, GEM_VA BO flags and asked
+    # types, compute and other VMs) and crat-mem (large/small BAR, debug_largebar)
+    assert out["selftest"] == {"passed": manifest["selftest_cases"], "failed": 0,
+                               "required": manifest["selftest_cases"]}
+    assert manifest["selftest_cases"] >= 80  # 6.1: 12 crat-mem, 65 KFD-allocation and 10 GEM_VA cases
+    load = selftest_load(out)
+    # loaded without rdna1_quirks: the default mask, the bits with no known harm
+    assert load["after"]["parameters"]["rdna1_quirks"] == str(manifest["quirks_mask"]) == "2"
+    assert_nothing_left_running(vm_env)
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(built_module_61, guest_kernel_61, vm_env,
+                                                                    tmp_path, monkeypatch):
+    kmod = tmp_path / "kmod"
+    shutil.copytree(quirk_catalog.kmod_root(), kmod)
+    crat = kmod / "quirks/crat-mem/crat_mem.c.j2"
+    assert FOLD in crat.read_text()
+    crat.write_text(crat.read_text().replace(FOLD, ""))
+    monkeypatch.setattr(quirk_catalog, "kmod_root", lambda: kmod)
+    for name, folder in (("RDNA1_KMGR_DKMS_SOURCE_TREE", "usr-src"), ("RDNA1_KMGR_DKMS_TREE", "dkms")):
+        (tmp_path / folder).mkdir()
+        monkeypatch.setenv(name, str(tmp_path / folder))
+        vm_env[name] = str(tmp_path / folder)
+    monkeypatch.setenv("RDNA1_KMGR_CACHE", str(persistent_cache_root()))
+    monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
+
+    broken = module_build.run(module_build.BuildRequest(kernel=built_module_61["kernel"], yes=True),
+                              stream=io.StringIO())
+    assert broken["sha256"] != built_module_61["sha256"]
+    # the shared kbuild tree: the changed core and what links it, not the whole driver again
+    assert broken["compiled_objects"] <= 5, broken["compiled_objects"]
+
+    proc = rdna1_kmgr(["vm-test", "--module", broken["module"], "--json"], vm_env)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 5 and out["verdict"] == "fail"
+    assert out["reason"].startswith("selftest: ")
+    assert out["reason"].endswith("the module switched every quirk off (rdna1_quirks=0)")
+    assert out["selftest"]["failed"] > 0
+    load = selftest_load(out)
+    # the module is up, live, with every quirk off, and the kernel log says why in one line
+    assert load["rc"] == 0 and load["after"]["initstate"] == "live"
+    assert load["after"]["parameters"]["rdna1_quirks"] == "0"
+    said = [line for line in load["log"] if "rdna1-kmgr selftest" in line]
+    assert len(said) == 1 and re.search(r"\d+ passed, [1-9]\d* failed \(first: crat-mem case \d+\): quirks forced "
+                                        r"off, rdna1_quirks=0", said[0]), said
+    # everything else about the load is healthy: the failure is the quirk, not the module
+    assert {c["name"] for c in out["checks"] if not c["ok"]} == {"selftest"}
+    assert_nothing_left_running(vm_env)
