@@ -109,6 +109,7 @@ def test_each_patch_sha256_is_in_the_manifest(tree, tmp_path):
 CRAT_FACT = {
     "kgd": "amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `kgd`",
     "largebar-param": "amdgpu.h lacks `debug_largebar`",
+    "largebar-param-xcp": "amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `xcp`",
     "largebar-debug-mask": "amdgpu.h contains `debug_largebar`",
 }
 
@@ -179,17 +180,22 @@ def test_no_crat_mem_variant_fits_a_driver_whose_memory_info_takes_neither_kgd_n
                    "quirk crat-mem: no variant fits",
                    "kgd (first seen in Linux 5.10 - 5.16): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `kgd`",
                    "largebar-param (first seen in Linux 5.17 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
+                   "largebar-param-xcp (first seen in Linux about 6.5 - 6.10 (rendered, not built here)): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`",
                    "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`")
 
 
-def test_a_driver_between_two_crat_mem_shapes_is_refused_rather_than_given_either(tmp_path):
+def test_ubuntu_2404s_shape_kfd_nodes_and_xcp_with_debug_largebar_a_module_parameter(tmp_path):
     # KFD nodes and the xcp parameter, but debug_largebar still only a module parameter (about 6.5 - 6.10)
     tree = make_tree(tmp_path / "linux", "6.8.0", "6.12", largebar="param")
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
-                   "quirk crat-mem: no variant fits",
-                   "largebar-param (first seen in Linux 5.17 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() contains `xcp`",
-                   "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu.h does not contain `debug_largebar`")
+    result = run_cli("render", "--source", tree, "--out", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    assert {q["id"]: q["variant"] for q in manifest["quirks"]}["crat-mem"] == "largebar-param-xcp"
+    core = (out / "0002-rdna1-core.patch").read_text()
+    assert "amdgpu_amdkfd_get_local_mem_info(ctx->adev, info, NULL);" in core
+    assert "ctx->adev->debug_largebar" not in core and "debug_largebar = " in core
+    apply_series(out, tree)
 
 
 def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
