@@ -27,7 +27,8 @@ export DEBIAN_FRONTEND=noninteractive
 packages="python3 python3-venv python3-pip ca-certificates
     dkms kmod patch xz-utils openssl mokutil make gcc bc bison flex libelf-dev libssl-dev dwarves
     initramfs-tools cpio file qemu-system-x86 busybox-static pciutils"
-[ "$with_tests" = yes ] && packages="$packages ccache"
+# debootstrap: the whole-system test image (tests/wholesystem.py)
+[ "$with_tests" = yes ] && packages="$packages ccache debootstrap"
 echo "install.sh: installing system packages"
 apt-get update -q
 # shellcheck disable=SC2086 # one word a package

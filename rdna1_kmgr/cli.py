@@ -5,6 +5,7 @@ import sys
 import click
 
 from rdna1_kmgr import __version__
+from .commands.boot_guard import boot_check, confirm, retry
 from .commands.build import build
 from .commands.detect import detect
 from .commands.install import install
@@ -33,5 +34,5 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-for command in (detect, render, quirks, build, keys, vmtest, install, rollback, status):
+for command in (detect, render, quirks, build, keys, vmtest, install, confirm, retry, boot_check, rollback, status):
     main.add_command(command)

@@ -39,6 +39,8 @@ def _undo_lines(step, keep_build: bool) -> list[str]:
             lines.append(f"    restore {entry['path']} from the journal's backup")
     for folder in sorted(record["dirs"], key=lambda d: d.count("/"), reverse=True):
         lines.append(f"    remove the directory {folder} (if empty)")
+    for command in undo.get("after", []):
+        lines.append(f"    {' '.join(command)}")
     return lines
 
 
@@ -126,6 +128,9 @@ def _undo(journal: Journal, step) -> list[str]:
         said.append(journal.restore(entry))
     for folder in remove_created_dirs(step.intent["dirs"]):
         said.append(f"removed the directory {folder}")
+    for command in undo.get("after", []):  # what regenerates from the restored files (GRUB's configuration)
+        _run(command, command[0])
+        said.append(" ".join(command))
     return [f"undo {step.step}: {line}" for line in said]
 
 
