@@ -40,4 +40,6 @@ spec=$here
 [ "$with_tests" = yes ] && spec="$here[test]"
 "$prefix/bin/pip" install -q --disable-pip-version-check --upgrade "$spec"
 ln -sf "$prefix/bin/rdna1-kmgr" /usr/local/sbin/rdna1-kmgr
+# Where every command logs the programs it ran (core/command_log.py writes only where this folder exists).
+install -d -m 0755 /var/log/rdna1-kmgr
 echo "install.sh: done: $(/usr/local/sbin/rdna1-kmgr --version)"

@@ -30,14 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdna1_kmgr.build import module_build
-
+from rdna1_kmgr.build import module_build, signing
 from rdna1_kmgr.render import quirk_catalog
-
-from rdna1_kmgr.build import signing
-
-from rdna1_kmgr.source import kernel_source
 from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.source import kernel_source
 
 AMD = "drivers/gpu/drm/amd"
 

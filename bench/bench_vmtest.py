@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 from rdna1_kmgr.build import built_module
-
-from rdna1_kmgr.vm import engine
 from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.vm import engine
 
 TARGET_SECONDS = 30.0
 

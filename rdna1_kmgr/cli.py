@@ -5,15 +5,16 @@ import sys
 import click
 
 from rdna1_kmgr import __version__
-from .commands.boot_guard import boot_check, confirm, retry
-from .commands.build import build
-from .commands.detect import detect
-from .commands.install import install
-from .commands.keys import keys
-from .commands.render import quirks, render
-from .commands.rollback import rollback
-from .commands.status import status
-from .commands.vmtest import vmtest
+from rdna1_kmgr.commands.boot_guard import boot_check, confirm, retry
+from rdna1_kmgr.commands.build import build
+from rdna1_kmgr.commands.detect import detect
+from rdna1_kmgr.commands.install import install
+from rdna1_kmgr.commands.keys import keys
+from rdna1_kmgr.commands.render import quirks, render
+from rdna1_kmgr.commands.rollback import rollback
+from rdna1_kmgr.commands.status import status
+from rdna1_kmgr.commands.vmtest import vmtest
+from rdna1_kmgr.core import command_log
 from rdna1_kmgr.core.errors import KmgrError
 
 
@@ -21,6 +22,7 @@ class KmgrGroup(click.Group):
     """Turns a KmgrError anywhere below into one line on stderr and its exit code."""
 
     def invoke(self, ctx):
+        command_log.start()
         try:
             return super().invoke(ctx)
         except KmgrError as err:

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import persistent_cache_root
 
 

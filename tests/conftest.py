@@ -1,6 +1,6 @@
 """Fixtures shared by the test suite: real Debian kernel sources and real kernel headers.
 
-Real sources are fetched from deb.debian.org through rdna1_kmgr.source.debian_archive and unpacked through
+Real sources are fetched from the Debian archive through rdna1_kmgr.source.debian_archive and unpacked through
 rdna1_kmgr.source.kernel_source, into a persistent test cache that outlives test runs:
 
     $RDNA1_KMGR_TEST_CACHE (default /var/cache/rdna1-kmgr-tests)
@@ -22,11 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.source import debian_archive
-
 from rdna1_kmgr.build import prerequisites
+from rdna1_kmgr.source import debian_archive, kernel_source
 
-from rdna1_kmgr.source import kernel_source  # built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
+# built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
 pytest_plugins = ["build_fixtures"]
 
 TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"

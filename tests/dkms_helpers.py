@@ -7,11 +7,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import hellomod
 import pytest
 
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import signing
-import hellomod
 
 
 def installed_release() -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,12 +25,15 @@ from typing import Callable
 import jinja2
 
 from rdna1_kmgr import __version__
+from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import BuildError, HostError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import is_compiled_object
 
 PACKAGE_NAME = "rdna1-amdgpu"
 HOOK_SCRIPT = "rdna1-kbuild"
+# A cold amdgpu build is minutes on a desktop; a build still running after this is stuck, not slow.
+BUILD_TIMEOUT = 4 * 3600
 MANIFEST_NAME = "rdna1-manifest.json"
 
 
@@ -235,14 +237,10 @@ def remove_args(package: Package, kernel: str | None) -> list[str]:
     return ["remove", "-m", package.name, "-v", package.version, *(["-k", kernel] if kernel else ["--all"])]
 
 
-def _run(args: list[str], trees: Trees, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _run(args: list[str], trees: Trees, env: dict[str, str] | None = None) -> runner.Result:
     require_dkms()
-    return subprocess.run(
-        command(args, trees),
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+    return runner.run(command(args, trees), timeout=600, check=False, env={**os.environ, **(env or {})},
+                      error=BuildError)
 
 
 @dataclass(frozen=True)
@@ -305,7 +303,7 @@ def remove(package: Package, trees: Trees, kernel: str | None = None) -> None:
         shutil.rmtree(package.source_dir(trees), ignore_errors=True)
 
 
-def _last_error(result: subprocess.CompletedProcess) -> str:
+def _last_error(result: runner.Result) -> str:
     lines = [ln.strip() for ln in (result.stderr + "\n" + result.stdout).splitlines() if ln.strip()]
     errors = [ln for ln in lines if "rror" in ln]
     return (errors or lines or [f"exit status {result.returncode}"])[-1]
@@ -408,34 +406,25 @@ def build(
     follower = threading.Thread(target=tail.run, daemon=True)
     follower.start()
     require_dkms()
-    proc = subprocess.Popen(
-        command(build_args(package, kernel, jobs), trees),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    output_lines: list[str] = []
-    reader = threading.Thread(target=lambda: output_lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    while proc.poll() is None:
-        on_tick()
-        time.sleep(0.5)
-    reader.join()
-    tail.stop()
-    follower.join()
-    dkms_output = "".join(output_lines)
+    try:
+        result = runner.run(command(build_args(package, kernel, jobs), trees), timeout=BUILD_TIMEOUT, check=False,
+                            merge_stderr=True, env={**os.environ, **(env or {})}, on_tick=on_tick,
+                            error=BuildError)
+    finally:
+        tail.stop()
+        follower.join()
+    dkms_output = result.stdout
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text(
-        f"# rdna1-kmgr: dkms build {package.ref} for {kernel}, exit status {proc.returncode}\n"
+        f"# rdna1-kmgr: dkms build {package.ref} for {kernel}, exit status {result.returncode}\n"
         + dkms_output
         + "\n# make.log\n"
         + "\n".join(tail.lines)
         + "\n"
     )
-    if proc.returncode != 0:
-        raise _build_failure(dkms_output, "\n".join(tail.lines), log_path, proc.returncode)
+    if result.returncode != 0:
+        raise _build_failure(dkms_output, "\n".join(tail.lines), log_path, result.returncode)
 
     module = built_module(package, kernel, trees)
     return BuildOutcome(

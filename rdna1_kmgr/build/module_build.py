@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,17 +24,14 @@ from typing import Callable, TextIO
 import distro
 
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.source import cache_entry
-from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.build import prerequisites
-from rdna1_kmgr.build import signing
-from rdna1_kmgr.source import kernel_source
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.host.rdna1_boards import format_id
+from rdna1_kmgr.build import module_checks, prerequisites, signing
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir
 from rdna1_kmgr.core.progress import Progress, count_sources
+from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.source import cache_entry, kernel_source
 
 AMD_TREE = "drivers/gpu/drm/amd"
 # A patch line declaring a module parameter: the series' rdna1_* parameters must be in the module.
@@ -58,17 +54,17 @@ class Kernel:
 
 def distro_current_kernel() -> str | None:
     """The release the distro's kernel metapackage points to today (installed one first, else apt's candidate)."""
-    if not shutil.which("dpkg-query"):
+    if not runner.which("dpkg-query"):
         return None  # dnf and pacman hosts: their place is here, not written yet
-    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+    arch = runner.run(["dpkg", "--print-architecture"]).stdout.strip()
     metas = [f"linux-image-{arch}", f"linux-headers-{arch}", "linux-image-generic", "linux-headers-generic"]
     for meta in metas:
-        proc = subprocess.run(["dpkg-query", "--show", "--showformat=${Depends}", meta], capture_output=True, text=True)
+        proc = runner.run(["dpkg-query", "--show", "--showformat=${Depends}", meta], check=False)
         found = _release_in_depends(proc.stdout) if proc.returncode == 0 else None
         if found:
             return found
     for meta in metas:
-        proc = subprocess.run(["apt-cache", "depends", meta], capture_output=True, text=True)
+        proc = runner.run(["apt-cache", "depends", meta], check=False)
         found = _release_in_depends(proc.stdout) if proc.returncode == 0 else None
         if found:
             return found

@@ -12,15 +12,15 @@ from __future__ import annotations
 import gzip
 import lzma
 import struct
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.host.rdna1_boards import AMD_VENDOR, format_id
+from rdna1_kmgr.build.signing import certificate_pem
+from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.core.files import sha256_file
-from rdna1_kmgr.build.signing import certificate_pem
+from rdna1_kmgr.host.rdna1_boards import AMD_VENDOR, format_id
 
 MAGIC = b"~Module signature appended~\n"
 # struct module_signature { u8 algo, hash, id_type, signer_len, key_id_len; u8 __pad[3]; __be32 sig_len; }
@@ -42,10 +42,8 @@ def read_module(path: Path) -> bytes:
     if path.suffix == ".gz":
         return gzip.decompress(data)
     if path.suffix == ".zst":
-        result = subprocess.run(["zstd", "-dc", str(path)], capture_output=True)
-        if result.returncode != 0:
-            raise BuildError(f"cannot decompress {path}", "install zstd")
-        return result.stdout
+        return runner.run(["zstd", "-dc", str(path)], text=False, error=BuildError,
+                          doing=f"decompressing {path}", hint="install zstd").stdout
     return data
 
 
@@ -75,11 +73,10 @@ def verify_signature(module: Path, cert: Path) -> None:
         pem.write_text(certificate_pem(cert))
         # -noverify: the certificate is a self-made MOK, trusted by enrollment, not by a CA chain;
         # what is checked is that its key made this signature over exactly this content.
-        result = subprocess.run(
+        result = runner.run(
             ["openssl", "cms", "-verify", "-binary", "-inform", "DER", "-in", str(signature),
              "-content", str(content), "-certfile", str(pem), "-nointern", "-noverify", "-out", "/dev/null"],
-            capture_output=True,
-            text=True,
+            check=False, error=BuildError,
         )
     if result.returncode != 0:
         reason = next((ln.strip() for ln in result.stderr.splitlines() if ln.strip()), "openssl refused it")
@@ -87,9 +84,7 @@ def verify_signature(module: Path, cert: Path) -> None:
 
 
 def modinfo_field(module: Path, field: str) -> list[str]:
-    result = subprocess.run(["modinfo", "-F", field, str(module)], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise BuildError(f"modinfo cannot read {module}", result.stderr.strip())
+    result = runner.run(["modinfo", "-F", field, str(module)], error=BuildError, doing=f"modinfo of {module}")
     return [line for line in result.stdout.splitlines() if line.strip()]
 
 

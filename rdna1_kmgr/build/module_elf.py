@@ -13,9 +13,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.build.module_checks import read_module
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import sha256_file
-from rdna1_kmgr.build.module_checks import read_module
 
 _SUFFIXES = (".ko", ".ko.xz", ".ko.gz", ".ko.zst")
 

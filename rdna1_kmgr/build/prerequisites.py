@@ -17,16 +17,15 @@ on) exist only in backports and come from there anyway.
 
 import os
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import distro
 
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.source.debian_archive import KEYRING, SUITES, PrivateArchive, run_apt
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.source.debian_archive import KEYRING, SUITES, PrivateArchive, run_apt
 
 # Everything an out-of-tree kbuild run and DKMS's signing step use, besides the headers and dkms.
 BUILD_TOOLS = ("build-essential", "gcc", "make", "bc", "bison", "flex", "libelf-dev", "libssl-dev", "kmod",
@@ -93,8 +92,8 @@ class Apt(PackageManager):
 
     def missing(self, packages: list[str]) -> list[str]:
         """The packages dpkg does not have fully installed."""
-        proc = subprocess.run(["dpkg-query", "--show", "--showformat=${Package}\\t${db:Status-Abbrev}\\n", *packages],
-                              capture_output=True, text=True)  # exits 1 when some package is unknown to dpkg
+        proc = runner.run(["dpkg-query", "--show", "--showformat=${Package}\\t${db:Status-Abbrev}\\n", *packages],
+                          check=False)  # exits 1 when some package is unknown to dpkg
         installed = {name for name, _, status in (line.partition("\t") for line in proc.stdout.splitlines())
                      if status.startswith("ii")}
         return [package for package in packages if package not in installed]
@@ -129,7 +128,7 @@ class Apt(PackageManager):
 
     def system_suites_of(self, package: str) -> list[str]:
         """The suites of the system's own sources that offer `package`'s candidate version (none: unavailable)."""
-        proc = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True)
+        proc = runner.run(["apt-cache", "policy", package], check=False)
         candidate = re.search(r"^\s*Candidate:\s*(\S+)", proc.stdout, re.M)
         if proc.returncode != 0 or candidate is None or candidate.group(1) == "(none)":
             return []
@@ -142,7 +141,7 @@ class Apt(PackageManager):
 
     def system_lists_backports(self, suite: str) -> bool:
         """True when the system's apt sources already include `suite` (whether or not it fetched it yet)."""
-        proc = subprocess.run(["apt-get", "update", "--print-uris"], capture_output=True, text=True)
+        proc = runner.run(["apt-get", "update", "--print-uris"], check=False)
         return f"/dists/{suite}/" in proc.stdout
 
     def apply(self, plan: InstallPlan) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import re
 import ssl
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import distro
 
+from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
 
 
@@ -107,9 +107,7 @@ def generate(pair: KeyPair, subject: str = DEFAULT_SUBJECT, days: int = 36500, f
                    "-keyout", str(key_tmp), "-outform", "DER", "-out", str(cert_tmp)]
         for ext in _MOK_EXTENSIONS:
             command += ["-addext", ext]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise HostError("openssl could not make a key pair", _first_line(result.stderr))
+        runner.run(command, doing="openssl making a key pair")
         os.chmod(key_tmp, 0o600)
         os.chmod(cert_tmp, 0o644)
         os.replace(key_tmp, pair.key)
@@ -145,11 +143,10 @@ def certificate_info(cert: Path) -> CertificateInfo:
     with tempfile.NamedTemporaryFile("w", suffix=".pem") as pem:
         pem.write(certificate_pem(cert))
         pem.flush()
-        result = subprocess.run(
+        result = runner.run(
             ["openssl", "x509", "-in", pem.name, "-noout", "-subject", "-nameopt", "multiline",
              "-fingerprint", "-sha1", "-enddate"],
-            capture_output=True,
-            text=True,
+            check=False,
         )
     if result.returncode != 0:
         raise HostError(f"{cert} is not a certificate openssl can read", _first_line(result.stderr))
@@ -172,10 +169,9 @@ def enrollment(cert: Path) -> str:
         # mokutil compares DER bytes.
         der.write(ssl.PEM_cert_to_DER_cert(certificate_pem(cert)))
         der.flush()
-        try:
-            result = subprocess.run(["mokutil", "--test-key", der.name], capture_output=True, text=True, timeout=30)
-        except FileNotFoundError:
+        if runner.which("mokutil") is None:
             return "unknown (mokutil is not installed)"
+        result = runner.run(["mokutil", "--test-key", der.name], check=False, timeout=30)
     text = (result.stdout + result.stderr).strip()
     if "already enrolled" in text:
         return "enrolled"
@@ -203,13 +199,12 @@ def enroll(cert: Path) -> None:
     """Queue the certificate with `mokutil --import` (it asks for a one-time password on the terminal)."""
     if not cert.is_file():
         raise HostError(f"certificate {cert} does not exist", "run `rdna1-kmgr keys generate` first")
-    try:
-        # Inherit the terminal: mokutil prompts for the password twice.
-        result = subprocess.run(enroll_command(cert))
-    except FileNotFoundError:
-        raise HostError("mokutil is not installed", "install it (apt install mokutil)") from None
-    if result.returncode != 0:
-        raise HostError(f"mokutil --import {cert} failed (exit status {result.returncode})",
+    if runner.which("mokutil") is None:
+        raise HostError("mokutil is not installed", "install it (apt install mokutil)")
+    # On the terminal: mokutil prompts for the password twice.
+    code = runner.interactive(enroll_command(cert))
+    if code != 0:
+        raise HostError(f"mokutil --import {cert} failed (exit status {code})",
                         "is this an EFI system with shim? see its message above")
 
 

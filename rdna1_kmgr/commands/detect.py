@@ -5,9 +5,10 @@ from pathlib import Path
 import click
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of, format_id, is_rdna1
-from rdna1_kmgr.host.host_facts import HostFacts, detect as detect_host
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.host.host_facts import HostFacts
+from rdna1_kmgr.host.host_facts import detect as detect_host
+from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of, format_id, is_rdna1
 
 
 @click.command()

@@ -5,8 +5,8 @@ from pathlib import Path
 import click
 
 from rdna1_kmgr.build import signing
-from rdna1_kmgr.host.host_facts import detect
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.host.host_facts import detect
 
 _key_options = [
     click.option("--key", metavar="FILE", help="Private key (with --cert; default: the distro's DKMS key)."),

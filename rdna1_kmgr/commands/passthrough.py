@@ -7,9 +7,9 @@ passthrough's alone (`--restore`, `--plumbing-only`) and tells vm-test whether i
 
 import click
 
-from rdna1_kmgr.vm import passthrough
 from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.vm import passthrough, plumbing_run
 
 _OPTIONS = (
     click.option("--plumbing-only", is_flag=True,
@@ -61,7 +61,7 @@ def dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, acce
         # bad address, is refused now, before a missing build could hide it.
         passthrough.resolve_gpu(gpu)
         return False
-    result = passthrough.run_plumbing(gpu, release=kernel, accel=accel, timeout=timeout, fetch=yes, force=force,
+    result = plumbing_run.run_plumbing(gpu, release=kernel, accel=accel, timeout=timeout, fetch=yes, force=force,
                                       accept_reset_risk=accept_reset_risk)
     if as_json:
         emit_json(result)

@@ -4,11 +4,10 @@ from pathlib import Path
 
 import click
 
-from rdna1_kmgr.render import quirk_catalog
-
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.host.rdna1_boards import format_id
+from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.patch_series import render as render_series
 
 

@@ -2,10 +2,10 @@
 
 import click
 
+from rdna1_kmgr.commands.install import confirm_plan
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.install.rollback import run
-from rdna1_kmgr.commands.install import confirm_plan
 
 
 @click.command()

@@ -5,14 +5,13 @@ import os
 import click
 
 from rdna1_kmgr.build import built_module
-
-from rdna1_kmgr.core import user_input
-
-from rdna1_kmgr.vm import engine
 from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.commands.passthrough import dispatch as passthrough_dispatch
+from rdna1_kmgr.commands.passthrough import passthrough_options, run_gpu
+from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, UsageError
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.commands.passthrough import dispatch as passthrough_dispatch, passthrough_options, run_gpu
+from rdna1_kmgr.vm import engine
 
 
 @click.command("vm-test")

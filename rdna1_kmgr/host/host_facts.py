@@ -10,13 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import distro
-import sh
 
+from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
 from rdna1_kmgr.host import sysfs
-
-from rdna1_kmgr.core import user_input
 from rdna1_kmgr.host.rdna1_boards import AMD_VENDOR, DEFAULT_TARGET, RDNA1_IDS, chip_of, format_id, is_rdna1
-from rdna1_kmgr.core.errors import HostError, UsageError
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 SECURE_BOOT_VAR = f"sys/firmware/efi/efivars/SecureBoot-{EFI_GLOBAL_GUID}"
@@ -164,9 +162,11 @@ def _has_entries(path: Path) -> bool:
 
 
 def _dkms_version() -> str | None:
+    if runner.which("dkms") is None:
+        return None
     try:
-        out = sh.Command("dkms")("--version", _timeout=10)
-    except (sh.CommandNotFound, sh.ErrorReturnCode, sh.TimeoutException):
+        out = runner.run(["dkms", "--version"], timeout=10).stdout
+    except KmgrError:
         return None
     # "dkms-3.0.10" (Debian 12), "dkms: 2.8.7" (older)
     match = re.search(r"\d+(\.\d+)+", str(out))

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
-from rdna1_kmgr.install.journal import sha256_file
+from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.install.target_root import TargetRoot
 
 _MODULE_SUFFIX = r"\.ko(?:\.xz|\.zst|\.gz)?"
@@ -47,11 +47,8 @@ class InitramfsTool:
 
     def regenerate(self, kernel: str) -> None:
         self.require_supported()
-        result = subprocess.run(self.regenerate_command(kernel), capture_output=True, text=True)
-        if result.returncode != 0:
-            lines = [ln.strip() for ln in (result.stderr + "\n" + result.stdout).splitlines() if ln.strip()]
-            raise HostError(f"{' '.join(self.regenerate_command(kernel))} failed (exit status {result.returncode})",
-                            lines[-1] if lines else "see its output")
+        command = self.regenerate_command(kernel)
+        runner.run(command, timeout=900, doing=" ".join(command), hint="see the log in /var/log/rdna1-kmgr")
 
     def list_files(self, image: Path) -> list[str]:
         raise NotImplementedError
@@ -85,8 +82,7 @@ class InitramfsTool:
             if not roots:
                 raise HostError(f"{image} lists {entries[0]} but holds no lib/modules/{kernel} once unpacked",
                                 "check the image with lsinitramfs")
-            result = subprocess.run(TargetRoot(roots[0]).modinfo_command(kernel, module), capture_output=True,
-                                    text=True)
+            result = runner.run(TargetRoot(roots[0]).modinfo_command(kernel, module), check=False)
             if result.returncode != 0 or not result.stdout.strip():
                 return CarriedModule(entries, None, None)
             path = Path(result.stdout.strip().splitlines()[0])
@@ -112,15 +108,11 @@ class InitramfsTools(InitramfsTool):
         return ["update-initramfs", "-c", "-k", kernel, "-b", str(self.root.boot_dir)]
 
     def list_files(self, image: Path) -> list[str]:
-        result = subprocess.run(["lsinitramfs", str(image)], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise HostError(f"lsinitramfs {image} failed", _last_line(result.stderr, result.returncode))
+        result = runner.run(["lsinitramfs", str(image)], timeout=300, doing=f"lsinitramfs {image}")
         return [line.strip() for line in result.stdout.splitlines() if line.strip()]
 
     def extract(self, image: Path, dest: Path) -> None:
-        result = subprocess.run(["unmkinitramfs", str(image), str(dest)], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise HostError(f"unmkinitramfs {image} failed", _last_line(result.stderr, result.returncode))
+        runner.run(["unmkinitramfs", str(image), str(dest)], timeout=300, doing=f"unmkinitramfs {image}")
 
 
 class Dracut(InitramfsTool):
@@ -145,11 +137,6 @@ class Mkinitcpio(InitramfsTool):
 
     def regenerate_command(self, kernel: str) -> list[str]:
         return ["mkinitcpio", "-k", kernel, "-g", str(self.image(kernel))]
-
-
-def _last_line(text: str, status: int) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else f"exit status {status}"
 
 
 # In the order they are looked for: a Debian system with dracut installed instead uses dracut.

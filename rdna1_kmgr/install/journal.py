@@ -40,10 +40,9 @@ from pathlib import Path
 from typing import Iterator
 
 from rdna1_kmgr import __version__
-
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import HostError, KmgrError
-from rdna1_kmgr.core.files import fsync_dir, sha256_file  # noqa: F401  (sha256_file: install and status use it from here)
+from rdna1_kmgr.core.files import fsync_dir, sha256_file
 from rdna1_kmgr.core.paths import state_dir
 
 # Test-only: `RDNA1_KMGR_TEST_ABORT_AFTER=<step>` makes install or rollback die like `kill -9` (exit 137)

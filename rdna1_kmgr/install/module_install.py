@@ -25,33 +25,30 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from rdna1_kmgr.build import built_module
-
-from rdna1_kmgr.host import host_facts
-
-from rdna1_kmgr.install import boot_guard, initramfs
-
-from rdna1_kmgr.build import module_checks
-
-from rdna1_kmgr.install import rollback
-
-from rdna1_kmgr.build import signing
-
-from rdna1_kmgr.core import user_input
-
-from rdna1_kmgr.vm import verdict
+from rdna1_kmgr.build import built_module, module_checks, signing
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
-from rdna1_kmgr.install.journal import (Journal, JournalError, abort_point, check_writable, locked, refuse_if_busy, sha256_file,
-                      write_durably)
+from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.install import boot_guard, initramfs, rollback
+from rdna1_kmgr.install.journal import (
+    Journal,
+    JournalError,
+    abort_point,
+    check_writable,
+    locked,
+    refuse_if_busy,
+    write_durably,
+)
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.vm import verdict
 
 MODPROBE_CONF = "rdna1-kmgr.conf"
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "boot-guard", "verify")
@@ -112,7 +109,7 @@ def installed_path(candidate: Candidate, root: TargetRoot) -> Path:
 
 def resolved_module(kernel: str, module: str, root: TargetRoot) -> Path | None:
     """The file `modinfo -k KREL -n <module>` resolves to (what modprobe would load), or None."""
-    result = subprocess.run(root.modinfo_command(kernel, module), capture_output=True, text=True)
+    result = runner.run(root.modinfo_command(kernel, module), check=False)
     if result.returncode != 0 or not result.stdout.strip():
         return None
     return Path(result.stdout.strip().splitlines()[0])
@@ -238,12 +235,7 @@ def _parents_to_create(path: Path) -> list[Path]:
 
 
 def _run(command: list[str], what: str) -> None:
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        lines = [ln.strip() for ln in (result.stderr + "\n" + result.stdout).splitlines() if ln.strip()]
-        errors = [ln for ln in lines if "rror" in ln]
-        raise HostError(f"{what} failed (exit status {result.returncode}): {(errors or lines or ['no output'])[-1]}",
-                        f"the command was: {' '.join(command)}")
+    runner.run(command, timeout=900, doing=what, hint=f"the command was: {' '.join(command)}")
 
 
 def depmod_files(kernel: str, root: TargetRoot) -> list[Path]:

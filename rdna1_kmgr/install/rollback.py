@@ -15,15 +15,22 @@ is recorded and the journal moves to history/.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, TextIO
 
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.errors import HostError, UsageError
-from rdna1_kmgr.install.journal import Journal, State, abort_point, journal_root, locked, refuse_if_busy, remove_created_dirs
+from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.install.journal import (
+    Journal,
+    State,
+    abort_point,
+    journal_root,
+    locked,
+    refuse_if_busy,
+    remove_created_dirs,
+)
 
 
 def _undo_lines(step, keep_build: bool) -> list[str]:
@@ -147,11 +154,7 @@ def _dkms_uninstall(undo: dict) -> list[str]:
 
 
 def _run(command: list[str], what: str) -> None:
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        lines = [ln.strip() for ln in (result.stderr + "\n" + result.stdout).splitlines() if ln.strip()]
-        raise HostError(f"{what} failed during rollback (exit status {result.returncode}): "
-                        f"{lines[-1] if lines else 'no output'}", "fix the cause and run rollback again")
+    runner.run(command, timeout=900, doing=f"{what} during rollback", hint="fix the cause and run rollback again")
 
 
 # --- the command -------------------------------------------------------------------------------------------

@@ -14,16 +14,15 @@ import shutil
 from pathlib import Path
 
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.host import host_facts
-from rdna1_kmgr.build import module_elf
-from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.build import signing
-from rdna1_kmgr.vm import verdict
+from rdna1_kmgr.build import module_checks, module_elf, signing
 from rdna1_kmgr.core.errors import BuildError, KmgrError
+from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install import boot_guard
+from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
-from rdna1_kmgr.install.journal import Journal, sha256_file
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.vm import verdict
 
 MODULE = "amdgpu"
 PARAMETER_PREFIX = "rdna1_"

@@ -20,12 +20,10 @@ from pathlib import Path
 import jinja2
 
 from rdna1_kmgr import __version__
-
-from rdna1_kmgr.render import quirk_catalog
-
-from rdna1_kmgr.source import c_anchors
-from rdna1_kmgr.host.rdna1_boards import RDNA1_IDS, DEFAULT_TARGET, format_id
 from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, RDNA1_IDS, format_id
+from rdna1_kmgr.render import quirk_catalog
+from rdna1_kmgr.source import c_anchors
 from rdna1_kmgr.source.kernel_source import kernel_version
 
 AMDGPU = "drivers/gpu/drm/amd/amdgpu"

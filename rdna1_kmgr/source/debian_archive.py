@@ -10,17 +10,16 @@ import grp
 import os
 import pwd
 import re
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.source import cache_entry
+from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, SourceError, UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.core.paths import cache_dir
+from rdna1_kmgr.source import cache_entry
 
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 LISTS_MAX_AGE = 24 * 3600  # seconds; the archive changes daily at most for what we fetch
@@ -191,7 +190,7 @@ class PrivateArchive:
         return version
 
     def _apt_cache(self, args: list[str]) -> str:
-        proc = subprocess.run(["apt-cache", *self.apt_options(), *args], capture_output=True, text=True)
+        proc = runner.run(["apt-cache", *self.apt_options(), *args], timeout=300, check=False)
         if proc.returncode != 0:
             raise HostError(f"apt-cache {args[0]} failed for Debian {self.suite}: {_last_line(proc.stderr)}",
                             f"remove {self.root} to start the private archive afresh")
@@ -202,19 +201,18 @@ class PrivateArchive:
 
 
 def run_apt(command: list[str], doing: str, cwd: Path | None = None, show_output: bool = False,
-            env: dict[str, str] | None = None, hint: str = "check network access to deb.debian.org and run again") -> None:
-    """Run an apt program; its errors become a HostError. With show_output its progress goes to stderr:
-    apt's own live line on a terminal, its few plain lines (Get:, Fetched) elsewhere."""
-    with tempfile.TemporaryFile(mode="w+") as errors:
-        if show_output and _stderr_is_terminal():
-            # apt draws its live progress line when its stdout is a terminal.
-            code = subprocess.run(command, cwd=cwd, env=env, stdout=sys.stderr.fileno(), stderr=errors).returncode
-        else:
-            code = _run_forwarding_lines(command, cwd, env, errors, forward=show_output)
-        errors.seek(0)
-        message = errors.read()
-    if code != 0:
-        raise HostError(f"{doing} failed: {_last_line(message)}", hint)
+            env: dict[str, str] | None = None,
+            hint: str = "check network access to the archive your apt sources name and run again") -> None:
+    """Run an apt program; its errors become a HostError. With show_output its progress lines (Get:,
+    Fetched) go to stderr as they come."""
+    def forward(line: str) -> None:
+        if line.strip():
+            print(line, file=sys.stderr, flush=True)
+
+    result = runner.run(command, cwd=cwd, env=env, timeout=3600, check=False,
+                        on_line=forward if show_output else None)
+    if result.returncode != 0:
+        raise HostError(f"{doing} failed: {_last_line(result.stderr)}", hint)
 
 
 def current_kernel_abi(suite: str, flavour: str = "amd64") -> str:
@@ -272,22 +270,6 @@ def _let_apt_sandbox_write(folder: Path) -> None:
         os.chown(folder, pwd.getpwnam("_apt").pw_uid, grp.getgrnam("root").gr_gid)
     except KeyError:
         pass  # no _apt user: apt downloads as root and says so
-
-
-def _stderr_is_terminal() -> bool:
-    try:
-        return sys.stderr.isatty() and sys.stderr.fileno() >= 0
-    except (AttributeError, ValueError, OSError):
-        return False
-
-
-def _run_forwarding_lines(command: list[str], cwd: Path | None, env, errors, forward: bool) -> int:
-    with subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True) as proc:
-        for line in proc.stdout:
-            if forward and line.strip():
-                sys.stderr.write(line)
-                sys.stderr.flush()
-    return proc.returncode
 
 
 def _last_line(text: str) -> str:

@@ -14,9 +14,7 @@ import json
 import lzma
 import os
 import re
-import subprocess
 import tarfile
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,15 +28,13 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from rdna1_kmgr import __version__
-
-from rdna1_kmgr.source import cache_entry
-
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
-from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import Progress
+from rdna1_kmgr.source import cache_entry
+from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
 
 # What of the kernel tree an out-of-tree amdgpu build and the patch renderer read.
 AMD_SUBSET = ("Makefile", "drivers/gpu/drm/amd")
@@ -139,8 +135,8 @@ def debian_kernel_version(krel: str, proc_version: str | None = None) -> str | N
     None for a kernel Debian did not build."""
     krel = user_input.kernel_release(krel)
     packages = [f"linux-image-{krel}", f"linux-image-{krel}-unsigned", f"linux-headers-{krel}"]
-    proc = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev} ${Version}\n", *packages],
-                          capture_output=True, text=True)
+    proc = runner.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev} ${Version}\n", *packages],
+                      check=False)
     for line in proc.stdout.splitlines():
         status, _, version = line.partition(" ")
         if status.startswith("ii") and version.strip():
@@ -239,8 +235,7 @@ def _is_deb(path: Path) -> bool:
 
 def _deb_identity(deb: Path) -> tuple[str, str]:
     """(package, version) from the .deb's control file."""
-    proc = subprocess.run(["dpkg-deb", "--showformat=${Package}\\n${Version}\\n", "--show", str(deb)],
-                          capture_output=True, text=True)
+    proc = runner.run(["dpkg-deb", "--showformat=${Package}\\n${Version}\\n", "--show", str(deb)], check=False)
     lines = proc.stdout.split()
     if proc.returncode != 0 or len(lines) != 2:
         raise SourceError(f"{deb} is not a readable .deb: {_first_line(proc.stderr)}", "fetch it again")
@@ -257,10 +252,10 @@ def _compressed_tarball(archive: Path, deb: tuple[str, str] | None) -> Iterator[
             yield iter(lambda: handle.read(_CHUNK), b""), archive.stat().st_size
         return
     # linux-source-X.Y_*.deb holds ./usr/src/linux-source-X.Y.tar.xz; stream it out without a temporary copy.
-    with tempfile.TemporaryFile() as errors, \
-            subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(archive)], stdout=subprocess.PIPE, stderr=errors) as proc:
+    with runner.pipe_from(["dpkg-deb", "--fsys-tarfile", str(archive)], error=SourceError,
+                          doing=f"reading {archive}", hint="the file is truncated or damaged; fetch it again") as stream:
         try:
-            with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
+            with tarfile.open(fileobj=stream, mode="r|") as outer:
                 member = next((m for m in outer if m.isfile() and _DEB_TARBALL.match(m.name)), None)
                 if member is None:
                     raise SourceError(f"{archive} holds no /usr/src/linux-source-X.Y.tar.*",
@@ -268,11 +263,7 @@ def _compressed_tarball(archive: Path, deb: tuple[str, str] | None) -> Iterator[
                 handle = outer.extractfile(member)
                 yield iter(lambda: handle.read(_CHUNK), b""), member.size
         except (tarfile.TarError, EOFError, OSError) as err:
-            errors.seek(0)
-            detail = _first_line(errors.read().decode(errors="replace")) or str(err)
-            raise SourceError(f"cannot read {archive}: {detail}", "the file is truncated or damaged; fetch it again") from None
-        finally:
-            proc.kill()
+            raise SourceError(f"cannot read {archive}: {err}", "the file is truncated or damaged; fetch it again") from err
 
 
 def _extract_subset(chunks: Iterator[bytes], size: int, tree: Path, archive: Path) -> None:
@@ -284,21 +275,12 @@ def _extract_subset(chunks: Iterator[bytes], size: int, tree: Path, archive: Pat
     command = ["tar", "-x", *compression, "-f", "-", "-C", str(tree), f"--strip-components={top.count('/') + 1}",
                "--no-same-owner", *members]
     progress = _ByteProgress(f"unpacking drivers/gpu/drm/amd from {archive.name}", size)
-    with tempfile.TemporaryFile() as errors:
-        with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors) as tar:
-            try:
-                for chunk in chain([first], chunks):
-                    tar.stdin.write(chunk)
-                    progress.advance(len(chunk))
-                tar.stdin.close()
-            except BrokenPipeError:
-                pass  # tar gave up; its exit code and message say why
-            except BaseException:
-                tar.kill()
-                raise
-        errors.seek(0)
-        message = errors.read().decode(errors="replace")
-    if tar.returncode != 0:
+    with runner.pipe_into(command, check=False) as tar:
+        for chunk in chain([first], chunks):
+            tar.write(chunk)  # once tar gives up, writes are dropped: its exit code and message say why
+            progress.advance(len(chunk))
+    message = tar.result.stderr
+    if tar.result.returncode != 0:
         progress.finish("failed")
         missing = re.search(r"tar: (\S+): Not found in archive", message)
         if missing:

@@ -27,18 +27,11 @@ from importlib import resources
 from pathlib import Path
 
 from rdna1_kmgr import __version__
-
-from rdna1_kmgr.vm import guest_kernel
-
 from rdna1_kmgr.build import module_elf
-
-from rdna1_kmgr.core import runner
-
-from rdna1_kmgr.core import user_input
-
-from rdna1_kmgr.vm import verdict
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir
+from rdna1_kmgr.vm import guest_kernel, verdict
 
 ACCELS = ("auto", "kvm", "tcg")
 DEFAULT_TIMEOUT = 300  # seconds for the guest run; an emulated verdict takes ~20-30 s under TCG
@@ -153,7 +146,7 @@ def kernel_init_completes(kernel: guest_kernel.GuestKernel, tools: Tools, workdi
         seen.append(chunk)
         return bool(_PROBE_DONE.search("".join(seen)[-4096:]))
 
-    outcome = runner.run(argv, workdir / f"{accel}-probe.log", timeout, watch=watch)
+    outcome = runner.run_session(argv, workdir / f"{accel}-probe.log", timeout, watch=watch)
     if outcome.stopped_early:
         return True, f"kernel init completed in {outcome.elapsed:.1f} s"
     if outcome.timed_out:
@@ -271,7 +264,7 @@ def boot(tools: Tools, kernel: guest_kernel.GuestKernel, rundir: Path, accel: Ac
     report(f"booting {kernel.release} ({accel.name}, hard limit {timeout:.0f} s), console log {console}")
     # With a GPU passed, udev would autoload the distro's own amdgpu for it before the test loads ours.
     blacklist = GUEST_BLACKLIST + (("amdgpu",) if mode == "passthrough" else ())
-    outcome = runner.run(
+    outcome = runner.run_session(
         vng_argv(tools, kernel, rundir, accel, guest_command(rundir), extra_vng_args, blacklist),
         console, timeout, env=tools.env(), cwd="/", watch=watcher.feed,
     )

@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.source import cache_entry
-
 from rdna1_kmgr.build import module_elf
-
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.source.debian_archive import PrivateArchive
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.core.paths import cache_dir
+from rdna1_kmgr.source import cache_entry
+from rdna1_kmgr.source.debian_archive import PrivateArchive
 from rdna1_kmgr.source.kernel_source import DEBIAN_SUITES
 
 HOST_ROOT = Path("/")
@@ -128,10 +125,7 @@ def _download(package: str) -> Path:
 
 
 def _run(argv: list[str], doing: str) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise HostError(f"{doing} failed: {last}", f"command: {' '.join(argv)}")
+    runner.run(argv, timeout=900, doing=doing, hint=f"command: {' '.join(argv)}")
 
 
 def _say(text: str) -> None:

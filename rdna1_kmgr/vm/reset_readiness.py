@@ -12,9 +12,9 @@ there is no way to confirm what will happen.
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.host import sysfs
 from rdna1_kmgr.host.rdna1_boards import AMD_VENDOR, CHIPS
-from rdna1_kmgr.core.errors import HostError
 
 # amdgpu's pciidlist: Vega10 (RX Vega 56/64, Instinct MI25) and Vega20 (Radeon VII, MI50/MI60).
 _VEGA = {

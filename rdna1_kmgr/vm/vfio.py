@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.host import sysfs
-
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.host import sysfs
 from rdna1_kmgr.vm.vfio_journal import Binding
 
 VFIO_DRIVER = "vfio-pci"
@@ -129,13 +127,9 @@ def ensure_vfio_pci(sysroot: Path = Path("/")) -> None:
     hint = "use a kernel built with CONFIG_VFIO_PCI (every distro kernel has it as a module)"
     if sysroot.resolve() != Path("/"):
         raise HostError(f"{VFIO_DRIVER} is not loaded in {sysroot}", hint)
-    try:
-        proc = subprocess.run(["modprobe", VFIO_DRIVER], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise HostError(f"{VFIO_DRIVER} is not available: modprobe {VFIO_DRIVER}: {err}", hint) from None
-    if proc.returncode != 0 or not (sysroot / "sys/bus/pci/drivers" / VFIO_DRIVER).is_dir():
-        said = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        raise HostError(f"{VFIO_DRIVER} is not available: modprobe {VFIO_DRIVER}: {said}", hint)
+    runner.run(["modprobe", VFIO_DRIVER], timeout=60, doing=f"{VFIO_DRIVER} is not available: modprobe", hint=hint)
+    if not (sysroot / "sys/bus/pci/drivers" / VFIO_DRIVER).is_dir():
+        raise HostError(f"{VFIO_DRIVER} is not available: modprobe {VFIO_DRIVER} registered no driver", hint)
 
 
 def holders(device_path: str, sysroot: Path = Path("/")) -> list[tuple[int, str]]:

@@ -12,14 +12,13 @@ import time
 from importlib import resources
 from pathlib import Path
 
+import hellomod
 import pytest
+from dkms_helpers import make_keys, make_sandbox
 
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import module_checks
 from rdna1_kmgr.core.errors import BuildError
-
-import hellomod
-from dkms_helpers import make_keys, make_sandbox
 
 
 def load_kbuild_script():

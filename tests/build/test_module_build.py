@@ -11,18 +11,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
-from rdna1_kmgr.build import module_build
-
-from rdna1_kmgr.build import dkms_package as dkms
-
-from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.core.errors import BuildError
-
 import fake_kernel
 import hellomod
+import pytest
 from dkms_helpers import make_keys, make_sandbox
+
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.build import module_build, module_checks
+from rdna1_kmgr.core.errors import BuildError
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 

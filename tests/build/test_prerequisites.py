@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.source import debian_archive
-
 from rdna1_kmgr.build import prerequisites
 from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.source import debian_archive
 
 NO_SUCH_PACKAGE = "rdna1-kmgr-no-such-package"
 needs_apt = pytest.mark.skipif(not Path("/usr/bin/dpkg-query").exists(), reason="needs dpkg and apt")

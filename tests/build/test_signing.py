@@ -11,19 +11,15 @@ import stat
 import subprocess
 from pathlib import Path
 
+import hellomod
 import pytest
 from click.testing import CliRunner
+from dkms_helpers import installed_release, kbuild, make_keys, sign_file_for
 
-from rdna1_kmgr.host import host_facts
-
-from rdna1_kmgr.build import module_checks
-
-from rdna1_kmgr.build import signing
+from rdna1_kmgr.build import module_checks, signing
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
-
-import hellomod
-from dkms_helpers import installed_release, kbuild, make_keys, sign_file_for
+from rdna1_kmgr.host import host_facts
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 
 import io
 
-from rdna1_kmgr.core.progress import Progress, count_sources, is_compiled_object
-
 import hellomod
+
+from rdna1_kmgr.core.progress import Progress, count_sources, is_compiled_object
 
 KBUILD_LINES = [
     "make: Entering directory '/usr/src/linux-headers-6.1.0-56-common'",

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import sysfs_fixtures as fx
 from click.testing import CliRunner
 
-import sysfs_fixtures as fx
-from rdna1_kmgr.host import host_facts
-from rdna1_kmgr.host import sysfs
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.host import host_facts, sysfs
 
 
 def bdfs(devices) -> list[str]:

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.install import journal as jr
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ Every test compares a hash of what install touches, taken before, with the same 
 /lib/modules/KREL (paths, types, link targets, modes, contents), /etc/modprobe.d, and the initramfs's file list.
 """
 
-from collections.abc import Iterator
 import hashlib
 import json
 import os
@@ -26,19 +25,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from rdna1_kmgr.build import module_build as kbuild
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.install import journal as jr
-from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.build import signing
-from rdna1_kmgr.vm import verdict
 from dkms_helpers import installed_release, make_keys
 from sysfs_fixtures import FakeSysroot
+
+from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.build import module_build as kbuild
+from rdna1_kmgr.build import module_checks, signing
+from rdna1_kmgr.install import journal as jr
+from rdna1_kmgr.vm import verdict
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 AMD_TREE = "drivers/gpu/drm/amd"

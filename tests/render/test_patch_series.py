@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
-
 from fake_kernel import AMD, make_tree
+
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.render.patch_series import count_selftest_cases
 

@@ -59,6 +59,7 @@ def test_real_source_without_get_vm_pte_is_refused(real_source_61, tmp_path):
     gmc.unlink()  # break the hard link before writing
     gmc.write_text(text)
     from click.testing import CliRunner
+
     from rdna1_kmgr.cli import main
 
     result = CliRunner().invoke(main, ["render", "--source", str(tree), "--out", str(tmp_path / "out")])

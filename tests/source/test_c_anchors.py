@@ -3,6 +3,7 @@
 import pytest
 
 from rdna1_kmgr.source import c_anchors
+
 CODE = '''#include <linux/pci.h>
 #include "amdgpu.h"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.source import debian_archive
 from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.source import debian_archive
 
 pytestmark = pytest.mark.skipif(not Path("/usr/bin/apt-get").exists(), reason="needs apt")
 

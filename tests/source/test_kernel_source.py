@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rdna1_kmgr.source import debian_archive
-
-from rdna1_kmgr.source import kernel_source
 from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.source import debian_archive, kernel_source
 
 AMD = "drivers/gpu/drm/amd"
 

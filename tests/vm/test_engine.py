@@ -18,18 +18,16 @@ import sys
 import time
 from pathlib import Path
 
+import fakeamdgpu
 import pytest
 from click.testing import CliRunner
-
-import fakeamdgpu
 from conftest import _using_test_cache, persistent_cache_root
-from rdna1_kmgr.vm import guest_kernel
+
 from rdna1_kmgr.build import module_elf
-from rdna1_kmgr.core import runner
-from rdna1_kmgr.vm import verdict
-from rdna1_kmgr.vm import engine
 from rdna1_kmgr.cli import main
+from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.vm import engine, guest_kernel, verdict
 
 DATA = Path(__file__).parent / "data"
 CANNED_KERNEL = "6.1.0-56-amd64"
@@ -284,62 +282,6 @@ def test_a_file_that_is_not_a_module_is_refused(tmp_path, name, content):
     path.write_bytes(content)
     with pytest.raises(UsageError):
         module_elf.read(path)
-
-
-# --- the process-session runner -----------------------------------------------------------------------------
-
-
-def test_a_timeout_kills_every_process_of_the_session(tmp_path):
-    started = time.monotonic()
-    outcome = runner.run(["sh", "-c", "sleep 300 & sleep 300 & wait"], tmp_path / "out", timeout=1)
-    assert outcome.timed_out and outcome.returncode is None
-    assert time.monotonic() - started < 6
-    assert runner.session_members(outcome.session) == []
-
-
-def test_a_process_ignoring_sigterm_is_killed_all_the_same(tmp_path):
-    outcome = runner.run(["sh", "-c", "trap '' TERM; sleep 300"], tmp_path / "out", timeout=0.5)
-    assert outcome.timed_out and outcome.elapsed >= runner._GRACE
-    assert runner.session_members(outcome.session) == []
-
-
-def test_a_child_left_behind_after_a_normal_exit_is_swept(tmp_path):
-    outcome = runner.run(["sh", "-c", "(sleep 300 &); echo bye"], tmp_path / "out", timeout=10)
-    assert outcome.returncode == 0 and not outcome.timed_out
-    assert runner.session_members(outcome.session) == []
-    assert (tmp_path / "out").read_text() == "bye\n"
-
-
-def test_watch_can_stop_a_run_early(tmp_path):
-    outcome = runner.run(["sh", "-c", "echo ready; sleep 300"], tmp_path / "out", timeout=30,
-                             watch=lambda chunk: "ready" in chunk)
-    assert outcome.stopped_early and outcome.elapsed < 10
-    assert runner.session_members(outcome.session) == []
-
-
-def test_ctrl_c_stops_the_session_and_goes_on_up(tmp_path, monkeypatch):
-    def interrupt(chunk):
-        raise KeyboardInterrupt
-
-    sessions = []
-    real_popen = runner.subprocess.Popen
-
-    def recording_popen(*args, **kwargs):
-        proc = real_popen(*args, **kwargs)
-        sessions.append(proc.pid)
-        return proc
-
-    monkeypatch.setattr(runner.subprocess, "Popen", recording_popen)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run(["sh", "-c", "echo go; sleep 300 & sleep 300"], tmp_path / "out", timeout=30, watch=interrupt)
-    assert sessions and runner.session_members(sessions[0]) == []
-
-
-def test_output_survives_a_child_that_reopens_its_stdout(tmp_path):
-    """QEMU opens /proc/self/fd/1 for its console; on a plain file that truncated what came before."""
-    script = "echo from-the-shell; sleep 0.3; echo from-the-reopen > /proc/self/fd/1"
-    runner.run(["sh", "-c", script], tmp_path / "out", timeout=10)
-    assert (tmp_path / "out").read_text() == "from-the-shell\nfrom-the-reopen\n"
 
 
 # --- console stages, the guest command line ---------------------------------------------------------------------

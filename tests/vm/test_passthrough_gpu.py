@@ -22,12 +22,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from rdna1_kmgr.host import host_facts
-
-from rdna1_kmgr.vm import passthrough
-
-from rdna1_kmgr.vm import vfio_journal
 from rdna1_kmgr.cli import main
+from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.vm import passthrough, vfio_journal
 
 GPU_ENV = "RDNA1_KMGR_TEST_GPU"
 

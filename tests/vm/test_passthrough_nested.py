@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import _using_test_cache
-from rdna1_kmgr.source import debian_archive
-from rdna1_kmgr.vm import guest_kernel
+
 from rdna1_kmgr.core import runner
-from rdna1_kmgr.vm import engine
+from rdna1_kmgr.source import debian_archive
+from rdna1_kmgr.vm import engine, guest_kernel
+
 pytestmark = pytest.mark.vm
 
 SCRIPT = Path(__file__).parent / "nested_passthrough.sh"
@@ -67,7 +67,7 @@ def nested(tmp_path_factory) -> Path:
         "--exec", command,
     ]
     started = time.monotonic()
-    outcome = runner.run(argv, out / "outer-console.log", OUTER_TIMEOUT, env=tools.env(), cwd="/")
+    outcome = runner.run_session(argv, out / "outer-console.log", OUTER_TIMEOUT, env=tools.env(), cwd="/")
     (out / "outer-seconds").write_text(f"{time.monotonic() - started:.1f}\n")
     if not (out / "finished").exists():
         log = (out / "script.log").read_text() if (out / "script.log").exists() else "(no script log)"

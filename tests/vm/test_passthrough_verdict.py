@@ -17,15 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from rdna1_kmgr.vm import guest_kernel
-
-from rdna1_kmgr.vm import passthrough
-
-from rdna1_kmgr.vm import verdict
-
-from rdna1_kmgr.vm import engine
 from test_engine import CANNED_KERNEL, patched_module, patched_result
+
+from rdna1_kmgr.vm import engine, guest_kernel, passthrough, verdict
 
 GPU = "1002:731f"
 QUIRKS = ("crat-mem", "coarse-mtype")
@@ -250,7 +244,7 @@ def test_a_passthrough_boot_keeps_udev_from_loading_the_distro_amdgpu(tmp_path, 
         seen.append(argv)
         return engine.runner.Outcome(0, False, False, 0.1, 1)
 
-    monkeypatch.setattr(engine.runner, "run", run)
+    monkeypatch.setattr(engine.runner, "run_session", run)
     tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
     kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
     for mode, extra in (("emulated", ()), ("passthrough", ("--disable-microvm",))):

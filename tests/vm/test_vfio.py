@@ -16,21 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rdna1_kmgr.vm import guest_kernel
-
-from rdna1_kmgr.host import kmsg
-
-from rdna1_kmgr.vm import passthrough
-
-from rdna1_kmgr.vm import plumbing_guest
-
-from rdna1_kmgr.vm import reset_readiness
-
-from rdna1_kmgr.vm import vfio
-
-from rdna1_kmgr.vm import vfio_journal
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
+from rdna1_kmgr.host import kmsg
+from rdna1_kmgr.vm import guest_kernel, passthrough, plumbing_guest, plumbing_run, reset_readiness, vfio, vfio_journal
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from sysfs_fixtures import FakeSysroot, rx5600xt, rx5700xt  # noqa: E402
@@ -292,11 +281,11 @@ def test_guest_saw_is_the_device_behind_the_root_port(tmp_path):
         "0000:00:00.0 0x8086 0x29c0 0x060000 pci0000:00", PORT,
         "0000:01:00.0 0x1002 0x731f 0x030000 0000:00:1c.0", "0000:01:00.1 0x1002 0xab38 0x040300 0000:00:1c.0"))
     assert guest["kernel"] == "6.1.0-56-amd64" and len(guest["devices"]) == 4
-    assert passthrough._guest_counterparts(pre, guest) == {
+    assert plumbing_run._guest_counterparts(pre, guest) == {
         GPU: {"bdf": "0000:01:00.0", "id": "1002:731f"}, AUDIO: {"bdf": "0000:01:00.1", "id": "1002:ab38"}}
     # The same id somewhere else in the guest is not the passed-through board.
     elsewhere = plumbing_guest.parse_console(guest_console(PORT, "0000:00:05.0 0x1002 0x731f 0x030000 pci0000:00"))
-    assert passthrough._guest_counterparts(pre, elsewhere) == {}
+    assert plumbing_run._guest_counterparts(pre, elsewhere) == {}
     # A guest that never finished its list reports nothing.
     assert plumbing_guest.parse_console(guest_console(PORT, done=False)) is None
 
