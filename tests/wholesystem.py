@@ -16,7 +16,7 @@ The base image is built once per kernel release and recipe version, and cached (
     QEMU directly) runs grub-install on the disk and update-grub, so every later boot goes through GRUB.
 
 Each test session copies the base image (sparse) and puts what it tests into the copy while it is not running
-(`System.files()` mounts it). A boot runs QEMU (TCG: KVM hangs here) under a hard timeout with the serial
+(`new_system` copies it, `System.files()` mounts the copy). A boot runs QEMU (TCG: KVM hangs here) under a hard timeout with the serial
 console in a log; the image's `wholesystem-step.service` runs /var/lib/wholesystem/step.sh once the
 multi-user target is reached, keeps its output in step.out/step.rc, says `WHOLESYSTEM-STEP-DONE` on the
 console and powers the guest off. A boot can also be cut short (the VM destroyed) when the console shows a
@@ -323,12 +323,18 @@ def require_tools() -> None:
         pytest.skip(f"a whole-system image needs {', '.join(missing)} (install.sh --test installs them)")
 
 
-def session_copy(kernel: str, tmp: Path) -> System:
-    """A fresh sparse copy of the base image for `kernel`, in `tmp`."""
-    require_tools()
-    base = base_image(kernel)
+def new_system(base: Path, tmp: Path) -> System:
+    """A fresh sparse copy of a base image, in `tmp`: changed by the tests, thrown away with `tmp`."""
     copy = tmp / "disk.img"
     _run(["cp", "--sparse=always", str(base), str(copy)])
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
     return System(copy, logs)
+
+
+@pytest.fixture(scope="session")
+def wholesystem_image_61(headers_61) -> Path:
+    """The cached base image with Debian's current 6.1 kernel, the one `built_module_61` builds for. Copy it
+    with `new_system` before booting: tests change what they boot."""
+    require_tools()
+    return base_image(headers_61)

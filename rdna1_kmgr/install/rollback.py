@@ -2,7 +2,8 @@
 
 For each step of the install, newest first, that is not undone yet: reverse what is not a file (`dkms
 uninstall` when DKMS still lists the module installed), put every backed-up file back byte for byte (or remove
-it when it was absent before), remove the directories the step created, and record `undone`. Every action
+it when it was absent before), remove the directories the step created, run what regenerates from the
+restored files (the boot guard's `update-grub`), and record `undone`. Every action
 looks at the current state first, so a rollback killed anywhere, or an install killed anywhere (even inside a
 step), is finished by running rollback again.
 

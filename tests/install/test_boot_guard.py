@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from wholesystem import STEP_DIR, System, session_copy
+from wholesystem import STEP_DIR, System, new_system
 
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 
@@ -91,10 +91,10 @@ def copy_into(root: Path, path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def story(built_module_61, tmp_path_factory) -> Story:
+def story(built_module_61, wholesystem_image_61, tmp_path_factory) -> Story:
     kernel = built_module_61["kernel"]
     version = built_module_61["package_version"]
-    system = session_copy(kernel, tmp_path_factory.mktemp("wholesystem"))
+    system = new_system(wholesystem_image_61, tmp_path_factory.mktemp("wholesystem"))
     venv = Path(sys.prefix)
     with system.files() as root:
         # The tool as this session installed it (the image's python3 is the same bookworm 3.11).
