@@ -119,11 +119,13 @@ rdna1-kmgr install --kernel {story.kernel} --skip-vm-check --yes --confirm-after
 cat /{STEP_DIR}/install.json
 rdna1-kmgr status
 echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
-echo "FACT grubcfg_args=$(grep -c 'rdna1_kmgr_args' /boot/grub/grub.cfg)"
+echo "FACT linux_lines=$(grep -cE '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg)"
+echo "FACT linux_lines_guarded=$(grep -E '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg | grep -c 'rdna1_kmgr_args')"
 """, timeout=1800)
     assert found["quirks"] == "none" and "rdna1_kmgr" not in found["cmdline"], found  # stock, no guard yet
     assert "rdna1_kmgr=trial" in found["grubenv_after"] and f"rdna1_kmgr_mask={story.mask}" in found["grubenv_after"]
-    assert int(found["grubcfg_args"]) >= 2, "every linux line of grub.cfg carries ${rdna1_kmgr_args}"
+    assert int(found["linux_lines"]) >= 2 and found["linux_lines_guarded"] == found["linux_lines"], \
+        "every kernel line of grub.cfg (recovery ones too) carries ${rdna1_kmgr_args}"
 
 
 def test_boot_guard_trial_boot_confirms_itself(story):
