@@ -321,6 +321,7 @@ class System:
         self.boots.append(boot)
         if step is not None and not boot.killed:
             boot.step_rc, boot.step_out = read_step(self.image)
+            log.with_suffix(".step").write_text(f"{boot.step_out}\n(exit status {boot.step_rc})\n")
         return boot
 
 

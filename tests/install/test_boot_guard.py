@@ -35,9 +35,10 @@ AMDGPU_LOADED = "amdgpu kernel modesetting enabled"
 FACTS = """
 echo "FACT cmdline=$(cat /proc/cmdline)"
 echo "FACT quirks=$(cat /sys/module/amdgpu/parameters/rdna1_quirks 2>/dev/null || echo none)"
-echo "FACT loaded_srcversion=$(cat /sys/module/amdgpu/srcversion 2>/dev/null || echo none)"
+# the loaded module's GNU build id (the last 20 bytes of its note) and the one of the file modprobe resolves
+echo "FACT loaded_buildid=$(od -An -tx1 /sys/module/amdgpu/notes/.note.gnu.build-id | tr -d ' \n' | tail -c 40)"
 echo "FACT module_file=$(modinfo -k {kernel} -n amdgpu)"
-echo "FACT file_srcversion=$(modinfo -k {kernel} -F srcversion amdgpu)"
+echo "FACT file_buildid=$(readelf -n $(modinfo -k {kernel} -n amdgpu) | sed -n 's/.*Build ID: //p')"
 echo "FACT grubenv=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
 echo "FACT initramfs_amdgpu=$(lsinitramfs /boot/initrd.img-{kernel} | grep '/amdgpu.ko' | tr '\\n' ' ')"
 # amdgpu initialised before the initramfs mounted the root file system: loaded from the initramfs
@@ -56,11 +57,11 @@ def facts(out: str) -> dict[str, str]:
 
 
 class Story:
-    def __init__(self, system: System, kernel: str, mask: str, stock_srcversion: str):
+    def __init__(self, system: System, kernel: str, mask: str, stock_buildid: str):
         self.system = system
         self.kernel = kernel
         self.mask = mask
-        self.stock_srcversion = stock_srcversion
+        self.stock_buildid = stock_buildid
 
     def step(self, body: str, timeout: float = 900, **kw):
         script = FACTS.format(kernel=self.kernel, loaded=AMDGPU_LOADED) + "set -e\n" + body
@@ -72,7 +73,8 @@ class Story:
     def assert_active_from_initramfs(self, found: dict) -> None:
         assert int(found["quirks"], 0) == int(self.mask, 0), found
         assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found
-        assert found["loaded_srcversion"] == found["file_srcversion"] != self.stock_srcversion, found
+        assert len(found["loaded_buildid"]) == 40, found
+        assert found["loaded_buildid"] == found["file_buildid"] != self.stock_buildid, found
         assert "updates/dkms/amdgpu.ko" in found["initramfs_amdgpu"], found
         assert int(found["amdgpu_line"]) < int(found["rootmount_line"]), found
 
@@ -106,8 +108,9 @@ def story(built_module_61, wholesystem_image_61, tmp_path_factory) -> Story:
         copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
         copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)
         copy_into(root, Path("/var/lib/dkms/mok.pub"))
-        stock = subprocess.run(["modinfo", "-b", str(root), "-k", kernel, "-F", "srcversion", "amdgpu"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        stock_file = root / "lib/modules" / kernel / "kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko"
+        notes = subprocess.run(["readelf", "-n", str(stock_file)], capture_output=True, text=True, check=True).stdout
+        stock = notes.split("Build ID:")[1].split()[0]
     manifest = json.loads((Path("/usr/src") / f"rdna1-amdgpu-{version}" / "rdna1-manifest.json").read_text())
     return Story(system, kernel, f"0x{manifest['quirks_mask']:x}", stock)
 
@@ -186,7 +189,7 @@ echo "FACT initramfs_updates=$(lsinitramfs /boot/initrd.img-{story.kernel} | gre
 """)
     assert "rdna1" not in found["cmdline"], found
     assert found["quirks"] == "none"
-    assert found["loaded_srcversion"] == found["file_srcversion"] == story.stock_srcversion, found
+    assert found["loaded_buildid"] == found["file_buildid"] == story.stock_buildid, found
     assert "/kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko" in found["module_file"]
     assert int(found["amdgpu_line"]) < int(found["rootmount_line"]), "the stock amdgpu still comes from the initramfs"
     assert found["etc_boot"] == "", found
