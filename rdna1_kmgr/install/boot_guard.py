@@ -21,7 +21,7 @@ variables):
     /etc/grub.d/01_rdna1-kmgr                the GRUB script above (after 00_header's load_env)
     /etc/default/grub.d/rdna1-kmgr.cfg       appends ${rdna1_kmgr_args} to GRUB_CMDLINE_LINUX
     /etc/systemd/system/rdna1-kmgr-boot-check.service   every boot: on a fallback boot says so (console,
-                                             journal, /run/issue.d and /run/motd.d, so at the login prompt)
+                                             journal, /etc/issue.d: the login prompt, /run/motd.d)
     /etc/systemd/system/rdna1-kmgr-confirm.{timer,service}   a trial boot up for CONFIRM_AFTER seconds with
                                              the target reached and amdgpu loaded as installed confirms itself
     and the two `wants` links systemctl enable would make.
@@ -37,8 +37,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
-from rdna1_kmgr.host import kmsg
-from rdna1_kmgr.host import rdna1_boards, sysfs
+from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs
 from rdna1_kmgr.install.target_root import TargetRoot
 
 STATE = "rdna1_kmgr"
@@ -52,7 +51,9 @@ UNITS = "etc/systemd/system"
 CHECK_UNIT = "rdna1-kmgr-boot-check.service"
 CONFIRM_UNIT = "rdna1-kmgr-confirm.service"
 CONFIRM_TIMER = "rdna1-kmgr-confirm.timer"
-ISSUE = "run/issue.d/rdna1-kmgr.issue"
+# agetty reads /etc/issue.d next to /etc/issue (/run/issue.d only where /etc/issue is missing), so the login
+# prompt's line lives in /etc: install journals it (absent), rollback removes it, a boot that is no fallback too.
+ISSUE = "etc/issue.d/rdna1-kmgr.issue"
 MOTD = "run/motd.d/rdna1-kmgr"
 # The kernel's driver core says this when amdgpu's probe of a board fails.
 _PROBE_FAILED = re.compile(r"amdgpu[ :].*(probe of \S+ failed with error|Fatal error during GPU init)")
@@ -87,6 +88,20 @@ class Settings:
     mask: int
     confirm_after: int = CONFIRM_AFTER
     target: str = "multi-user.target"
+
+
+def settings(root: TargetRoot, mask: str | None, confirm_after: int,
+             target: str | None) -> tuple[Settings | None, str | None]:
+    """The guard an install sets up for a build with quirk mask `mask` ("0x3"), or why there is none."""
+    if confirm_after < 0:
+        raise UsageError(f"--confirm-after {confirm_after} is negative", "give seconds, 0 or more")
+    target = target or default_target(root)
+    if target not in TARGETS:
+        raise UsageError(f"--confirm-target {target!r} is not one the guard knows", f"use one of: {', '.join(TARGETS)}")
+    why = unavailable(root) or (None if mask else "the build's manifest names no quirk mask")
+    if why:
+        return None, why
+    return Settings(int(mask, 0), confirm_after, target), None
 
 
 def grubenv(root: TargetRoot) -> Path:
@@ -163,6 +178,11 @@ ExecStart={tool} confirm --auto --target {settings.target}
 StandardOutput=journal+console
 """,
     }
+
+
+def runtime_files(root: TargetRoot) -> list[Path]:
+    """Files the boot-check writes on fallback boots: journaled (absent) at install so rollback removes them."""
+    return [root.path / ISSUE]
 
 
 def links(root: TargetRoot) -> dict[Path, str]:
@@ -247,6 +267,8 @@ def message(boot: str | None, state: str | None) -> str:
     if boot == "fallback":
         return ("rdna1-kmgr: this boot runs amdgpu with rdna1_quirks=0 (stock behaviour). "
                 "`sudo rdna1-kmgr retry` makes the next boot a trial with the quirks on.")
+    if boot == "trial" and state == "confirmed":
+        return "rdna1-kmgr: this trial boot is confirmed: later boots run the RDNA1 amdgpu quirks on."
     if boot == "trial":
         return ("rdna1-kmgr: this is a trial boot with the RDNA1 amdgpu quirks on; it confirms itself once "
                 "it has been up a while, or run `sudo rdna1-kmgr confirm`. If it does not, the next boot "
@@ -323,9 +345,11 @@ def boot_check(root: TargetRoot) -> str:
         return "rdna1-kmgr: the boot guard is not installed"
     boot, state = this_boot(root), env_values(root).get(STATE)
     text = message(boot, state)
-    if boot == "fallback":
-        for rel in (ISSUE, MOTD):
-            path = root.path / rel
+    for rel in (ISSUE, MOTD):
+        path = root.path / rel
+        if boot == "fallback":
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text + "\n")
+        else:
+            path.unlink(missing_ok=True)
     return text

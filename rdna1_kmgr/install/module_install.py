@@ -316,7 +316,7 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
 def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
     """The boot guard's files and links (journaled like any file), then GRUB regenerated and the trial armed.
     Its undo, once rollback removed them: GRUB regenerated without it and its variables unset."""
-    written = list(boot_guard.files(root, guard)) + list(boot_guard.links(root))
+    written = list(boot_guard.files(root, guard)) + list(boot_guard.links(root)) + boot_guard.runtime_files(root)
     dirs = sorted({d for path in written for d in _parents_to_create(path.parent)}, key=lambda d: -len(d.parts))
 
     def write(path: Path, text: str, mode: int) -> None:
@@ -488,18 +488,8 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
 def guard_settings(candidate: Candidate, root: TargetRoot,
                    request: InstallRequest) -> tuple[boot_guard.Settings | None, str | None]:
     """The boot guard this install sets up, or why there is none."""
-    if request.confirm_after < 0:
-        raise UsageError(f"--confirm-after {request.confirm_after} is negative", "give seconds, 0 or more")
-    target = request.confirm_target or boot_guard.default_target(root)
-    if target not in boot_guard.TARGETS:
-        raise UsageError(f"--confirm-target {target!r} is not one the guard knows",
-                         f"use one of: {', '.join(boot_guard.TARGETS)}")
-    mask = candidate.parameters.get("rdna1_quirks")
-    why = boot_guard.unavailable(root) or (None if mask else "the build's manifest names no quirk mask")
-    if why:
-        return None, why
-    return boot_guard.Settings(int(mask, 0), request.confirm_after, target), None
-
+    return boot_guard.settings(root, candidate.parameters.get("rdna1_quirks"), request.confirm_after,
+                               request.confirm_target)
 
 def _loud_skip(gate: Gate) -> str:
     bar = "!" * 78
