@@ -1,12 +1,14 @@
 #!/bin/sh
 # Install rdna1-kmgr on Debian or Ubuntu: the system packages it drives (DKMS, kbuild's tools, kmod,
 # QEMU), a Python environment in /opt/rdna1-kmgr and the command /usr/local/sbin/rdna1-kmgr.
-#   sudo ./install.sh           the tool
-#   sudo ./install.sh --test    the tool, plus what its test suite needs
+# Run it as root (a root shell: nothing here calls sudo, which a fresh Debian may not have), or with sudo:
+#   ./install.sh                the tool
+#   ./install.sh --test         the tool, plus what its test suite needs
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=${RDNA1_KMGR_PREFIX:-/opt/rdna1-kmgr}  # where the Python environment goes
+bindir=${RDNA1_KMGR_BIN:-/usr/local/sbin}     # where the command goes (on root's PATH and sudo's secure_path)
 with_tests=no
 case "${1:-}" in
     "") ;;
@@ -14,7 +16,7 @@ case "${1:-}" in
     *) echo "install.sh: unknown option '$1': use no option, or --test" >&2; exit 2 ;;
 esac
 if [ "$(id -u)" != 0 ]; then
-    echo "install.sh: must run as root: sudo ./install.sh" >&2
+    echo "install.sh: must run as root: run it from a root shell, or as sudo ./install.sh" >&2
     exit 1
 fi
 . /etc/os-release
@@ -27,19 +29,22 @@ export DEBIAN_FRONTEND=noninteractive
 packages="python3 python3-venv python3-pip ca-certificates
     dkms kmod patch xz-utils openssl mokutil make gcc bc bison flex libelf-dev libssl-dev dwarves
     initramfs-tools cpio file qemu-system-x86 busybox-static pciutils"
-# debootstrap: the whole-system test image (tests/wholesystem.py)
-[ "$with_tests" = yes ] && packages="$packages ccache debootstrap"
+# The tests also build apt repositories (apt-utils), SRPMs (rpm, rpm2cpio) and a throwaway dracut root
+# (debootstrap, also the whole-system image of tests/wholesystem.py; dracut itself is never installed on the host: it would replace initramfs-tools).
+[ "$with_tests" = yes ] && packages="$packages ccache apt-utils rpm rpm2cpio debootstrap"
 echo "install.sh: installing system packages"
+# A fresh machine often runs its first unattended upgrade just then: wait for dpkg's lock instead of failing.
 apt-get update -q
 # shellcheck disable=SC2086 # one word a package
-apt-get install -y -q --no-install-recommends $packages
+apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 $packages
 
 echo "install.sh: installing rdna1-kmgr into $prefix"
 [ -x "$prefix/bin/python" ] || /usr/bin/python3 -m venv "$prefix"
 spec=$here
 [ "$with_tests" = yes ] && spec="$here[test]"
 "$prefix/bin/pip" install -q --disable-pip-version-check --upgrade "$spec"
-ln -sf "$prefix/bin/rdna1-kmgr" /usr/local/sbin/rdna1-kmgr
+mkdir -p "$bindir"
+ln -sf "$prefix/bin/rdna1-kmgr" "$bindir/rdna1-kmgr"
 # Where every command logs the programs it ran (core/command_log.py writes only where this folder exists).
 install -d -m 0755 /var/log/rdna1-kmgr
-echo "install.sh: done: $(/usr/local/sbin/rdna1-kmgr --version)"
+echo "install.sh: done: $("$bindir/rdna1-kmgr" --version) ($bindir/rdna1-kmgr)"

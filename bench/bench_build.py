@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of `rdna1-kmgr build` against a raw kbuild of the same source, in one run.
 
-    sudo /opt/rdna1-kmgr/bin/python bench/bench_build.py [--kernel KREL] [--source TREE] [-j N] [--quirk-off ID]
+    /opt/rdna1-kmgr/bin/python bench/bench_build.py [--kernel KREL] [--source TREE] [-j N] [--quirk-off ID]
 
 Measures on this machine, one after the other:
   raw      `make -C /lib/modules/KREL/build M=<copy>/drivers/gpu/drm/amd/amdgpu FULL_AMD_PATH=... modules` of the
@@ -10,7 +10,10 @@ Measures on this machine, one after the other:
   cold     `rdna1-kmgr build` of every quirk: render, DKMS package, dkms add/build (sign), verify; empty cache
            (no kbuild tree, empty ccache when ccache is installed), fresh DKMS trees;
   rebuild  `rdna1-kmgr build` again with one quirk switched off: a new patch set, so a new DKMS package version.
-and prints the ratios against the targets: cold <= 1.05 x raw, rebuild <= 0.15 x cold.
+and prints the ratios against the targets: cold <= 0.8 x raw, rebuild <= 0.15 x cold, and the size of what each
+leaves on disk: the raw build's tree, and the tool's persistent kbuild tree (kept per kernel on the owner's disk).
+The raw kbuild compiles with the kernel config's -g; the tool compiles without debug info (KCFLAGS=-g0, see
+dkms/rdna1-kbuild), except where the kernel makes module BTF.
 
 Everything happens in a scratch folder (DKMS trees, cache, logs, keys) that is removed afterwards; the system's
 /usr/src, /var/lib/dkms and caches are not touched. The source is Debian's for KREL (fetched into the normal
@@ -72,6 +75,13 @@ def warm_page_cache(tree: Path) -> None:
             path.read_bytes()
 
 
+def tree_size(tree: Path) -> dict:
+    """What a build tree holds: everything on disk (du, each inode once) and its objects and modules alone."""
+    du = subprocess.run(["du", "-s", "--block-size=1", str(tree)], capture_output=True, text=True, check=True)
+    built = sum(p.stat().st_size for p in tree.rglob("*") if p.suffix in (".o", ".ko") and p.is_file())
+    return {"disk_mb": round(int(du.stdout.split()[0]) / 2**20, 1), "objects_mb": round(built / 2**20, 1)}
+
+
 def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) -> Stopwatch:
     copy = work / "raw"
     shutil.copytree(tree / AMD, copy / AMD, symlinks=True)
@@ -80,6 +90,7 @@ def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) 
                f"FULL_AMD_PATH={copy / AMD}", "modules"]
     with open(work / "raw.log", "w") as log, Stopwatch() as watch:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+    watch.size = tree_size(copy)
     shutil.rmtree(copy)
     return watch
 
@@ -144,6 +155,9 @@ def main() -> int:
         cold = tool_build(kernel, tree, args.jobs, keys, env, quirk_ids)
         say(f"bench: cold {cold['wall_seconds']:.1f} s, CPU {cold['cpu_seconds']:.1f} s, "
             f"{cold['compiled_objects']} objects (load {load()})")
+        kbuild_size = tree_size(work / "cache" / "kbuild" / "rdna1-amdgpu" / kernel)
+        say(f"bench: kbuild tree {kbuild_size['disk_mb']} MB on disk, objects and module {kbuild_size['objects_mb']} MB; "
+            f"raw build tree {raw_watch.size['disk_mb']} MB, objects and module {raw_watch.size['objects_mb']} MB")
 
         say(f"bench: rebuild with {off} switched off (quirks {' '.join(kept)})...")
         rebuild = tool_build(kernel, tree, args.jobs, keys, env, kept)
@@ -170,7 +184,9 @@ def main() -> int:
         "cold_vs_raw_cpu": round(cold["cpu_seconds"] / raw_cpu, 3),
         "cold_objects": cold["compiled_objects"],
         "cold_vs_raw": round(cold_ratio, 3),
-        "cold_target": 1.05,
+        "cold_target": 0.8,
+        "raw_tree_mb": raw_watch.size,
+        "kbuild_tree_mb": kbuild_size,
         "rebuild_quirk_off": off,
         "rebuild_seconds": round(rebuild["wall_seconds"], 1),
         "rebuild_cpu_seconds": round(rebuild["cpu_seconds"], 1),
@@ -181,7 +197,10 @@ def main() -> int:
     }
     print(json.dumps(figures, indent=2))
     print(f"cold build     {cold['wall_seconds']:7.1f} s = {cold_ratio:.3f} x raw kbuild ({raw:.1f} s)   "
-          f"target <= 1.05: {'met' if cold_ratio <= 1.05 else 'MISSED'}")
+          f"target <= 0.8: {'met' if cold_ratio <= 0.8 else 'MISSED'}   "
+          f"(CPU {cold['cpu_seconds']:.1f} s = {cold['cpu_seconds'] / raw_cpu:.3f} x {raw_cpu:.1f} s)")
+    print(f"kbuild tree    {kbuild_size['disk_mb']} MB on disk, objects and module {kbuild_size['objects_mb']} MB "
+          f"(raw kbuild's: {raw_watch.size['disk_mb']} MB, {raw_watch.size['objects_mb']} MB)")
     print(f"quirk-off      {rebuild['wall_seconds']:7.1f} s = {rebuild_ratio:.3f} x cold build   "
           f"target <= 0.15: {'met' if rebuild_ratio <= 0.15 else 'MISSED'}")
     return 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of the emulated `rdna1-kmgr vm-test` verdict under TCG.
 
-    sudo /opt/rdna1-kmgr/bin/python bench/bench_vmtest.py [--kernel KREL | --module KO] [--runs N] [--json]
+    /opt/rdna1-kmgr/bin/python bench/bench_vmtest.py [--kernel KREL | --module KO] [--runs N] [--json]
 
 Runs the whole emulated validation N times (default 3) exactly as the command does, with --accel tcg (the
 KVM probe is left out: here it ends in a fraction of a second, elsewhere KVM replaces TCG altogether), and

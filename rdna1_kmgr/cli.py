@@ -8,8 +8,10 @@ from rdna1_kmgr import __version__
 from rdna1_kmgr.commands.boot_guard import boot_check, confirm, retry
 from rdna1_kmgr.commands.build import build
 from rdna1_kmgr.commands.detect import detect
+from rdna1_kmgr.commands.doctor import doctor
 from rdna1_kmgr.commands.install import install
 from rdna1_kmgr.commands.keys import keys
+from rdna1_kmgr.commands.profile import profile
 from rdna1_kmgr.commands.render import quirks, render
 from rdna1_kmgr.commands.rollback import rollback
 from rdna1_kmgr.commands.status import status
@@ -36,5 +38,6 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-for command in (detect, render, quirks, build, keys, vmtest, install, confirm, retry, boot_check, rollback, status):
+for command in (detect, doctor, render, quirks, build, keys, vmtest, install, confirm, retry, boot_check, rollback,
+                status, profile):
     main.add_command(command)

@@ -1,6 +1,6 @@
 """Fixtures shared by the test suite: real Debian kernel sources and real kernel headers.
 
-Real sources are fetched from the Debian archive through rdna1_kmgr.source.debian_archive and unpacked through
+Real sources are fetched from the system's apt archive through rdna1_kmgr.source.debian_archive and unpacked through
 rdna1_kmgr.source.kernel_source, into a persistent test cache that outlives test runs:
 
     $RDNA1_KMGR_TEST_CACHE (default /var/cache/rdna1-kmgr-tests)
@@ -26,14 +26,14 @@ from rdna1_kmgr.build import prerequisites
 from rdna1_kmgr.source import debian_archive, kernel_source
 
 # built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
-pytest_plugins = ["build_fixtures", "wholesystem"]
+pytest_plugins = ["build_fixtures", "rocm_fixtures", "wholesystem"]
 
 TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"
 DEFAULT_TEST_CACHE = "/var/cache/rdna1-kmgr-tests"
 
 # Fixtures that reach the Debian archive (and, for headers, install packages on this machine).
 REAL_FIXTURES = {"real_source_61", "real_source_612", "real_source_72", "headers_61", "headers_612",
-                 "persistent_cache"}
+                 "persistent_cache", "debian_rocm"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,14 +14,19 @@ from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import signing
 
 
-def installed_release() -> str:
-    """A kernel release whose headers are installed here (the newest), or skip."""
+def installed_releases() -> list[str]:
+    """Kernel releases whose headers are installed here, oldest first, or skip."""
     builds = sorted(glob.glob("/lib/modules/*/build/Makefile"))
     if not builds:
         pytest.skip("no kernel headers installed (/lib/modules/*/build)")
     if shutil.which("dkms") is None:
         pytest.skip("dkms is not installed")
-    return Path(builds[-1]).parent.parent.name
+    return [Path(b).parent.parent.name for b in builds]
+
+
+def installed_release() -> str:
+    """A kernel release whose headers are installed here (the newest), or skip."""
+    return installed_releases()[-1]
 
 
 @dataclass
@@ -54,8 +59,8 @@ class Sandbox:
         return dkms.Package("rdna1hello", version, hellomod.MODULE)
 
 
-def make_sandbox(tmp_path: Path, monkeypatch, keys: signing.KeyPair) -> Sandbox:
-    kernel = installed_release()
+def make_sandbox(tmp_path: Path, monkeypatch, keys: signing.KeyPair, kernel: str | None = None) -> Sandbox:
+    kernel = kernel or installed_release()
     trees = dkms.Trees(source=tmp_path / "usr-src", dkms=tmp_path / "var-lib-dkms")
     monkeypatch.setenv("RDNA1_KMGR_DKMS_SOURCE_TREE", str(trees.source))
     monkeypatch.setenv("RDNA1_KMGR_DKMS_TREE", str(trees.dkms))

@@ -129,6 +129,45 @@ class FakeSysroot:
         return self
 
 
+    # --- what doctor reads besides detect's facts ---
+
+    def file(self, rel: str, content: str, mode: int | None = None) -> "FakeSysroot":
+        path = self._write(rel, content)
+        if mode is not None:
+            path.chmod(mode)
+        return self
+
+    def kfd_node(self, index: int, gfx_target_version: int = 0, simd_count: int = 0, render_minor: int | None = None,
+                 heap_types: tuple[int, ...] = ()) -> "FakeSysroot":
+        """A KFD topology node as /sys/class/kfd/kfd/topology/nodes/N shows it (0: a CPU node)."""
+        node = f"sys/class/kfd/kfd/topology/nodes/{index}"
+        props = {"cpu_cores_count": 0 if simd_count else 8, "simd_count": simd_count,
+                 "gfx_target_version": gfx_target_version, "vendor_id": 4098 if simd_count else 0,
+                 "device_id": 29471 if simd_count else 0,
+                 "drm_render_minor": -1 if render_minor is None else render_minor}
+        self._write(f"{node}/properties", "".join(f"{k} {v}\n" for k, v in props.items()))
+        for bank, heap in enumerate(heap_types):
+            self._write(f"{node}/mem_banks/{bank}/properties", f"heap_type {heap}\nsize_in_bytes 6425673728\n")
+        return self
+
+    def users(self, *users: tuple[str, int, list[str]], groups: dict[str, int] | None = None) -> "FakeSysroot":
+        """/etc/passwd and /etc/group: users as (name, uid, [supplementary group names]), homes /home/NAME."""
+        groups = dict(groups or {})
+        passwd = "root:x:0:0:root:/root:/bin/bash\n"
+        members: dict[str, list[str]] = {g: [] for g in groups}
+        for name, uid, extra in users:
+            passwd += f"{name}:x:{uid}:{uid}:{name}:/home/{name}:/bin/bash\n"
+            groups.setdefault(name, uid)
+            members.setdefault(name, [])
+            for g in extra:
+                members.setdefault(g, []).append(name)
+            (self.root / f"home/{name}").mkdir(parents=True, exist_ok=True)
+        self._write("etc/passwd", passwd)
+        self._write("etc/group", "root:x:0:\n" + "".join(f"{g}:x:{gid}:{','.join(members.get(g, []))}\n"
+                                                          for g, gid in groups.items()))
+        return self
+
+
 # The trees the detect tests read. Ids as in pci.ids: 731F is Navi10 (RX 5600 XT, and also RX 5700 / 5700 XT,
 # told apart only by revision), AB38 its HDMI/DP audio, 7340 Navi14 (RX 5500 XT), 2484 an NVIDIA GA104.
 

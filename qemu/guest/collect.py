@@ -52,9 +52,10 @@ class KernelLog:
             kmsg.write(f"<5>rdna1-kmgr: stage {name}\n")
 
 
-def run(argv: list, timeout: float) -> dict:
+def run(argv: list, timeout: float, env=None) -> dict:
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                              env=env)
         return {"argv": argv, "rc": proc.returncode, "output": proc.stdout[-4000:]}
     except subprocess.TimeoutExpired:
         return {"argv": argv, "rc": None, "output": f"timed out after {timeout} s"}
@@ -138,11 +139,15 @@ def gpu_facts(gpu: dict) -> dict:
         time.sleep(0.5)
 
 
-def run_workload(workload: dict, timeout: float) -> dict:
-    """The workload script under the first Python that can run it (exit 3 with {"error"} means it cannot)."""
+def run_workload(workload: dict, timeout: float, env=None) -> dict:
+    """The workload script under the first Python that can run it (exit 3 with {"error"} means it cannot).
+    `env`: the environment it runs in (the experiment's profile), this process's by default."""
     tried = []
     for python in workload["pythons"]:
-        outcome = run([python, workload["script"], "--device", workload.get("device", "cuda")], timeout)
+        argv = [python, workload["script"], "--device", workload.get("device", "cuda"), *workload.get("args", [])]
+        started = time.monotonic()
+        outcome = run(argv, timeout, env)
+        outcome["seconds"] = round(time.monotonic() - started, 2)
         report = None
         lines = [line for line in outcome["output"].splitlines() if line.startswith("{")]
         try:

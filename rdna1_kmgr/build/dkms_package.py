@@ -81,6 +81,8 @@ class Package:
     name: str
     version: str
     module: ModuleSpec = AMDGPU
+    # Compile with the kernel config's debug info (rdna1-kbuild --debug-info); off: KCFLAGS=-g0.
+    debug_info: bool = False
 
     @property
     def ref(self) -> str:
@@ -96,11 +98,12 @@ class Package:
         return self.version_dir(trees) / kernel / os.uname().machine / "module"
 
 
-def package_version(kernel_version: str, patchset_sha256: str) -> str:
-    """6.1.192 + the patch set's hash -> 6.1.192+p<first 12 hex digits>."""
+def package_version(kernel_version: str, patchset_sha256: str, debug_info: bool = False) -> str:
+    """6.1.192 + the patch set's hash -> 6.1.192+p<first 12 hex digits>; +debug when built with debug info
+    (another build of the same patch set, so it must not be mistaken for the one without)."""
     if not re.fullmatch(r"[0-9a-f]{12,64}", patchset_sha256):
         raise ValueError(f"not a sha256 hex digest: {patchset_sha256!r}")
-    return f"{kernel_version}+p{patchset_sha256[:12]}"
+    return f"{kernel_version}+p{patchset_sha256[:12]}" + ("+debug" if debug_info else "")
 
 
 def kbuild_root(package_name: str) -> Path:
@@ -130,6 +133,7 @@ def render_conf(package: Package, patches: list[str], description: str) -> str:
         module_location=package.module.location,
         make_vars=package.module.make_vars,
         dest_module_location=package.module.dest_location,
+        debug_info=package.debug_info,
     )
 
 

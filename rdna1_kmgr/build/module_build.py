@@ -21,17 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-import distro
-
 from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_checks, prerequisites, signing
+from rdna1_kmgr.build import compile_probes, module_checks, prerequisites, signing
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir
 from rdna1_kmgr.core.progress import Progress, count_sources
 from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.render.patch_series import render
-from rdna1_kmgr.source import cache_entry, kernel_source
+from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host.system_identity import SystemIdentity
+from rdna1_kmgr.source import cache_entry, distro_source, kernel_source
 
 AMD_TREE = "drivers/gpu/drm/amd"
 # A patch line declaring a module parameter: the series' rdna1_* parameters must be in the module.
@@ -48,8 +48,9 @@ def default_jobs() -> int:
 @dataclass(frozen=True)
 class Kernel:
     release: str  # uname -r style: 6.1.0-56-amd64
-    package_version: str | None  # the distro's version of that kernel: 6.1.192-2
+    package_version: str | None  # the distro's version of that kernel: 6.1.192-2, Ubuntu's 6.8.0-48.48
     note: str | None = None  # said to the user when the release was chosen for them
+    upstream: str | None = None  # the Linux version, when the kernel says it (Ubuntu's version_signature)
 
 
 def distro_current_kernel() -> str | None:
@@ -76,22 +77,27 @@ def _release_in_depends(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def resolve_kernel(requested: str | None) -> Kernel:
-    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one."""
+def resolve_kernel(requested: str | None, doing: str = "building", system: SystemIdentity | None = None) -> Kernel:
+    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one.
+    `doing` is what the command does for it, for the note ("building", "planning an install", ...); `system`
+    the one whose facts decide (default: this one)."""
+    system = system or system_identity.read()
     if requested is not None:
         release = user_input.kernel_release(requested)
-        return Kernel(release, kernel_source.debian_kernel_version(release))
-    running = os.uname().release
-    version = kernel_source.debian_kernel_version(running)
+        version, upstream = distro_source.kernel_package(release, system)
+        return Kernel(release, version, upstream=upstream)
+    running = system.running_release
+    version, upstream = distro_source.kernel_package(running, system)
     if version is not None:
-        return Kernel(running, version)
-    current = distro_current_kernel()
+        return Kernel(running, version, upstream=upstream)
+    current = distro_current_kernel() if system.on_host else None
+    name = system.distro_id or "distribution"
     if current is None:
-        raise HostError(f"the running kernel {running} is not a {distro.name() or 'distribution'} kernel "
+        raise HostError(f"the running kernel {running} is not a {name} kernel "
                         "and no distribution kernel is known", "give --kernel RELEASE")
-    return Kernel(current, kernel_source.debian_kernel_version(current),
-                  note=f"the running kernel {running} is not a {distro.name() or 'distribution'} kernel; "
-                       f"building for the distribution's current kernel {current} (give --kernel to choose)")
+    return Kernel(current, distro_source.kernel_package(current, system)[0],
+                  note=f"the running kernel {running} is not a {name} kernel; "
+                       f"{doing} for the distribution's current kernel {current} (give --kernel to choose)")
 
 
 # --- the package half --------------------------------------------------------------------------------
@@ -297,6 +303,14 @@ class BuildRequest:
     no_install: bool = False
     key: str | None = None
     cert: str | None = None
+    sysroot: str | None = None  # read the kernel and distribution facts here (--dry-run only)
+    debug_info: bool = False  # compile with the kernel config's -g (default: KCFLAGS=-g0)
+
+
+def package_for(manifest: dict, debug_info: bool) -> dkms.Package:
+    """The DKMS package a rendered series goes into."""
+    version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"], debug_info)
+    return dkms.Package(dkms.PACKAGE_NAME, version, debug_info=debug_info)
 
 
 def series_parameters(series_dir: Path) -> list[str]:
@@ -309,14 +323,15 @@ def series_parameters(series_dir: Path) -> list[str]:
     return found
 
 
-def source_tree(request: BuildRequest, kernel: Kernel) -> Path:
-    """The driver source of exactly this kernel's version, unpacked in the cache (or the tree given)."""
+def source_tree(request: BuildRequest, kernel: Kernel, system: SystemIdentity) -> tuple[Path, dict]:
+    """The driver source of exactly this kernel's version, unpacked in the cache (or the tree given), and
+    where it came from."""
     if request.source:
         tree = kernel_source.resolve_source_option(request.source, request.sha256)
         if kernel.package_version:
-            kernel_source.require_version(tree, kernel.package_version)
-        return tree
-    return kernel_source.fetch_kernel_source(kernel.release)
+            kernel_source.require_version(tree, kernel.upstream or kernel.package_version)
+        return tree, {"given": request.source}
+    return distro_source.fetch(kernel.release, system)
 
 
 def run(request: BuildRequest, confirm: Callable[[prerequisites.InstallPlan], bool] | None = None,
@@ -324,29 +339,33 @@ def run(request: BuildRequest, confirm: Callable[[prerequisites.InstallPlan], bo
     """Everything `rdna1-kmgr build` does; returns the JSON result."""
     stream = stream if stream is not None else sys.stderr
     started = time.monotonic()
-    kernel = resolve_kernel(request.kernel)
+    system = system_identity.read()
+    kernel = resolve_kernel(request.kernel, system=system)
     if kernel.note:
         stream.write(f"rdna1-kmgr: {kernel.note}\n")
-    keys = signing.resolve(request.key, request.cert)
+    keys = signing.resolve(request.key, request.cert, system.distro_id, " ".join(system.like))
     with cache_left_as_found():
-        return _run(request, kernel, keys, confirm, stream, started)
+        return _run(request, kernel, system, keys, confirm, stream, started)
 
 
-def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, stream: TextIO,
-         started: float) -> dict:
+def _run(request: BuildRequest, kernel: Kernel, system: SystemIdentity, keys: signing.KeyPair, confirm,
+         stream: TextIO, started: float) -> dict:
     prerequisites.ensure_prerequisites(kernel.release, yes=request.yes, no_install=request.no_install, confirm=confirm)
     if kernel.package_version is None:  # the headers may have come with the prerequisites
-        kernel = Kernel(kernel.release, kernel_source.debian_kernel_version(kernel.release), kernel.note)
+        kernel = Kernel(kernel.release, *distro_source.kernel_package(kernel.release, system)[:1], kernel.note)
     if signing.ensure(keys):
         stream.write(f"rdna1-kmgr: made the signing key {keys.key} and certificate {keys.cert}; "
                      "enroll it for Secure Boot with `rdna1-kmgr keys enroll`\n")
-    tree = source_tree(request, kernel)
+    tree, origin = source_tree(request, kernel, system)
 
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
-        package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                        manifest["patchset_sha256"]))
+        # what the driver tree could not show, confirmed against the headers before the long compile
+        if compile_probes.confirm(kernel.release, manifest.get("kernel_names", {})):
+            stream.write(f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
+                         f"{' '.join(sorted(manifest['kernel_names']))}\n")
+        package = package_for(manifest, request.debug_info)
         devices = [int(d, 16) for d in manifest["devices"]]
         quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
         built = build_package(
@@ -363,6 +382,7 @@ def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, 
         "kernel_package_version": kernel.package_version,
         "note": kernel.note,
         "source": str(tree),
+        "source_package": origin,
         "package": package.name,
         "package_version": package.version,
         "package_source": str(package.source_dir(dkms.Trees.from_env())),
@@ -384,89 +404,3 @@ def _run(request: BuildRequest, kernel: Kernel, keys: signing.KeyPair, confirm, 
         "kept_installed_versions": built.kept,
         "seconds": round(time.monotonic() - started, 1),
     }
-
-
-# --- --dry-run ------------------------------------------------------------------------------------------
-
-
-def plan(request: BuildRequest) -> list[str]:
-    """What `run` would do, step by step, with the exact commands; changes nothing on the system."""
-    kernel = resolve_kernel(request.kernel)
-    keys = signing.resolve(request.key, request.cert)
-    trees = dkms.Trees.from_env()
-    jobs = request.jobs or default_jobs()
-    lines = [f"note: {kernel.note}"] if kernel.note else []
-    lines.append(f"kernel {kernel.release}" + (f" (package {kernel.package_version})" if kernel.package_version else ""))
-
-    install = prerequisites.manager_for_host().plan(kernel.release)
-    if install.empty:
-        lines.append("prerequisites: all installed")
-    else:
-        verb = "missing (--no-install: stop here)" if request.no_install else "install"
-        lines.append(f"prerequisites {verb}: {' '.join(install.missing)}")
-        lines += [f"  {step}" for step in install.describe()]
-
-    tree = _planned_source(request, kernel, lines)
-
-    if keys.key.exists() or keys.cert.exists():
-        lines.append(f"sign with {keys.key} and {keys.cert} ({keys.convention})")
-    else:
-        lines.append(f"generate the signing key {keys.key} (mode 0600) and certificate {keys.cert}")
-
-    if tree is None:
-        lines.append(f"render the series; package {dkms.PACKAGE_NAME}-<kernel version>+p<patch-set hash> "
-                     f"under {trees.source}")
-        lines.append(f"  {' '.join(dkms.command(['add', '-m', dkms.PACKAGE_NAME, '-v', '<version>'], trees))}")
-        lines.append(f"  {' '.join(dkms.command(['build', '-m', dkms.PACKAGE_NAME, '-v', '<version>', '-k', kernel.release, '-j', str(jobs)], trees))}")
-        return lines
-
-    with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
-        manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
-        params = series_parameters(Path(tmp) / "series")
-    package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version(manifest["kernel_version"],
-                                                                    manifest["patchset_sha256"]))
-    lines.append(f"render {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]}) "
-                 f"for devices {' '.join(manifest['devices'])}")
-    have_dkms = shutil.which("dkms") is not None
-    if have_dkms and dkms.is_built(package, kernel.release, trees):
-        lines.append(f"reuse {package.ref}, already built for {kernel.release} (verified again)")
-    else:
-        lines.append(f"write {package.source_dir(trees)}/ ({AMD_TREE}, patches/, dkms.conf)")
-        lines.append(f"  {' '.join(dkms.command(dkms.add_args(package), trees))}")
-        lines.append(f"  {' '.join(dkms.command(dkms.build_args(package, kernel.release, jobs), trees))}"
-                     f"   (kbuild tree {dkms.kbuild_root(package.name) / kernel.release}"
-                     f"{', ccache' if ccache_env() else ''})")
-    lines.append(f"verify vermagic {kernel.release}, the signature against {keys.cert} (openssl), "
-                 f"parameters {' '.join(params)}, aliases for {' '.join(manifest['devices'])}")
-    if have_dkms:
-        for entry in dkms.status(package.name, trees):
-            if entry.version != package.version and entry.kernel == kernel.release:
-                if entry.state == "installed":
-                    lines.append(f"keep {entry.name}/{entry.version}: installed for {kernel.release}")
-                else:
-                    old = dkms.Package(package.name, entry.version)
-                    lines.append(f"  {' '.join(dkms.command(dkms.remove_args(old, kernel.release), trees))}")
-    return lines
-
-
-def _planned_source(request: BuildRequest, kernel: Kernel, lines: list[str]) -> Path | None:
-    """Say where the source comes from; the tree itself when it is already at hand (to render the plan)."""
-    if request.source:
-        given = Path(request.source)
-        if given.is_dir():
-            tree = kernel_source.checked_tree(given)
-            if kernel.package_version:
-                kernel_source.require_version(tree, kernel.package_version)
-            lines.append(f"source {tree} (Linux {kernel_source.kernel_version(tree)})")
-            return tree
-        lines.append(f"source: fetch and unpack {request.source}" + (f" (sha256 {request.sha256})" if request.sha256 else ""))
-        return None
-    if not kernel.package_version:
-        lines.append("source: unknown until the headers are installed (then the distribution's linux-source)")
-        return None
-    cached = cache_dir() / "src" / kernel.package_version
-    if (cached / kernel_source.ORIGIN_FILE).is_file():
-        lines.append(f"source {cached} (cached)")
-        return cached
-    lines.append(f"source: download linux-source {kernel.package_version} and unpack {AMD_TREE} into {cached}")
-    return None

@@ -1,12 +1,13 @@
 """What a module build needs on the host (the kernel's headers, DKMS, compiler and tools), and installing
 what is missing through the distribution's package manager, after the user agreed.
 
-One small class per package manager. apt (Debian, Ubuntu) is complete; dnf and pacman have their place and
-their package names, and say they are not implemented here.
+One small class per package manager. apt (Debian, Ubuntu) is complete and tested; dnf (Fedora) and pacman
+(Arch) ask rpm -q / pacman -Q and install with dnf install / pacman -S: written, not run here.
 
 Headers Debian ships only in bookworm-backports (a 6.12 kernel on bookworm, e.g. 6.12.95+deb12-amd64) are
 installed from there: if the system's sources do not list backports yet, the plan first writes
-/etc/apt/sources.list.d/rdna1-kmgr-backports.sources (Debian's own archive and keyring; backports is
+/etc/apt/sources.list.d/rdna1-kmgr-backports.sources (the archive and keyring the system's own entry for
+the release uses; backports is
 NotAutomatic, so nothing else on the system moves to it), runs `apt-get update`, and installs the headers
 alone as `linux-headers-KREL/bookworm-backports`. Not with `-t bookworm-backports`: that raises every
 backports package to the candidate, and apt then upgrades the installed siblings built from the same source
@@ -17,6 +18,7 @@ on) exist only in backports and come from there anyway.
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +26,9 @@ from pathlib import Path
 import distro
 
 from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.source import apt_sources
+from rdna1_kmgr.source.debian_archive import PrivateArchive, run_apt
 from rdna1_kmgr.core.errors import HostError
-from rdna1_kmgr.source.debian_archive import KEYRING, SUITES, PrivateArchive, run_apt
 
 # Everything an out-of-tree kbuild run and DKMS's signing step use, besides the headers and dkms.
 BUILD_TOOLS = ("build-essential", "gcc", "make", "bc", "bison", "flex", "libelf-dev", "libssl-dev", "kmod",
@@ -74,7 +77,7 @@ class PackageManager:
         raise self._not_here(plan.missing)
 
     def _not_here(self, packages: list[str]) -> HostError:
-        return HostError(f"checking and installing prerequisites with {self.name} is not implemented here",
+        return HostError(f"checking and installing prerequisites needs {self.name}, which this system lacks",
                          f"install them yourself: {self.name} install {' '.join(packages)}")
 
 
@@ -116,9 +119,9 @@ class Apt(PackageManager):
             plan.commands.append(_apt_install([f"{headers}/{suites[0]}" if only_backports else headers]))
             return
         backports = f"{self.codename}-backports"
-        if self.distro_id == "debian" and backports in SUITES and PrivateArchive(backports).candidate(headers):
+        if self.distro_id == "debian" and PrivateArchive(backports, self.codename).candidate(headers):
             if not self.system_lists_backports(backports):
-                plan.files[BACKPORTS_SOURCES] = backports_sources(backports)
+                plan.files[BACKPORTS_SOURCES] = backports_sources(backports, self.codename)
             plan.commands.append(["apt-get", "update"])
             plan.commands.append(_apt_install([f"{headers}/{backports}"]))
             return
@@ -135,7 +138,7 @@ class Apt(PackageManager):
         table = proc.stdout.split("Version table:", 1)[-1]
         block = re.search(rf"^\s*(?:\*\*\*)?\s*{re.escape(candidate.group(1))} -?\d+\n((?:\s+-?\d+ .*\n?)*)", table, re.M)
         lines = block.group(1).splitlines() if block else []
-        # "     100 http://deb.debian.org/debian bookworm-backports/main amd64 Packages"
+        # "     100 http://<mirror>/debian bookworm-backports/main amd64 Packages"
         return [parts[2].split("/")[0] for parts in (line.split() for line in lines)
                 if len(parts) >= 3 and "://" in parts[1]]
 
@@ -156,23 +159,58 @@ class Apt(PackageManager):
                     hint="see apt's message; fix the package sources and run again")
 
 
-class Dnf(PackageManager):
-    """Fedora, RHEL and relatives (their names; the install itself is not implemented here)."""
+class _QueryAndInstall(PackageManager):
+    """A package manager asked package by package whether it is installed, and told to install the rest in one
+    command. Written from the tools' documented usage; not run on this Debian machine (see the README)."""
+
+    query: tuple[str, ...] = ()
+    install: tuple[str, ...] = ()
+
+    def missing(self, packages: list[str]) -> list[str]:
+        if runner.which(self.query[0]) is None or runner.which(self.install[0]) is None:
+            raise self._not_here(packages)
+        return [package for package in packages
+                if runner.run([*self.query, package], check=False, timeout=60).returncode != 0]
+
+    def plan(self, krel: str) -> InstallPlan:
+        missing = self.missing(self.required(krel))
+        plan = InstallPlan(self.name, missing)
+        if missing:
+            plan.commands.append([*self.install, *missing])
+        return plan
+
+    def apply(self, plan: InstallPlan) -> None:
+        _require_root(plan)
+        for command in plan.commands:
+            runner.run(command, timeout=3600, doing=f"`{' '.join(command)}`", on_line=_echo,
+                       hint=f"see {self.name}'s message; fix its repositories and run again")
+
+
+class Dnf(_QueryAndInstall):
+    """Fedora, RHEL and relatives: kernel-devel of exactly the kernel (akmods users have it already)."""
 
     name = "dnf"
+    query = ("rpm", "-q", "--quiet")
+    install = ("dnf", "install", "-y")
 
     def required(self, krel: str) -> list[str]:
         return [f"kernel-devel-{krel}", "dkms", "gcc", "make", "bc", "bison", "flex", "elfutils-libelf-devel",
                 "openssl-devel", "kmod", "openssl", "xz", "patch"]
 
 
-class Pacman(PackageManager):
-    """Arch Linux and relatives (their names; the install itself is not implemented here)."""
+class Pacman(_QueryAndInstall):
+    """Arch Linux and relatives: linux-headers is the running `linux` package's (Arch keeps one kernel)."""
 
     name = "pacman"
+    query = ("pacman", "-Q")
+    install = ("pacman", "-S", "--needed", "--noconfirm")
 
     def required(self, krel: str) -> list[str]:
         return ["linux-headers", "dkms", "base-devel", "bc", "libelf", "openssl", "kmod", "xz", "patch"]
+
+
+def _echo(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def manager_for_host(distro_id: str | None = None, like: str | None = None) -> PackageManager:
@@ -218,10 +256,18 @@ def ensure_prerequisites(krel: str, *, yes: bool = False, no_install: bool = Fal
     return plan
 
 
-def backports_sources(suite: str) -> str:
-    """A deb822 sources entry for Debian's `suite` (a backports suite), signed by the archive keyring."""
-    return (f"# Added by rdna1-kmgr to install kernel headers Debian ships only in {suite}.\n"
-            f"Types: deb\nURIs: {SUITES[suite]}\nSuites: {suite}\nComponents: main\nSigned-By: {KEYRING}\n")
+def backports_sources(suite: str, codename: str | None = None) -> str:
+    """A deb822 sources entry for `suite` (a backports suite) from the archive, keyring and trust of the
+    system's own entry for the release."""
+    entry = apt_sources.archive_for(suite, codename or distro.codename())
+    lines = [f"# Added by rdna1-kmgr to install kernel headers Debian ships only in {suite}.",
+             "Types: deb", f"URIs: {entry.uri}", f"Suites: {suite}", "Components: main"]
+    if entry.signed_by:
+        key = entry.signed_by.replace("\n\n", "\n.\n").replace("\n", "\n ")  # deb822 continuation lines
+        lines.append(f"Signed-By: {key}")
+    if entry.trusted:
+        lines.append("Trusted: yes")
+    return "\n".join(lines) + "\n"
 
 
 def _apt_install(packages: list[str]) -> list[str]:

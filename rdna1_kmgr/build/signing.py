@@ -3,6 +3,9 @@
 Conventions (what the distro's DKMS signs with when told nothing):
   Debian: /var/lib/dkms/mok.key + /var/lib/dkms/mok.pub (a DER certificate)
   Ubuntu: /var/lib/shim-signed/mok/MOK.priv + /var/lib/shim-signed/mok/MOK.der
+  Fedora: akmods' /etc/pki/akmods/private/private_key.priv + /etc/pki/akmods/certs/public_key.der (kmodgenca
+          makes them; written, not proven here)
+  Arch:   DKMS's own default, the same files as Debian's (written, not proven here)
 or a pair the user names with --key/--cert. The private key stays where it is: DKMS reads it in
 place (we pass its path), it is never copied into the DKMS tree, and a key others can read is
 refused.
@@ -35,6 +38,8 @@ class KeyPair:
 
 DEBIAN = KeyPair(Path("/var/lib/dkms/mok.key"), Path("/var/lib/dkms/mok.pub"), "debian")
 UBUNTU = KeyPair(Path("/var/lib/shim-signed/mok/MOK.priv"), Path("/var/lib/shim-signed/mok/MOK.der"), "ubuntu")
+FEDORA = KeyPair(Path("/etc/pki/akmods/private/private_key.priv"), Path("/etc/pki/akmods/certs/public_key.der"),
+                 "fedora")
 
 # What a MOK for kernel modules should say: not a CA, for signatures, and the OID that shim and the
 # kernel read as "module signing only" (the same extensions Ubuntu's update-secureboot-policy uses).
@@ -50,17 +55,21 @@ DEFAULT_SUBJECT = "rdna1-kmgr module signing key"
 def distro_convention(distro_id: str | None = None, like: str | None = None) -> KeyPair:
     distro_id = distro.id() if distro_id is None else distro_id
     like = distro.like() if like is None else like
-    if distro_id == "ubuntu" or "ubuntu" in like.split():
+    family = {distro_id, *like.split()}
+    if "ubuntu" in family:
         return UBUNTU
+    if family & {"fedora", "rhel", "centos"}:
+        return FEDORA
     return DEBIAN
 
 
-def resolve(key: str | Path | None = None, cert: str | Path | None = None) -> KeyPair:
-    """--key/--cert when given (both or neither), else the distro's convention."""
+def resolve(key: str | Path | None = None, cert: str | Path | None = None, distro_id: str | None = None,
+            like: str | None = None) -> KeyPair:
+    """--key/--cert when given (both or neither), else the convention of the distro (this one's by default)."""
     if (key is None) != (cert is None):
         raise UsageError("--key and --cert go together", "give both, or neither to use the distro's DKMS key")
     if key is None:
-        return distro_convention()
+        return distro_convention(distro_id, like)
     return KeyPair(Path(key).absolute(), Path(cert).absolute(), "given")
 
 
@@ -182,29 +191,42 @@ def enrollment(cert: Path) -> str:
     return f"unknown ({_first_line(text) or 'mokutil said nothing'})"
 
 
-def enroll_command(cert: Path) -> list[str]:
+def enroll_command(cert: Path, convention: str = "debian", root: Path = Path("/")) -> list[str]:
+    """Ubuntu enrolls its MOK with update-secureboot-policy (shim-signed), which runs mokutil --import on
+    /var/lib/shim-signed/mok/MOK.der and asks for the one-time password through debconf; everywhere else, and
+    for any other certificate, mokutil --import itself."""
+    if convention == "ubuntu" and Path(cert) == UBUNTU.cert and _program_in(root, UPDATE_SECUREBOOT_POLICY):
+        return [UPDATE_SECUREBOOT_POLICY, "--enroll-key"]
     return ["mokutil", "--import", str(cert)]
+
+
+UPDATE_SECUREBOOT_POLICY = "update-secureboot-policy"
+
+
+def _program_in(root: Path, name: str) -> bool:
+    return any((root / folder / name).is_file() for folder in ("usr/sbin", "usr/bin", "sbin", "bin"))
 
 
 REBOOT_STEPS = (
     "mokutil has queued the certificate; the firmware asks for it at the next boot:",
     "  1. reboot; a blue MOK Manager screen appears (press a key within 10 seconds),",
     "  2. choose 'Enroll MOK', then 'Continue', then 'Yes',",
-    "  3. type the password you just gave mokutil, then choose 'Reboot'.",
+    "  3. type the one-time password you just chose, then choose 'Reboot'.",
     "Afterwards `rdna1-kmgr keys status` shows the certificate as enrolled.",
 )
 
 
-def enroll(cert: Path) -> None:
-    """Queue the certificate with `mokutil --import` (it asks for a one-time password on the terminal)."""
+def enroll(cert: Path, convention: str = "debian") -> None:
+    """Queue the certificate (enroll_command: it asks for a one-time password on the terminal)."""
     if not cert.is_file():
         raise HostError(f"certificate {cert} does not exist", "run `rdna1-kmgr keys generate` first")
     if runner.which("mokutil") is None:
         raise HostError("mokutil is not installed", "install it (apt install mokutil)")
-    # On the terminal: mokutil prompts for the password twice.
-    code = runner.interactive(enroll_command(cert))
+    command = enroll_command(cert, convention)
+    # On the terminal: mokutil (or debconf, for update-secureboot-policy) prompts for the password.
+    code = runner.interactive(command)
     if code != 0:
-        raise HostError(f"mokutil --import {cert} failed (exit status {code})",
+        raise HostError(f"{' '.join(command)} failed (exit status {code})",
                         "is this an EFI system with shim? see its message above")
 
 

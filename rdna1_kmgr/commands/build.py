@@ -4,8 +4,9 @@ import sys
 
 import click
 
-from rdna1_kmgr.build.module_build import BuildRequest, default_jobs, plan, run
 from rdna1_kmgr.core import user_input
+from rdna1_kmgr.build.build_plan import plan
+from rdna1_kmgr.build.module_build import BuildRequest, default_jobs, run
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
 
@@ -32,14 +33,22 @@ def _confirm_install(plan_) -> bool:
 @click.option("--cert", metavar="FILE", help="Certificate of --key (DER or PEM).")
 @click.option("--yes", is_flag=True, help="Install missing prerequisites without asking.")
 @click.option("--no-install", is_flag=True, help="Fail, naming the missing prerequisites, instead of installing them.")
-@click.option("--dry-run", is_flag=True, help="Print the plan with its exact commands; change nothing.")
+@click.option("--debug-info", is_flag=True,
+              help="Compile with the kernel config's debug info (slower, a larger kbuild tree; for reading crash "
+                   "dumps). Default: without; the installed module is stripped either way.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan with its exact commands; change nothing (the source is fetched into the cache).")
+@click.option("--sysroot", metavar="DIR", help="With --dry-run: read the kernel and distribution facts under DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object describing the built module.")
-def build(kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_install, dry_run, as_json):
+def build(kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_install, debug_info, dry_run, sysroot,
+          as_json):
     """Build the patched amdgpu module for a kernel through DKMS, sign it and verify it."""
     if jobs is not None and jobs < 1:
         raise UsageError(f"invalid job count {jobs}", "give -j 1 or more")
     if yes and no_install:
         raise UsageError("--yes and --no-install contradict each other", "give one of them")
+    if sysroot and not dry_run:
+        raise UsageError("--sysroot is for --dry-run", "a build is for this machine's kernels: drop --sysroot")
     if sha256 and not source:
         raise UsageError("--sha256 needs --source", "give the tarball it is the hash of")
     request = BuildRequest(
@@ -53,13 +62,15 @@ def build(kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_inst
         no_install=no_install,
         key=key,
         cert=cert,
+        sysroot=sysroot,
+        debug_info=debug_info,
     )
     if dry_run:
-        steps = plan(request)
+        planned = plan(request)
         if as_json:
-            emit_json({"dry_run": True, "plan": steps})
+            emit_json({"dry_run": True, **planned})
         else:
-            click.echo("\n".join(steps))
+            click.echo("\n".join(planned["plan"]))
         return
     result = run(request, confirm=_confirm_install)
     if as_json:

@@ -5,6 +5,9 @@ from pathlib import Path
 import click
 
 from rdna1_kmgr.build import signing
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host.host_facts import detect
 
@@ -31,16 +34,22 @@ def keys():
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(key, cert, sysroot, as_json):
     """Secure Boot state, the key pair, and whether the certificate is enrolled. Changes nothing."""
-    pair = signing.resolve(key, cert)
-    facts = detect(Path(sysroot))
+    root = user_input.existing_dir(sysroot, "sysroot")
+    system = system_identity.read(root)
+    pair = signing.resolve(key, cert, system.distro_id, " ".join(system.like))
+    facts = detect(root)
+    key_file, cert_file = (pair.key, pair.cert) if key else (system.path(pair.key), system.path(pair.cert))
     state = {
         "secure_boot": {"enabled": facts.secure_boot_enabled, "state": facts.secure_boot_state},
         **pair.to_json(),
-        "key_exists": pair.key.is_file(),
-        "key_private": pair.key.is_file() and not pair.key.stat().st_mode & 0o077,
-        "cert_exists": pair.cert.is_file(),
-        "certificate": signing.certificate_info(pair.cert).to_json() if pair.cert.is_file() else None,
-        "enrollment": signing.enrollment(pair.cert) if pair.cert.is_file() else "no certificate",
+        "key_exists": key_file.is_file(),
+        "key_private": key_file.is_file() and not key_file.stat().st_mode & 0o077,
+        "cert_exists": cert_file.is_file(),
+        "certificate": signing.certificate_info(cert_file).to_json() if cert_file.is_file() else None,
+        # mokutil asks this machine's firmware: only meaningful for the running system.
+        "enrollment": ("no certificate" if not cert_file.is_file() else signing.enrollment(cert_file)
+                       if system.on_host else "not asked (sysroot)"),
+        "enroll_command": signing.enroll_command(pair.cert, pair.convention, root),
     }
     if as_json:
         emit_json(state)
@@ -80,12 +89,19 @@ def generate(key, cert, force, dry_run):
 
 @keys.command()
 @click.option("--cert", metavar="FILE", help="Certificate to enroll (default: the distro's DKMS certificate).")
+@click.option("--sysroot", default="/", show_default=True, metavar="DIR",
+              help="The system whose convention applies (with --dry-run).")
 @click.option("--dry-run", is_flag=True, help="Print the command; change nothing.")
-def enroll(cert, dry_run):
+def enroll(cert, sysroot, dry_run):
     """Queue the certificate for enrollment as a Machine Owner Key (finished at the next boot)."""
-    path = Path(cert).absolute() if cert else signing.distro_convention().cert
+    root = user_input.existing_dir(sysroot, "sysroot")
+    system = system_identity.read(root)
+    if not system.on_host and not dry_run:
+        raise UsageError("--sysroot is for --dry-run: enrolling asks this machine's firmware", "add --dry-run")
+    convention = signing.distro_convention(system.distro_id, " ".join(system.like))
+    path = Path(cert).absolute() if cert else convention.cert
     if dry_run:
-        click.echo(" ".join(signing.enroll_command(path)))
+        click.echo(" ".join(signing.enroll_command(path, convention.convention, root)))
         click.echo("\n".join(signing.REBOOT_STEPS))
         return
     already = signing.enrollment(path) if path.is_file() else None
@@ -93,5 +109,5 @@ def enroll(cert, dry_run):
         click.echo(f"{path} is already {already}; nothing to do")
         return
     click.echo("mokutil asks for a one-time password now; you type it again at the next boot.")
-    signing.enroll(path)
+    signing.enroll(path, convention.convention)
     click.echo("\n".join(signing.REBOOT_STEPS))

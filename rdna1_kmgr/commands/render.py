@@ -30,25 +30,29 @@ def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, .
     click.echo(f"Linux {manifest['kernel_version']}: {len(manifest['series'])} patches in {Path(out).resolve()}")
     for name in manifest["series"]:
         click.echo(f"  {name}")
-    variants = ", ".join(f"{q['id']} ({q['variant']})" for q in manifest["quirks"])
-    click.echo(f"quirks: {variants}; devices: {' '.join(manifest['devices'])}; "
-               f"self-test cases: {manifest['selftest_cases']}")
+    click.echo(f"devices: {' '.join(manifest['devices'])}; self-test cases: {manifest['selftest_cases']}")
+    for q in manifest["quirks"]:
+        click.echo(f"quirk {q['id']}: variant {q['variant']}, because this tree's")
+        for fact in q["facts"]:
+            click.echo(f"    {fact}")
     click.echo(f"apply with: for p in $(cat {out}/series); do patch -p1 -d {src} < {out}/$p; done")
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
 def quirks(as_json: bool):
-    """List the quirks in the catalog and the kernels each variant covers."""
+    """List the quirks in the catalog, each variant with the facts of the source that choose it."""
     found = sorted(quirk_catalog.load_quirks().values(), key=lambda q: q.bit)
     if as_json:
         emit_json([
             dict(id=q.id, bit=q.bit, mask=format_id(1 << q.bit), summary=q.summary,
-                 variants=[dict(id=v.id, kernels=str(v.kernels)) for v in q.variants])
+                 variants=[dict(id=v.id, kernels=v.kernels, facts=[str(f) for f in v.facts]) for v in q.variants])
             for q in found
         ])
         return
     for q in found:
         click.echo(f"{q.id} (rdna1_quirks bit {q.bit}): {q.summary}")
         for v in q.variants:
-            click.echo(f"    {v.id:<18} Linux {v.kernels}")
+            click.echo(f"    {v.id} (first seen in Linux {v.kernels}) when:")
+            for fact in v.facts:
+                click.echo(f"        {fact}")

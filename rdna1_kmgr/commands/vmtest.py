@@ -11,7 +11,7 @@ from rdna1_kmgr.commands.passthrough import passthrough_options, run_gpu
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, UsageError
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.vm import engine
+from rdna1_kmgr.vm import engine, experiment, experiment_board
 
 
 @click.command("vm-test")
@@ -30,10 +30,14 @@ from rdna1_kmgr.vm import engine
               help="Hard limit in seconds for the guest run; QEMU is killed after it.")
 @click.option("--workload", type=click.Choice(["smoke", "conv2d"]), default="smoke", show_default=True,
               help="conv2d needs a passed-through GPU and torch in the guest.")
+@click.option("--matrix", is_flag=True,
+              help="With --gpu: the experiment, quirk mask x user-space profile, conv2d against the CPU per cell.")
+@click.option("--cell-timeout", type=float, default=600, show_default=True, metavar="S",
+              help="With --matrix: limit for one cell's workload; a cell over it is a hang.")
 @click.option("--yes", is_flag=True, help="Download the kernel's image package into the cache when it is missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict record as JSON.")
 @passthrough_options
-def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workload, yes, as_json,
+def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workload, matrix, cell_timeout, yes, as_json,
            plumbing_only, restore, accept_reset_risk, force):
     """Boot the kernel in QEMU (virtme-ng), load the module there, and record the verdict."""
     if timeout <= 0:
@@ -42,6 +46,11 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
         raise UsageError("--emulated and --gpu exclude each other", "give one of them")
     if manifest and not module_path:
         raise UsageError("--manifest goes with --module", "without --module the build's own manifest is used")
+    if matrix and (not gpu or plumbing_only or restore):
+        raise UsageError("--matrix runs on the board", "give --gpu auto (or the board's address), without "
+                         "--plumbing-only or --restore")
+    if cell_timeout <= 0:
+        raise UsageError(f"invalid --cell-timeout {cell_timeout:g}", "give a number of seconds > 0")
     if passthrough_dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, accel, timeout, yes,
                             as_json):
         return
@@ -57,6 +66,9 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
                 click.echo(f"rdna1-kmgr: the running kernel {os.uname().release} is not the distribution's; "
                            f"testing the build for {release} (give --kernel to choose)", err=True)
         built = built_module.for_kernel(release)
+    if matrix:
+        return experiment_report(experiment_board.run(gpu, built, release, accel, cell_timeout, yes, force,
+                                                      accept_reset_risk), as_json)
     if gpu:
         record = run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, workload)
     else:
@@ -72,3 +84,16 @@ def vmtest(kernel, module_path, manifest, emulated, gpu, accel, timeout, workloa
     if not record.passed:
         raise BuildError(f"vm-test failed: {record.reason}", f"record {record.record}")
 
+
+
+def experiment_report(done: dict, as_json: bool) -> None:
+    """The experiment's table and recommendation; exit 5 when no cell passed."""
+    results, best = done["results"], done["best"]
+    if as_json:
+        emit_json({"record": done["record"], "cells": [r.to_json() for r in results],
+                   "recommended": best.to_json() if best else None})
+    else:
+        click.echo("\n".join(experiment.table(results) + [""] + experiment.recommendation_lines(best)
+                              + [f"record {done['record']}"]))
+    if best is None:
+        raise BuildError("the experiment found no passing cell", f"see the table and the record {done['record']}")

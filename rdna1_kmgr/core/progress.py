@@ -107,6 +107,7 @@ class Progress:
             self._report()
 
     def finish(self, outcome: str = "done") -> None:
+        """The last line; "done" shows N/N, whatever the estimated total was."""
         with self._lock:
             self._finish(outcome)
 
@@ -114,6 +115,9 @@ class Progress:
         if self._finished:
             return
         self._finished = True
+        if outcome == "done" and self.total:
+            # The total was an estimate from the tree (an upper bound); done, the count is what it was.
+            self.total = self.done
         text = f"{self.label}: {outcome}, {self._count()} in {_clock(self.elapsed)}"
         if self.live:
             self.stream.write("\r\033[K" + text + "\n")

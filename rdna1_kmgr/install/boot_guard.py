@@ -262,16 +262,16 @@ def describe(root: TargetRoot) -> dict:
 def message(boot: str | None, state: str | None) -> str:
     if boot == "fallback" and state == "trying":
         return ("rdna1-kmgr: the last trial boot with the RDNA1 amdgpu quirks did not confirm, so this boot runs "
-                "amdgpu with rdna1_quirks=0 (stock behaviour). `sudo rdna1-kmgr retry` tries once more at the "
-                "next boot; `sudo rdna1-kmgr rollback` removes the patched driver.")
+                "amdgpu with rdna1_quirks=0 (stock behaviour). `rdna1-kmgr retry` tries once more at the "
+                "next boot; `rdna1-kmgr rollback` removes the patched driver.")
     if boot == "fallback":
         return ("rdna1-kmgr: this boot runs amdgpu with rdna1_quirks=0 (stock behaviour). "
-                "`sudo rdna1-kmgr retry` makes the next boot a trial with the quirks on.")
+                "`rdna1-kmgr retry` makes the next boot a trial with the quirks on.")
     if boot == "trial" and state == "confirmed":
         return "rdna1-kmgr: this trial boot is confirmed: later boots run the RDNA1 amdgpu quirks on."
     if boot == "trial":
         return ("rdna1-kmgr: this is a trial boot with the RDNA1 amdgpu quirks on; it confirms itself once "
-                "it has been up a while, or run `sudo rdna1-kmgr confirm`. If it does not, the next boot "
+                "it has been up a while, or run `rdna1-kmgr confirm`. If it does not, the next boot "
                 "runs them off.")
     if boot == "confirmed":
         return "rdna1-kmgr: the RDNA1 amdgpu quirks are on (confirmed)."

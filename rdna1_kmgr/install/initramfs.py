@@ -1,8 +1,11 @@
 """The distribution's initramfs tool: regenerate one kernel's image, list it, and read a module out of it.
 
-initramfs-tools (Debian, Ubuntu) is implemented. dracut (Fedora, openSUSE) and mkinitcpio (Arch) have their
-place here with the commands they would run; they are refused before anything changes until someone
-implements and tests them.
+initramfs-tools (Debian, Ubuntu) and dracut (Fedora, openSUSE, and Debian's own dracut package) are
+implemented. mkinitcpio (Arch) has its place here with the commands it would run; it is refused before
+anything changes until someone implements and tests it.
+
+On a target root other than / (tests), a tool installed inside that root is preferred and run inside it
+with chroot: its own configuration, modules and helpers, the way that system would run it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.install.target_root import TargetRoot
 
 _MODULE_SUFFIX = r"\.ko(?:\.xz|\.zst|\.gz)?"
+_LSINITRD_LINE = re.compile(r"^[-dlcbps][rwxsStT-]{9}\s+\d+\s+\S+\s+\S+\s+(?:\d+,\s*)?\d+\s+\w{3}\s+\d+\s+[\d:]+\s+(.+)$")
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,14 @@ class InitramfsTool:
     def extract(self, image: Path, dest: Path) -> None:
         raise NotImplementedError
 
+    def scratch_parent(self) -> Path | None:
+        """Where to unpack an image (None: the system's temporary folder)."""
+        return None
+
     def require_supported(self) -> None:
         if not self.supported:
             raise HostError(f"the initramfs tool {self.name} is not supported yet",
-                            "rdna1-kmgr install knows initramfs-tools (Debian, Ubuntu) only")
+                            "rdna1-kmgr install knows initramfs-tools (Debian, Ubuntu) and dracut only")
 
     def carried_module(self, kernel: str, module: str) -> CarriedModule | None:
         """Which `module` the kernel's image would load (None when it carries none).
@@ -74,7 +82,7 @@ class InitramfsTool:
         entries = [e for e in self.list_files(image) if pattern.search(e)]
         if not entries:
             return None
-        with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-initramfs-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-initramfs-", dir=self.scratch_parent()) as tmp:
             self.extract(image, Path(tmp))
             # unmkinitramfs puts an early (microcode) archive in early/ and the main one in main/.
             roots = [r for r in (Path(tmp) / "main", Path(tmp)) if (r / "lib/modules" / kernel).is_dir()
@@ -116,15 +124,54 @@ class InitramfsTools(InitramfsTool):
 
 
 class Dracut(InitramfsTool):
-    """Fedora's and openSUSE's dracut: `dracut --force <image> <kernel>`, listed with `lsinitrd`. Not yet."""
+    """dracut: `dracut --force --kver KREL <image>`, listed and unpacked with its lsinitrd.
+
+    Fedora's default, and packaged by Debian. Proven here with Debian's dracut in a debootstrapped root (run
+    inside it with chroot); on a Fedora host the same commands run directly (not run here)."""
 
     name = "dracut"
+    supported = True
 
     def image(self, kernel: str) -> Path:
         return self.root.boot_dir / f"initramfs-{kernel}.img"
 
     def regenerate_command(self, kernel: str) -> list[str]:
-        return ["dracut", "--force", str(self.image(kernel)), kernel]
+        return self._inside(["dracut", "--force", "--kver", kernel, self._own(self.image(kernel))])
+
+    def regenerate(self, kernel: str) -> None:
+        self.require_supported()
+        # dracut prints its progress on stderr and its failures there too; a cold image takes a minute.
+        runner.run(self.regenerate_command(kernel), timeout=1800, doing=f"dracut for {kernel}",
+                   hint="see dracut's message; `dracut --force --kver KREL` by hand shows all of it")
+
+    def list_files(self, image: Path) -> list[str]:
+        out = runner.run(self._inside(["lsinitrd", self._own(image)]), doing=f"lsinitrd {image}").stdout
+        # `ls -l` lines after a header: mode, links, owner, group, size (devices: major, minor), date, path.
+        return [match.group(1).split(" -> ", 1)[0] for match in map(_LSINITRD_LINE.match, out.splitlines()) if match]
+
+    def extract(self, image: Path, dest: Path) -> None:
+        command = ["lsinitrd", "--unpack", self._own(image)]
+        if self.root.is_system:
+            runner.run(command, cwd=dest, doing=f"lsinitrd --unpack {image}")
+        else:
+            runner.run(self._inside(["env", "-C", self._own(dest), *command]), doing=f"lsinitrd --unpack {image}")
+
+    def scratch_parent(self) -> Path | None:
+        if self.root.is_system:
+            return None
+        scratch = self.root.path / "tmp"  # unpacked inside the root, where its lsinitrd can write
+        scratch.mkdir(exist_ok=True)
+        return scratch
+
+    def _inside(self, argv: list[str]) -> list[str]:
+        return argv if self.root.is_system or not _installed_in(self.root, argv[0]) else \
+            ["chroot", str(self.root.path), *argv]
+
+    def _own(self, path: Path) -> str:
+        """A path as the tool sees it: inside the root when it runs there."""
+        if self.root.is_system or not _installed_in(self.root, "dracut"):
+            return str(path)
+        return "/" + str(Path(path).relative_to(self.root.path))
 
 
 class Mkinitcpio(InitramfsTool):
@@ -139,11 +186,17 @@ class Mkinitcpio(InitramfsTool):
         return ["mkinitcpio", "-k", kernel, "-g", str(self.image(kernel))]
 
 
+def _installed_in(root: TargetRoot, program: str) -> bool:
+    return any((root.path / folder / program).is_file() for folder in ("usr/sbin", "usr/bin", "sbin", "bin"))
+
+
 # In the order they are looked for: a Debian system with dracut installed instead uses dracut.
 _TOOLS = (("update-initramfs", InitramfsTools), ("dracut", Dracut), ("mkinitcpio", Mkinitcpio))
 
 
 def detect(root: TargetRoot) -> InitramfsTool:
+    if not root.is_system and _installed_in(root, "dracut"):  # a root with dracut of its own runs it (chroot)
+        return Dracut(root)
     for program, tool in _TOOLS:
         if shutil.which(program):
             return tool(root)

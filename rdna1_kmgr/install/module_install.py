@@ -22,6 +22,7 @@ for `rdna1-kmgr rollback`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -90,6 +91,21 @@ def module_parameters(manifest: dict | None) -> dict[str, str]:
     return {"rdna1_quirks": f"0x{mask:x}"} if isinstance(mask, int) else {}
 
 
+def with_quirks(candidate: Candidate, mask: int | None) -> Candidate:
+    """The candidate with rdna1_quirks=mask in modprobe.d; the mask may only hold quirks the build carries."""
+    if mask is None:
+        return candidate
+    built = candidate.parameters.get("rdna1_quirks")
+    if built is None:
+        raise UsageError("--quirks needs a build with the rdna1_quirks parameter",
+                         "this build's manifest names no quirks; rebuild it")
+    extra = mask & ~int(built, 16)
+    if mask < 0 or extra:
+        raise UsageError(f"--quirks 0x{mask:x} has bits the build lacks (0x{extra:x}); it carries {built}",
+                         "give a mask within the build's quirks (see `rdna1-kmgr quirks`)")
+    return dataclasses.replace(candidate, parameters={**candidate.parameters, "rdna1_quirks": f"0x{mask:x}"})
+
+
 def find_candidate(kernel: str, trees: dkms.Trees) -> Candidate:
     """The rdna1-amdgpu module `build` made for `kernel` (the newest when there are several)."""
     try:
@@ -149,7 +165,7 @@ def check_gate(candidate: Candidate, cert: Path, skip_vm_check: bool, root: Targ
             raise InstallRefused(
                 f"Secure Boot is on and the signing certificate {cert} is {enrolled}: the firmware would "
                 "refuse the module",
-                f"run `sudo rdna1-kmgr keys enroll --cert {cert}`, choose a one-time password, reboot, pick "
+                f"run `rdna1-kmgr keys enroll --cert {cert}` as root, choose a one-time password, reboot, pick "
                 "'Enroll MOK' in the blue MOK Manager screen and type that password, then install again; "
                 "nothing was changed")
     return Gate(cert, signer, vm_check, facts.secure_boot_state)
@@ -184,10 +200,12 @@ def _vm_check(candidate: Candidate, skip: bool) -> dict:
 
 
 def check_kernel_installed(kernel: str, root: TargetRoot) -> None:
+    """Its modules, or its headers at least (a newcomer's distro kernel: the module waits for its image)."""
     modules = root.modules_dir(kernel)
-    if not (modules / "kernel").is_dir() and not (modules / "modules.order").is_file():
-        raise InstallRefused(f"kernel {kernel} is not installed here ({modules} holds no kernel modules)",
-                             f"install its image package (linux-image-{kernel}) first; nothing was changed")
+    if not any(p.exists() for p in (modules / "kernel", modules / "modules.order", modules / "build")):
+        raise InstallRefused(f"kernel {kernel} is not installed here ({modules} holds neither its modules nor "
+                             "its headers)", f"build for it first (`rdna1-kmgr build --kernel {kernel}`), or install "
+                             f"its image package (linux-image-{kernel}); nothing was changed")
 
 
 def check_no_foreign_module(candidate: Candidate, root: TargetRoot, trees: dkms.Trees) -> None:
@@ -288,6 +306,11 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
 
     conf = root.modprobe_dir / MODPROBE_CONF
     image = tool.image(kernel)
+    # Headers only, no kernel to boot: its image package's postinst makes the initramfs, with this module.
+    initramfs_step = Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel),
+                          _parents_to_create(image.parent), lambda: tool.regenerate(kernel)) \
+        if root.kernel_image_installed(kernel) else Step("initramfs", None, [], [], lambda: None, text=[
+            f"    skipped: {root.boot_dir}/vmlinuz-{kernel} is not installed; its package makes the initramfs"])
     steps = [
         Step("dkms-install", dkms_install, [target], _parents_to_create(target.parent), run_dkms_install,
              undo={"kind": "dkms-uninstall", "package": candidate.package.name,
@@ -298,8 +321,7 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
         Step("modprobe-conf", None, [conf], _parents_to_create(conf.parent),
              lambda: write_durably(conf, conf_text(candidate, guard).encode()),
              text=[f"    {line}" for line in conf_text(candidate, guard).splitlines() if not line.startswith("#")]),
-        Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel), _parents_to_create(image.parent),
-             lambda: tool.regenerate(kernel)),
+        initramfs_step,
     ]
     if guard is not None:
         steps.append(guard_step(root, guard))
@@ -384,6 +406,7 @@ class InstallRequest:
     skip_vm_check: bool = False
     cert: str | None = None
     dry_run: bool = False
+    quirks: int | None = None  # rdna1_quirks to write instead of all the build's quirks (the experiment's pick)
     confirm_after: int = boot_guard.CONFIRM_AFTER  # seconds a trial boot must be up before it confirms itself
     confirm_target: str | None = None  # the systemd target it must reach (default: the machine's default target)
 
@@ -398,7 +421,8 @@ def _existing(journal: Journal, candidate: Candidate | None) -> str:
             f"an earlier {state.begin['operation'] if state.begin else 'run'} for {journal.kernel} did not "
             f"finish ({state.description})",
             f"run `rdna1-kmgr rollback --kernel {journal.kernel}` first; nothing was changed")
-    if candidate is not None and state.begin.get("module_sha256") == candidate.sha256:
+    if (candidate is not None and state.begin.get("module_sha256") == candidate.sha256
+            and state.begin.get("parameters", candidate.parameters) == candidate.parameters):
         return "same"
     return "replace"
 
@@ -414,7 +438,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     elif request.kernel is not None:
         kernel = user_input.kernel_release(request.kernel)
     else:
-        resolved = resolve_kernel(None)
+        resolved = resolve_kernel(None, "planning an install" if request.dry_run else "installing")
         if resolved.note:
             stream.write(f"rdna1-kmgr: {resolved.note}\n")
         kernel = resolved.release
@@ -422,7 +446,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     journal = Journal(kernel)
     journal.state()  # a corrupted journal is refused before anything else
     check_writable()
-    candidate = candidate or find_candidate(kernel, trees)
+    candidate = with_quirks(candidate or find_candidate(kernel, trees), request.quirks)
     cert = Path(request.cert).absolute() if request.cert else signing.distro_convention().cert
     existing = _existing(journal, candidate)
     tool = initramfs.detect(root)
@@ -434,9 +458,11 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     check_kernel_installed(kernel, root)
     gate = check_gate(candidate, cert, request.skip_vm_check, root)
     replacing = []
+    # The same build with other parameters (install --quirks) keeps its DKMS package through the undo.
+    same_build = existing == "replace" and (journal.state().begin or {}).get("version") == candidate.package.version
     if existing == "replace":
         replacing = ["first undo the install now in place:"] + [
-            f"  {line}" for line in rollback.plan_for(journal, keep_build=False)]
+            f"  {line}" for line in rollback.plan_for(journal, keep_build=same_build)]
     else:
         check_no_foreign_module(candidate, root, trees)
     tool.require_supported()
@@ -461,7 +487,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
             raise JournalError(f"the journal of {kernel} changed while this run was getting ready",
                                "run the command again; nothing was changed")
         if existing == "replace":
-            for line in rollback.replay(journal, keep_build=False, reason=f"replaced by {candidate.package.ref}"):
+            for line in rollback.replay(journal, keep_build=same_build, reason=f"replaced by {candidate.package.ref}"):
                 stream.write(f"rdna1-kmgr: {line}\n")
         journal.begin("install", kernel=kernel, package=candidate.package.name, version=candidate.package.version,
                       module=str(candidate.module), module_sha256=candidate.sha256, vm_check=gate.vm_check,
@@ -533,15 +559,15 @@ def next_boot_text(candidate: Candidate, verified: dict, root: TargetRoot,
     if guard is not None:
         lines += [
             f"That boot is a trial: it confirms itself once {guard.target} is reached and it has been up "
-            f"{guard.confirm_after} s (or run `sudo rdna1-kmgr confirm`).",
+            f"{guard.confirm_after} s (or run `rdna1-kmgr confirm`).",
             "If it never confirms (a hang, a freeze, the power button), the boots after it run amdgpu with "
             f"{ESCAPE_PARAMETER} by themselves (GRUB decides before the kernel runs) and say so at login; "
-            f"`sudo rdna1-kmgr retry` tries once more, `sudo rdna1-kmgr rollback --kernel {kernel}` removes it.",
+            f"`rdna1-kmgr retry` tries once more, `rdna1-kmgr rollback --kernel {kernel}` removes it.",
         ]
     else:
         lines.append(f"If that boot goes wrong: at the boot menu press `e`, add {ESCAPE_PARAMETER} to the line "
                      "starting with `linux` (stock amdgpu behaviour for that boot), boot with Ctrl-X or F10, then "
-                     f"run `sudo rdna1-kmgr rollback --kernel {kernel}`.")
+                     f"run `rdna1-kmgr rollback --kernel {kernel}`.")
     if kernel == os.uname().release and (root.sys_module / candidate.module_name).is_dir():
         lines.append(f"The running kernel keeps the {candidate.module_name} it loaded at boot until you reboot.")
     return lines

@@ -8,7 +8,7 @@ looks at the current state first, so a rollback killed anywhere, or an install k
 step), is finished by running rollback again.
 
 Then: the install's DKMS package is removed for that kernel (its source too when no other kernel uses it)
-unless --keep-build; when the module index was touched, depmod runs once more (the result equals the
+unless --keep-build; when the module index was touched (and existed before), depmod runs once more (the result equals the
 restored index, unless other modules were added meanwhile, which a plain restore would hide); `rolled-back`
 is recorded and the journal moves to history/.
 """
@@ -32,6 +32,7 @@ from rdna1_kmgr.install.journal import (
     refuse_if_busy,
     remove_created_dirs,
 )
+from rdna1_kmgr.install.profile_journal import ProfileJournal
 
 
 def _undo_lines(step, keep_build: bool) -> list[str]:
@@ -63,10 +64,13 @@ def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:
 
 
 def _final_depmod(state: State) -> list[str] | None:
-    """The depmod of the install, when the module index may have been touched."""
+    """The depmod of the install, when the module index may have been touched and there was one before: a
+    kernel whose image is not installed had no index (modules.dep absent), and restoring leaves none."""
     for step in state.steps:
         if step.step == "depmod" and step.intent.get("command"):
-            return step.intent["command"]
+            had_index = any(Path(b["path"]).name == "modules.dep" and (b.get("backup") or "symlink" in b)
+                            for b in step.intent.get("backups", []))
+            return step.intent["command"] if had_index else None
     return None
 
 
@@ -74,8 +78,11 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
     """The exact rollback of one kernel's journal, in order (changes nothing)."""
     state = journal.state()
     begin = state.begin or {}
-    lines = [f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
-             f"{state.description} (journal {journal.path})"]
+    if isinstance(journal, ProfileJournal):
+        lines = [f"user-space profile {begin.get('profile', '?')}: {state.description} (journal {journal.path})"]
+    else:
+        lines = [f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
+                 f"{state.description} (journal {journal.path})"]
     for step in reversed(state.steps):
         if not step.undone:
             lines += [f"  {line}" for line in _undo_lines(step, keep_build)]
@@ -165,7 +172,8 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     if kernel is not None:
         journal = Journal(user_input.kernel_release(kernel))
         return [journal] if journal.exists() else []
-    return [Journal(k) for k in Journal.kernels()]
+    profile = ProfileJournal()
+    return [Journal(k) for k in Journal.kernels()] + ([profile] if profile.exists() else [])
 
 
 def run(kernel: str | None, keep_build: bool = False, dry_run: bool = False,

@@ -3,7 +3,8 @@
 A kernel is listed when it has a journal, a DKMS entry of rdna1-amdgpu, or is the running one. For each:
 the DKMS package versions and their states; the amdgpu that `modinfo -k KREL -n amdgpu` resolves to, its
 sha256 and whether it is ours; its signature (checked with openssl against the certificate) and the
-certificate's enrollment; its VM verdict; the parameters configured in modprobe.d, given on the kernel
+certificate's enrollment; the VM verdict of the module each DKMS build left and of the installed one (pass or
+fail, when, in which mode, what was checked); the parameters configured in modprobe.d, given on the kernel
 command line and in effect in the loaded module; and, for the running kernel, whether this module is loaded.
 """
 
@@ -22,6 +23,7 @@ from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.install import user_profile
 from rdna1_kmgr.vm import verdict
 
 MODULE = "amdgpu"
@@ -112,7 +114,23 @@ def _verdict(sha256: str) -> dict | None:
     if record is None:
         return None
     return {"verdict": record.verdict, "mode": record.mode, "kernel": record.kernel, "reason": record.reason,
-            "record": str(verdict.record_path(sha256))}
+            "record": str(verdict.record_path(sha256)), "when": record.started, "accel": record.accel,
+            "checked": [c.name for c in record.checks], "failed": [c.name for c in record.checks if not c.ok]}
+
+
+def _builds(entries: list, kernel: str, trees: dkms.Trees) -> list[dict]:
+    """The module each DKMS build of this kernel left, with its verdict (the one `install` will ask for)."""
+    builds = []
+    for entry in entries:
+        if entry.kernel != kernel or entry.state not in ("built", "installed"):
+            continue
+        try:
+            module = dkms.built_module(dkms.Package(entry.name, entry.version), kernel, trees)
+        except BuildError:
+            continue
+        digest = sha256_file(module)
+        builds.append({"version": entry.version, "module": str(module), "sha256": digest, "verdict": _verdict(digest)})
+    return builds
 
 
 def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, dkms_entries: list) -> dict:
@@ -149,6 +167,7 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
         "running": running,
         "dkms": [{"package": e.name, "version": e.version, "state": e.state} for e in dkms_entries
                  if e.kernel == kernel],
+        "built": _builds(dkms_entries, kernel, trees),
         "journal": journal_info,
         "module": module,
         "parameters": params,
@@ -172,6 +191,7 @@ def run(cert: str | None = None) -> dict:
         "certificate": {"path": str(cert_path), "enrollment": enrollment},
         "kernels": [kernel_status(k, root, trees, cert_path, entries) for k in sorted(kernels)],
         "boot_guard": boot_guard.describe(root),
+        "profile": user_profile.status(),
     }
 
 
@@ -190,6 +210,10 @@ def text_lines(result: dict) -> list[str]:
         lines.append(f"kernel {k['kernel']}" + ("  (running)" if k["running"] else ""))
         for entry in k["dkms"]:
             lines.append(f"  package     {entry['package']}/{entry['version']}: {entry['state']}")
+            for built in k.get("built", ()):
+                if built["version"] == entry["version"]:
+                    lines.append(f"  built       {built['module']}")
+                    lines.append("  verdict     " + verdict_text(built["verdict"]))
         if not k["dkms"]:
             lines.append("  package     no rdna1-amdgpu build")
         j = k["journal"]
@@ -210,8 +234,7 @@ def text_lines(result: dict) -> list[str]:
                 s = m["signature"]
                 state = {True: "valid", False: "INVALID", None: "not checked"}[s["valid"]]
                 lines.append(f"  signature   {state}, signer {s['signer']!r} ({s['detail']})")
-                v = m["verdict"]
-                lines.append("  verdict     " + (f"{v['verdict']} ({v.get('mode')}) {v.get('record', '')}" if v else "none"))
+                lines.append("  verdict     " + verdict_text(m["verdict"]))
         p = k["parameters"]
         for entry in p["modprobe.d"]:
             opts = " ".join(f"{a}={b}" for a, b in entry["options"].items())
@@ -228,4 +251,28 @@ def text_lines(result: dict) -> list[str]:
                 which = {True: "this module", False: "another amdgpu (not the one installed)", None: "unknown"}
                 lines.append(f"  loaded      {which[loaded['is_this_module']]}; parameters "
                              + (" ".join(f"{a}={b}" for a, b in (p.get("loaded") or {}).items()) or "no rdna1_* ones"))
+    lines += profile_lines(result.get("profile"))
     return lines
+
+
+def profile_lines(profile: dict | None) -> list[str]:
+    """The user-space profile section (`rdna1-kmgr profile install`)."""
+    if not profile:
+        return []
+    if profile["installed"] is None:
+        return ["", "profile       none installed (`rdna1-kmgr profile list`)"]
+    files = " ".join(f"{path} ({name or 'absent'})" for path, name in profile["files"].items())
+    return ["", f"profile       {profile['installed']}: {profile['state']} since {profile.get('since')}",
+            f"              {files}"]
+
+
+def verdict_text(v: dict | None) -> str:
+    """pass (emulated, tcg) 2026-11-23T11:52:01+00:00: vermagic load ... (record ...), or why there is none."""
+    if v is None:
+        return "none: run `rdna1-kmgr vm-test`"
+    if v["verdict"] == "unreadable":
+        return f"unreadable: {v['detail']}"
+    how = ", ".join(x for x in (v.get("mode"), v.get("accel")) if x)
+    checked = " ".join(v.get("checked") or [])
+    failed = f"; FAILED {' '.join(v['failed'])}: {v['reason']}" if v.get("failed") else ""
+    return f"{v['verdict']} ({how}) {v.get('when') or ''}: checked {checked}{failed} (record {v['record']})"

@@ -41,6 +41,10 @@ class TargetRoot:
     def modules_dir(self, kernel: str) -> Path:
         return self.path / "lib/modules" / kernel
 
+    def kernel_image_installed(self, kernel: str) -> bool:
+        """The kernel itself installed (its image in /boot), not only its headers."""
+        return (self.boot_dir / f"vmlinuz-{kernel}").is_file()
+
     @property
     def modprobe_dir(self) -> Path:
         return self.path / "etc/modprobe.d"

@@ -2,7 +2,13 @@
 
 OUT/series                  patch names in the order `patch -p1` applies them from the source root
 OUT/NNNN-<name>.patch       a header saying what the patch changes and why, then unified diffs
-OUT/manifest.json           kernel version, quirks and variants, devices, sha256 of every patch
+OUT/manifest.json           kernel version, quirks with their variants and the facts that chose them,
+                            devices, the kernel-header macros `build` must confirm, sha256 of every patch
+
+Each quirk's variant is the one whose facts hold on this very tree (source_facts.py); the version number
+is only reported. Files are read and patched as bytes (decoded with surrogateescape, no newline
+translation): CRLF, tabs, trailing spaces and a missing final newline survive, added lines take the
+file's own line ending, and the diffs apply with `patch -p1` and `git apply` alike.
 
 Deterministic: the same source and options give the same bytes. Nothing is written unless the whole
 series renders; OUT is then replaced in one rename.
@@ -22,7 +28,7 @@ import jinja2
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, RDNA1_IDS, format_id
-from rdna1_kmgr.render import quirk_catalog
+from rdna1_kmgr.render import name_check, quirk_catalog
 from rdna1_kmgr.source import c_anchors
 from rdna1_kmgr.source.kernel_source import kernel_version
 
@@ -36,8 +42,12 @@ class Patch:
     text: str
 
     @property
+    def data(self) -> bytes:
+        return self.text.encode(errors="surrogateescape")
+
+    @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
+        return hashlib.sha256(self.data).hexdigest()
 
 
 class SourceTree:
@@ -48,13 +58,20 @@ class SourceTree:
         self.original: dict[str, str | None] = {}
         self.current: dict[str, str] = {}
 
-    def text(self, rel: str) -> str:
+    def read(self, rel: str) -> str | None:
+        """The file's text as the series has changed it so far, or None if the tree has no such file."""
         if rel not in self.current:
             path = self.root / rel
             if not path.is_file():
-                raise SourceError(f"{rel}: file not found in {self.root}", "is this a kernel source with drivers/gpu/drm/amd?")
-            self.original[rel] = self.current[rel] = path.read_text(errors="surrogateescape")
+                return None
+            self.original[rel] = self.current[rel] = path.read_bytes().decode(errors="surrogateescape")
         return self.current[rel]
+
+    def text(self, rel: str) -> str:
+        text = self.read(rel)
+        if text is None:
+            raise SourceError(f"{rel}: file not found in {self.root}", "is this a kernel source with drivers/gpu/drm/amd?")
+        return text
 
     def write(self, rel: str, text: str) -> None:
         if rel not in self.current:
@@ -86,8 +103,16 @@ def _place(text: str, rel: str, edit: quirk_catalog.Edit) -> tuple[int, int]:
     return span.start, span.end
 
 
-def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> None:
+def _line_ending(text: str) -> str:
+    """The file's line ending, as its first line has it."""
+    first = text.find("\n")
+    return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+
+
+def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> name_check.Added:
+    """Apply one edit; what it added, for the name check."""
     text = tree.text(edit.file)
+    newline = _line_ending(text)
     try:
         start, end = _place(text, edit.file, edit)
     except c_anchors.AnchorNotFound as err:
@@ -95,14 +120,24 @@ def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> None:
             f"cannot render: {err.path}: {err.what}",
             "this kernel's driver differs from what the quirk templates know; report it with the kernel version",
         ) from None
-    text = text[:start] + code + text[end:]
-    if edit.file.endswith(".c") and INCLUDE_LINE not in text:
+    inside = None
+    if edit.function and (edit.statement or edit.at == "end"):
+        whole = c_anchors.definition(text, edit.file, edit.function)
+        inside = text[whole.start:whole.end]
+    if start == len(text) and text and not text.endswith("\n") and code.endswith("\n"):
+        code = "\n" + code[:-1]  # after a last line without newline: the file still ends without one
+    text = text[:start] + code.replace("\n", newline) + text[end:]
+    include = INCLUDE_LINE.replace("\n", newline)
+    if edit.file.endswith(".c") and include not in text:
         at = c_anchors.after_includes(text, edit.file)
-        text = text[:at] + INCLUDE_LINE + text[at:]
+        text = text[:at] + include + text[at:]
     tree.write(edit.file, text)
+    return name_check.Added(edit.file, code, inside)
 
 
 def _diff(rel: str, before: str | None, after: str) -> str:
+    """A unified diff of one file; lines keep their own endings ('\r' included), and a last line without
+    one is followed by the marker patch and git apply expect."""
     lines = difflib.unified_diff(
         (before or "").splitlines(keepends=True),
         after.splitlines(keepends=True),
@@ -110,7 +145,7 @@ def _diff(rel: str, before: str | None, after: str) -> str:
         tofile=f"b/{rel}",
         n=3,
     )
-    return "".join(lines)
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 def _header(number: int, total: int, edit_set: quirk_catalog.EditSet, note: str) -> str:
@@ -187,7 +222,8 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         raise SourceError(f"Linux {version} is older than the oldest supported kernel", f"use {quirk_catalog.OLDEST_KERNEL} or newer")
     devices = check_devices(devices)
     quirks = quirk_catalog.select(quirk_catalog.load_quirks(), quirk_ids)
-    variants = {q.id: q.variant_for(version) for q in quirks}
+    tree = SourceTree(source_root)
+    variants = {q.id: q.variant_for(tree.read) for q in quirks}
     context = dict(
         renderer_version=__version__,
         kernel_version=str(version),
@@ -195,21 +231,23 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         all_bits=sum(1 << q.bit for q in quirks),
     )
     env = _jinja()
-    tree = SourceTree(source_root)
 
     steps = [(fix, "rdna1-kmgr: needed to build amdgpu outside the kernel tree") for fix in quirk_catalog.build_fixes()]
-    steps.append((quirk_catalog.core(), f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}"))
+    core = quirk_catalog.core()
+    steps.append((core, f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}"))
     steps += [
-        (q.edit_set(variants[q.id]), f"rdna1-kmgr: quirk {q.id}, variant {variants[q.id].id} ({variants[q.id].kernels}), Linux {version}")
+        (q.edit_set(variants[q.id]), _variant_note(q, variants[q.id], version))
         for q in quirks
     ]
 
     patches = []
+    added = []
     core_files = _core_files(env, quirks, variants, context)
     for number, (edit_set, note) in enumerate(steps, 1):
         before = dict(tree.current)
         for edit in edit_set.edits:
-            _apply(tree, edit, env.from_string(edit.code).render(**context, **_vars_of(edit_set, variants)))
+            code = env.from_string(edit.code).render(**context, **_vars_of(edit_set, variants))
+            added.append(_apply(tree, edit, code))
         if edit_set.name == "rdna1-core":
             for rel, text in core_files.items():
                 tree.write(rel, text)
@@ -218,18 +256,28 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         name = f"{number:04d}-{edit_set.name}.patch"
         patches.append(Patch(name, _header(number, len(steps), edit_set, note) + body))
 
+    added += [name_check.Added(rel, text) for rel, text in core_files.items()]
+    name_check.check(name_check.TreeNames.scan(source_root), added, core_files, core.kernel_names)
+
     manifest = dict(
         kernel_version=str(version),
         renderer_version=__version__,
         devices=[format_id(d) for d in devices],
-        quirks=[dict(id=q.id, bit=q.bit, variant=variants[q.id].id) for q in quirks],
+        quirks=[dict(id=q.id, bit=q.bit, variant=variants[q.id].id, facts=[str(f) for f in variants[q.id].facts])
+                for q in quirks],
         quirks_mask=context["all_bits"],
+        kernel_names=core.kernel_names,  # macros taken on trust from the kernel's headers; build probes them
         selftest_cases=count_selftest_cases(core_files[f"{AMDGPU}/amdgpu_rdna1.c"]),
         series=[p.name for p in patches],
         patches={p.name: p.sha256 for p in patches},
         patchset_sha256=hashlib.sha256("".join(p.sha256 for p in patches).encode()).hexdigest(),
     )
     return patches, manifest
+
+
+def _variant_note(quirk: quirk_catalog.Quirk, variant: quirk_catalog.Variant, version) -> str:
+    facts = "".join(f"\n  {fact}" for fact in variant.facts)
+    return f"rdna1-kmgr: quirk {quirk.id}, variant {variant.id}, Linux {version}; chosen because this tree's{facts}"
 
 
 def _vars_of(edit_set: quirk_catalog.EditSet, variants: dict) -> dict:
@@ -247,7 +295,7 @@ def render(source_root: Path, out: Path, quirk_ids: list[str] | None = None, dev
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         for patch in patches:
-            (staging / patch.name).write_text(patch.text, errors="surrogateescape")
+            (staging / patch.name).write_bytes(patch.data)
         (staging / "series").write_text("".join(p.name + "\n" for p in patches))
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         if out.exists():

@@ -1,11 +1,21 @@
 """The kernel-side catalog in kmod/: quirks, the quirk core and the out-of-tree build fix, as data.
 
-kmod/quirks/<id>/quirk.toml   one quirk: its bit, why, edits (hooks) and variants by kernel version
+kmod/quirks/<id>/quirk.toml   one quirk: its bit, why, edits (hooks) and variants chosen by facts
 kmod/common/common.toml       the quirk core's edits; amdgpu_rdna1.{c,h}.j2 beside it
 kmod/build-fixes/*.toml       edits an out-of-tree build of amdgpu needs
 
-An edit names a file and a place found by meaning (see csource.py): the end of a function, before or
-after a statement, before a top-level line or in place of it. Its code is a Jinja template.
+The schema (kmod/README.md says the same with an example):
+
+[[edits]]     id, file (relative to the source root), at = "end" | "before" | "after" | "replace", code
+              (a Jinja template), and where: `function` alone (its end, or the whole definition for
+              before/after/replace), `function` + `statement` (a statement in its body), or `line` (a
+              whole top-level line, e.g. in a Makefile). `statement` is the LIST of the forms that
+              statement has had across the supported kernels (a lone string is one form); the earliest
+              form found in the body is the anchor.
+[[variants]]  (quirk.toml only) id, edits (ids of [[edits]]), vars (for the templates), facts (a list of
+              source facts, see source_facts.py: {file, function, contains|lacks|parameters}), kernels
+              (a hint for messages only: the releases the variant was written for; it decides nothing).
+              Render takes the one variant whose facts all hold on the tree; none or several: refusal.
 """
 
 import tomllib
@@ -13,10 +23,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.render.source_facts import Fact
 
 OLDEST_KERNEL = Version("5.10")
 PLACES = ("end", "before", "after", "replace")
@@ -29,16 +39,21 @@ class Edit:
     at: str
     code: str
     function: str | None = None
-    statement: str | None = None
+    statement: tuple[str, ...] = ()  # the accepted forms of one statement
     line: str | None = None
 
 
 @dataclass(frozen=True)
 class Variant:
     id: str
-    kernels: SpecifierSet
+    kernels: str  # a hint for messages: the releases it was written for
     edits: tuple[str, ...]
+    facts: tuple[Fact, ...]
     vars: dict = field(default_factory=dict)
+
+    def mismatch(self, read) -> str | None:
+        """Why this variant does not fit the tree `read` reads (its first fact that fails), or None."""
+        return next((why for why in (fact.check(read) for fact in self.facts) if why), None)
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,7 @@ class EditSet:
     summary: str
     why: str
     edits: tuple[Edit, ...]
+    kernel_names: dict = field(default_factory=dict)  # macro -> the kernel header it comes from (name_check.py)
 
 
 @dataclass(frozen=True)
@@ -75,16 +91,23 @@ class Quirk:
     def symbol(self) -> str:
         return self.id.replace("-", "_")
 
-    def variant_for(self, version: Version) -> Variant:
-        # A kernel's -rc1 already has the shape of its release (the merge window is over), so X.Y-rcN
-        # is matched as X.Y, not as a pre-release that `>=X.Y` would leave out.
-        release = Version(version.base_version)
-        for variant in self.variants:
-            if variant.kernels.contains(release):
-                return variant
+    def variant_for(self, read) -> Variant:
+        """The one variant whose facts all hold on the tree whose files `read(rel)` returns (None if
+        missing). None fits, or several do: SourceError in one line naming the facts."""
+        misses = {v.id: v.mismatch(read) for v in self.variants}
+        fitting = [v for v in self.variants if misses[v.id] is None]
+        if len(fitting) == 1:
+            return fitting[0]
+        if not fitting:
+            raise SourceError(
+                f"cannot render quirk {self.id}: no variant fits this source: "
+                + "; ".join(f"{v.id} (first seen in Linux {v.kernels}): {misses[v.id]}" for v in self.variants),
+                "this driver differs from every shape the quirk knows; report it with the kernel's source package",
+            )
         raise SourceError(
-            f"quirk {self.id} has no template variant for Linux {version}",
-            f"supported: {', '.join(str(v.kernels) for v in self.variants)}",
+            f"cannot render quirk {self.id}: the facts of several variants hold: "
+            + "; ".join(f"{v.id} ({', '.join(map(str, v.facts))})" for v in fitting),
+            "the quirk's facts do not tell these apart; report it with the kernel's source package",
         )
 
     def edit_set(self, variant: Variant) -> EditSet:
@@ -96,10 +119,18 @@ def kmod_root() -> Path:
 
 
 def _edit(raw: dict, origin: Path) -> Edit:
-    edit = Edit(**raw)
+    forms = raw.get("statement", ())
+    edit = Edit(**{**raw, "statement": (forms,) if isinstance(forms, str) else tuple(forms)})
     if edit.at not in PLACES or not (edit.function or edit.line):
         raise ValueError(f"{origin}: edit {edit.id}: `at` must be one of {PLACES} with a function or a line")
     return edit
+
+
+def _variant(raw: dict, origin: Path) -> Variant:
+    facts = tuple(Fact.parse(f, f"{origin}: variant {raw['id']}") for f in raw.get("facts", ()))
+    if not facts:
+        raise ValueError(f"{origin}: variant {raw['id']} declares no facts (a version range decides nothing)")
+    return Variant(raw["id"], raw.get("kernels", "?"), tuple(raw["edits"]), facts, raw.get("vars", {}))
 
 
 def _load(path: Path) -> dict:
@@ -113,10 +144,7 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
     for meta in sorted((root / "quirks").glob("*/quirk.toml")):
         raw = _load(meta)
         edits = {e["id"]: _edit(e, meta) for e in raw["edits"]}
-        variants = tuple(
-            Variant(v["id"], SpecifierSet(v["kernels"]), tuple(v["edits"]), v.get("vars", {}))
-            for v in raw["variants"]
-        )
+        variants = tuple(_variant(v, meta) for v in raw["variants"])
         for variant in variants:
             unknown = set(variant.edits) - set(edits)
             if unknown:
@@ -140,7 +168,8 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
 
 def load_edit_set(path: Path, name: str) -> EditSet:
     raw = _load(path)
-    return EditSet(name, raw["title"], raw["summary"], raw["why"].strip(), tuple(_edit(e, path) for e in raw["edits"]))
+    return EditSet(name, raw["title"], raw["summary"], raw["why"].strip(), tuple(_edit(e, path) for e in raw["edits"]),
+                   dict(raw.get("kernel_names", {})))
 
 
 def build_fixes(root: Path | None = None) -> list[EditSet]:

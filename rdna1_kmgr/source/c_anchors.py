@@ -1,8 +1,13 @@
 """Finding places in kernel C source by what they are (a function, a statement), never by line number.
 
 Stable point releases move lines and reflow code; anchoring on a function's body and on a statement's
-text (compared with white space folded) keeps a hook in place across them. Each lookup raises
-AnchorNotFound naming the file and what was missing, so a renderer can refuse with one clear line.
+text (compared with white space folded) keeps a hook in place across them. A statement that has had
+several forms across the supported series is looked up by all of them (the forms are data, given by the
+caller). Each lookup raises AnchorNotFound naming the file and what was missing, so a renderer can refuse
+with one clear line.
+
+Text is the file's bytes decoded without newline translation: a CRLF file keeps its '\r' before every
+'\n', and every span here ends after the '\n' (so after the '\r' too).
 """
 
 import re
@@ -73,6 +78,21 @@ def definition(text: str, path: str, name: str) -> Span:
     raise AnchorNotFound(path, f"function {name}()")
 
 
+def parameters(text: str, path: str, function: str) -> Span:
+    """The inside of a function definition's parameter list: from after '(' to its ')'."""
+    whole = definition(text, path, function)
+    head = text[whole.start:text.index("{", whole.start)]
+    open_at = head.find("(")
+    if open_at < 0:  # an initialised variable, not a function
+        raise AnchorNotFound(path, f"parameter list of {function}()")
+    depth = 0
+    for i in range(open_at, len(head)):
+        depth += {"(": 1, ")": -1}.get(head[i], 0)
+        if depth == 0:
+            return Span(whole.start + open_at + 1, whole.start + i)
+    raise AnchorNotFound(path, f"parameter list of {function}()")
+
+
 def body(text: str, path: str, function: str) -> Span:
     """The inside of a function's braces: from after '{' to the closing '}'."""
     whole = definition(text, path, function)
@@ -81,17 +101,43 @@ def body(text: str, path: str, function: str) -> Span:
 
 
 def _folded(statement: str) -> re.Pattern:
-    """A pattern matching `statement` with any run of white space (including none around punctuation)."""
-    parts = [re.escape(tok) for tok in re.findall(r"\w+|\S", statement)]
-    return re.compile(r"\s*".join(parts))
+    """A pattern matching `statement` with any run of white space (including none around punctuation),
+    whole words at its ends (`kdev->adev` is not found in `kdev->adevice`)."""
+    tokens = re.findall(r"\w+|\S", statement)
+    pattern = r"\s*".join(re.escape(tok) for tok in tokens)
+    if tokens and re.match(r"\w", tokens[0]):
+        pattern = r"(?<!\w)" + pattern
+    if tokens and re.match(r"\w", tokens[-1]):
+        pattern += r"(?!\w)"
+    return re.compile(pattern)
 
 
-def statement(text: str, path: str, function: str, stmt: str) -> Span:
-    """The first occurrence of statement `stmt` inside `function`, extended to whole lines."""
+_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def without_comments(text: str) -> str:
+    """The text with every comment blanked to spaces (newlines kept): same length, same offsets, so a
+    search for code is not fooled by a comment that mentions it."""
+    return _COMMENTS.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def find(text: str, span: Span, snippet: str) -> int:
+    """Offset of the first occurrence of `snippet` (white space folded) within span, or -1."""
+    match = _folded(snippet).search(text, span.start, span.end)
+    return match.start() if match else -1
+
+
+def statement(text: str, path: str, function: str, forms: tuple[str, ...] | list[str] | str) -> Span:
+    """The first occurrence inside `function` of a statement in any of its accepted `forms`, extended to
+    whole lines. Forms are the shapes one statement has had across kernel releases; the earliest match in
+    the body wins, so a form that happens to be a prefix of another cannot move the anchor."""
+    forms = (forms,) if isinstance(forms, str) else tuple(forms)
     inside = body(text, path, function)
-    match = _folded(stmt).search(text, inside.start, inside.end)
-    if not match:
-        raise AnchorNotFound(path, f"statement `{stmt}` in {function}()")
+    found = [m for m in (_folded(f).search(text, inside.start, inside.end) for f in forms) if m]
+    if not found:
+        said = " or ".join(f"`{f}`" for f in forms)
+        raise AnchorNotFound(path, f"statement {said} in {function}()")
+    match = min(found, key=lambda m: m.start())
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
     return Span(start, len(text) if end < 0 else end + 1)
@@ -112,10 +158,10 @@ def comment_above(text: str, offset: int) -> int:
 
 def top_line(text: str, path: str, line: str) -> Span:
     """A whole top-level line, e.g. a Makefile rule, matched with white space folded."""
-    match = re.compile(r"^" + _folded(line).pattern + r"[ \t]*$", re.M).search(text)
+    match = re.compile(r"^" + _folded(line).pattern + r"[ \t]*\r?$", re.M).search(text)
     if not match:
         raise AnchorNotFound(path, f"line `{line}`")
-    return Span(match.start(), match.end() + 1)
+    return Span(match.start(), min(match.end() + 1, len(text)))
 
 
 def after_includes(text: str, path: str) -> int:

@@ -1,9 +1,11 @@
-"""Debian packages fetched from deb.debian.org through a private apt configuration.
+"""Packages fetched from the system's own archive, for any suite, through a private apt configuration.
 
 The system's apt sources stay untouched: each suite gets its own sources.list, package lists, cache and an
 empty dpkg status under cache_dir()/apt/<suite>, so fetching one package from sid never adds sid to the
-system. Authenticity comes from apt itself: the lists are checked against the Debian archive keyring, and
-`apt-get download` checks the .deb against the lists.
+system. The archive is the one the system's apt already uses (apt_sources: its URI, keyring and trust come
+from the system's entry for that suite, or for the release it extends; proxies from its apt.conf).
+Authenticity comes from apt itself: the lists are checked against that entry's keyring (or the system's
+trusted keys), and `apt-get download` checks the .deb against the lists.
 """
 
 import grp
@@ -15,28 +17,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import distro
+
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, SourceError, UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.core.paths import cache_dir
-from rdna1_kmgr.source import cache_entry
+from rdna1_kmgr.source import apt_sources, cache_entry
 
-KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 LISTS_MAX_AGE = 24 * 3600  # seconds; the archive changes daily at most for what we fetch
-
-# suite name -> archive URI. The suite name is also the Debian suite, and the folder under cache_dir()/apt.
-SUITES = {
-    "bookworm": "http://deb.debian.org/debian",
-    "bookworm-security": "http://deb.debian.org/debian-security",
-    "bookworm-backports": "http://deb.debian.org/debian",
-    "trixie": "http://deb.debian.org/debian",
-    "sid": "http://deb.debian.org/debian",
-}
 
 # Index files we never read; switched off so an update of sid's lists stays a few MB on any host
 # (a desktop's apt.conf.d typically enables AppStream and command-not-found indexes).
 _UNUSED_INDEXES = ("DEP-11", "DEP-11-icons", "DEP-11-icons-small", "DEP-11-icons-hidpi", "CNF", "Contents-deb")
 
+_SUITE = re.compile(r"^[a-z][a-z0-9]*(-[a-z]+)?$")
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
 
@@ -54,19 +49,32 @@ class PackageFile:
 
 
 class PrivateArchive:
-    """apt configured for one Debian suite only, with lists and cache of its own."""
+    """apt configured for one suite of the system's archive only, with lists and cache of its own.
 
-    def __init__(self, suite: str):
-        if suite not in SUITES:
-            raise UsageError(f"unknown Debian suite {suite!r}", f"use one of: {', '.join(SUITES)}")
+    `codename` is the release the system runs (default: its os-release's); a suite the system's sources do
+    not list is asked of the archive that serves that release.
+    """
+
+    def __init__(self, suite: str, codename: str | None = None):
+        if not _SUITE.match(suite):
+            raise UsageError(f"invalid suite name {suite!r}", "a suite looks like bookworm or noble-updates")
         self.suite = suite
+        self.codename = codename or distro.codename() or suite.partition("-")[0]
         self.root = cache_dir() / "apt" / suite
         self._updated = False
+        self._entry: apt_sources.SourceEntry | None = None
 
     # --- configuration -------------------------------------------------------------------------------------
 
+    @property
+    def entry(self) -> apt_sources.SourceEntry:
+        """The system's archive for this suite (read once)."""
+        if self._entry is None:
+            self._entry = apt_sources.archive_for(self.suite, self.codename)
+        return self._entry
+
     def sources_line(self) -> str:
-        return f"deb [signed-by={KEYRING}] {SUITES[self.suite]} {self.suite} main"
+        return apt_sources.sources_line(self.entry, keyring_file=self.root / "signed-by.asc")
 
     def apt_options(self) -> list[str]:
         options = {
@@ -89,11 +97,16 @@ class PrivateArchive:
 
     def _write_config(self) -> bool:
         """Create the private tree; True when the sources changed (the lists are then stale)."""
-        if not KEYRING.is_file():
-            raise HostError(f"the Debian archive keyring {KEYRING} is missing", "install debian-archive-keyring")
+        keyring = self.entry.signed_by
+        if keyring and "\n" not in keyring and keyring.startswith("/") and not Path(keyring).is_file():
+            raise HostError(f"the keyring {keyring} that the system's apt sources name is missing",
+                            f"reinstall the package that ships it (dpkg -S {keyring})")
         for sub in ("lists/partial", "cache/archives/partial", "preferences.d"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "status").touch()
+        embedded = apt_sources.embedded_key(self.entry)
+        if embedded:
+            (self.root / "signed-by.asc").write_text(embedded)
         sources = self.root / "sources.list"
         line = self.sources_line() + "\n"
         if sources.is_file() and sources.read_text() == line:
@@ -112,7 +125,7 @@ class PrivateArchive:
             changed = self._write_config()
             fresh = stamp.is_file() and time.time() - stamp.stat().st_mtime < max_age
             if changed or not fresh:
-                print(f"updating package lists of Debian {self.suite} (private, in {self.root})", file=sys.stderr)
+                print(f"updating package lists of {self.suite} from {self.entry.uri} (private, in {self.root})", file=sys.stderr)
                 self._apt_get(["-q", "--error-on=any", "update"], doing=f"updating the {self.suite} lists")
                 stamp.touch()
         self._updated = True
@@ -164,7 +177,7 @@ class PrivateArchive:
             if deb_matches(final, wanted):
                 return final
             size = f"{wanted.size / 1e6:.1f} MB" if wanted.size >= 1e5 else f"{wanted.size / 1e3:.1f} kB"
-            print(f"downloading {wanted.package} {wanted.version} ({size}) from Debian {self.suite}", file=sys.stderr)
+            print(f"downloading {wanted.package} {wanted.version} ({size}) from {self.suite}", file=sys.stderr)
             with cache_entry.staging(debs, wanted.package) as tmp:
                 _let_apt_sandbox_write(tmp)
                 self._apt_get(["download", f"{wanted.package}={wanted.version}"], cwd=tmp,
@@ -181,18 +194,18 @@ class PrivateArchive:
         if version is None:
             found = self.candidate(package)
             if found is None:
-                raise SourceError(f"Debian {self.suite} has no package {package}", "check the name and the suite")
+                raise SourceError(f"{self.suite} has no package {package}", "check the name and the suite")
             return found
         check_debian_version(version)
         if version not in self.versions(package):
-            raise SourceError(f"Debian {self.suite} has no {package} {version}",
+            raise SourceError(f"{self.suite} has no {package} {version}",
                               f"it has: {', '.join(self.versions(package)) or 'no version at all'}")
         return version
 
     def _apt_cache(self, args: list[str]) -> str:
         proc = runner.run(["apt-cache", *self.apt_options(), *args], timeout=300, check=False)
         if proc.returncode != 0:
-            raise HostError(f"apt-cache {args[0]} failed for Debian {self.suite}: {_last_line(proc.stderr)}",
+            raise HostError(f"apt-cache {args[0]} failed for {self.suite}: {_last_line(proc.stderr)}",
                             f"remove {self.root} to start the private archive afresh")
         return proc.stdout
 
@@ -221,7 +234,7 @@ def current_kernel_abi(suite: str, flavour: str = "amd64") -> str:
     depends = PrivateArchive(suite).fields(meta).get("Depends", "")
     match = re.search(rf"\blinux-headers-([0-9][^\s,()|]*-{re.escape(flavour)})\b", depends)
     if match is None:
-        raise SourceError(f"{meta} in Debian {suite} names no kernel headers package",
+        raise SourceError(f"{meta} in {suite} names no kernel headers package",
                           f"its Depends is {depends!r}")
     return match.group(1)
 

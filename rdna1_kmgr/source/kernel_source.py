@@ -51,7 +51,12 @@ _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 _TARBALL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(tar\.xz|tar\.gz|tar\.bz2|tgz|tar)$")
 _SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64})\s+\*?(\S+)\s*$", re.M)
 _SUMS_FILES = ("sha256sums.asc", "sha256sums", "SHA256SUMS")  # kernel.org publishes the first
-_DEB_TARBALL = re.compile(r"^\./usr/src/linux-source-[0-9][0-9.]*\.tar\.(xz|gz|bz2)$")
+# Debian: ./usr/src/linux-source-6.1.tar.xz. Ubuntu: ./usr/src/linux-source-6.8.0/linux-source-6.8.0.tar.bz2, and
+# for kernels built from another source package (HWE) ./usr/src/linux-hwe-6.8-source-6.8.0/<the same>.tar.bz2.
+_DEB_TARBALL = re.compile(r"^\./usr/src/(linux-(?:[a-z0-9.-]+-)?source-[0-9][0-9.]*)(/\1)?\.tar\.(xz|gz|bz2)$")
+# Ubuntu names a kernel package by its ABI base, not its Linux version: 6.8.0-48.48 (HWE: 6.8.0-48.48~22.04.1)
+# is built from Linux 6.8.12. Only X.Y of the base is the tree's.
+UBUNTU_ABI_VERSION = re.compile(r"^(\d+\.\d+\.\d+)-(\d+)\.(\d+)(~[0-9A-Za-z.+]+)?$")
 
 
 # --- versions ------------------------------------------------------------------------------------------------
@@ -99,10 +104,17 @@ def require_version(src_root: Path, expected: Version | str) -> Version:
     """The tree's version, when it is `expected` (a Version, or a plain or Debian version string)."""
     wanted = expected if isinstance(expected, Version) else upstream_version(expected)
     actual = kernel_version(src_root)
-    if actual != wanted:
+    if not matches_package(actual, expected):
         raise SourceError(f"the source in {src_root} is Linux {actual}, the kernel is Linux {wanted}",
                           "give the source of exactly the kernel you build for")
     return actual
+
+
+def matches_package(tree: Version, expected: Version | str) -> bool:
+    """Whether a tree of Linux `tree` is the kernel `expected` names (a Version, a plain or package version)."""
+    if isinstance(expected, str) and UBUNTU_ABI_VERSION.match(expected):
+        return tree.release[:2] == upstream_version(expected).release[:2]
+    return tree == (expected if isinstance(expected, Version) else upstream_version(expected))
 
 
 # --- Debian's source packages --------------------------------------------------------------------------------
@@ -143,6 +155,11 @@ def debian_kernel_version(krel: str, proc_version: str | None = None) -> str | N
             return version.strip()
     if proc_version is None and krel == os.uname().release:
         proc_version = Path("/proc/version").read_text(errors="replace")
+    return debian_kernel_version_in(proc_version)
+
+
+def debian_kernel_version_in(proc_version: str | None) -> str | None:
+    """The Debian package version /proc/version names ("... Debian 6.1.192-2 (...)"), or None."""
     found = re.search(r" Debian (\d[\w.+~:-]*) \(", proc_version or "")
     return found.group(1) if found else None
 
@@ -203,7 +220,7 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
             version = kernel_version(tree)
             origin = {"archive": archive.name, "kernel_version": str(version), "subset": list(AMD_SUBSET)}
             if deb:
-                if upstream_version(deb[1]) != version:
+                if not matches_package(version, deb[1]):
                     raise SourceError(f"{archive} is {deb[0]} {deb[1]} but its Makefile says Linux {version}",
                                       "the package is not what its name says; fetch it again")
                 origin.update(package=deb[0], debian_version=deb[1])
@@ -239,7 +256,7 @@ def _deb_identity(deb: Path) -> tuple[str, str]:
     lines = proc.stdout.split()
     if proc.returncode != 0 or len(lines) != 2:
         raise SourceError(f"{deb} is not a readable .deb: {_first_line(proc.stderr)}", "fetch it again")
-    if not lines[0].startswith("linux-source-"):
+    if not re.match(r"^linux-([a-z0-9.-]+-)?source-[0-9]", lines[0]):
         raise SourceError(f"{deb} is {lines[0]}, not a linux-source package", "give a linux-source-X.Y .deb")
     return lines[0], lines[1]
 
@@ -258,7 +275,7 @@ def _compressed_tarball(archive: Path, deb: tuple[str, str] | None) -> Iterator[
             with tarfile.open(fileobj=stream, mode="r|") as outer:
                 member = next((m for m in outer if m.isfile() and _DEB_TARBALL.match(m.name)), None)
                 if member is None:
-                    raise SourceError(f"{archive} holds no /usr/src/linux-source-X.Y.tar.*",
+                    raise SourceError(f"{archive} holds no kernel tarball under /usr/src (linux-source-X.Y.tar.*)",
                                       "give a linux-source-X.Y .deb")
                 handle = outer.extractfile(member)
                 yield iter(lambda: handle.read(_CHUNK), b""), member.size

@@ -1,8 +1,10 @@
 """The VM engine: boot a kernel under virtme-ng, run the guest checks, judge them, store the verdict.
 
 virtme-ng boots the kernel with the host's root file system read-only over 9p, so the guest runs the
-host's own Python and kmod. A private run folder is shared read-write (`--rwdir`): the host puts a copy of
-the module and the plan there, the guest writes result.json there. vng's exit code says nothing (it is
+host's own operating system (shell, kmod). Everything else the guest needs is mapped explicitly
+(vm/guest_view.py says why): a private run folder is shared read-write at /run/rdna1-kmgr, where the
+host puts a copy of the module, the plan and the guest scripts and the guest writes result.json; the
+Python installation and an unpacked kernel are mapped read-only. vng's exit code says nothing (it is
 255 even when the guest script succeeds); the verdict comes from result.json only.
 
 Every QEMU run has a hard time limit and is killed with its whole session (core.runner). `--accel auto`
@@ -23,7 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 
 from rdna1_kmgr import __version__
@@ -31,7 +32,7 @@ from rdna1_kmgr.build import module_elf
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir
-from rdna1_kmgr.vm import guest_kernel, verdict
+from rdna1_kmgr.vm import guest_kernel, guest_view, verdict
 
 ACCELS = ("auto", "kvm", "tcg")
 DEFAULT_TIMEOUT = 300  # seconds for the guest run; an emulated verdict takes ~20-30 s under TCG
@@ -211,8 +212,9 @@ class GuestRun:
             return "(no console log)"
 
 
-def vng_argv(tools: Tools, kernel: guest_kernel.GuestKernel, rundir: Path, accel: Accel, guest_command: str,
-             extra: list[str] | tuple[str, ...] = (), blacklist: tuple[str, ...] = GUEST_BLACKLIST) -> list[str]:
+def vng_argv(tools: Tools, kernel: guest_kernel.GuestKernel, view: guest_view.GuestView, accel: Accel,
+             guest_command: str, extra: list[str] | tuple[str, ...] = (),
+             blacklist: tuple[str, ...] = GUEST_BLACKLIST) -> list[str]:
     argv = [
         tools.vng, "--run", str(kernel.image),
         "--user", "root",  # insmod needs it, whoever runs the host side
@@ -223,7 +225,7 @@ def vng_argv(tools: Tools, kernel: guest_kernel.GuestKernel, rundir: Path, accel
         "--qemu", tools.qemu,
         # virtiofsd is tried first otherwise; where it cannot start, vng waits ~5 s before using 9p.
         "--force-9p",
-        "--rwdir", str(rundir),
+        *view.vng_args(),  # the run folder, and whatever else the guest must see (guest_view)
         "--append", "modprobe.blacklist=" + ",".join(blacklist),
     ]
     if accel.name == "tcg":
@@ -232,43 +234,39 @@ def vng_argv(tools: Tools, kernel: guest_kernel.GuestKernel, rundir: Path, accel
     return argv + list(extra) + ["--exec", guest_command]
 
 
-def collector_path(name: str = "collect.py") -> Path:
-    path = resources.files("rdna1_kmgr.qemu") / "guest" / name
-    return Path(str(path))
+def workload_plan(name: str, view: guest_view.GuestView) -> dict:
+    """How the guest runs a workload script: under rdna1-kmgr's own Python (its venv may hold torch), else
+    the base interpreter, else the system's. Not with -I: torch lives in site-packages."""
+    return {"name": name, "script": view.script(f"{name}.py"), "device": "cuda", "pythons": view.pythons()}
 
 
-def workload_plan(name: str) -> dict:
-    """How the guest runs a workload script: under rdna1-kmgr's Python (its venv may hold torch), else the
-    system's; both are on the host's root the guest sees. Not with -I: torch lives in site-packages."""
-    return {"name": name, "script": str(collector_path(f"{name}.py")), "device": "cuda",
-            "pythons": list(dict.fromkeys([sys.executable, "/usr/bin/python3"]))}
-
-
-def guest_command(rundir: Path) -> str:
-    """The shell line vng runs in the guest: only our interpreter, our script and our run folder."""
-    paths = [sys.executable, str(collector_path()), str(rundir)]
+def guest_command(view: guest_view.GuestView, script: str = "collect.py") -> str:
+    """The shell line vng runs in the guest: our interpreter, our script and our run folder, as the guest
+    sees them."""
+    paths = [view.python, view.script(script), str(guest_view.GUEST_RUN)]
     for path in paths:
         if not path.startswith("/") or any(ch in path for ch in "\n\r\0"):
             raise HostError(f"unusable path for the guest: {path!r}", "install rdna1-kmgr under a plain path")
-    python, script, folder = paths
     # -I: nothing from the environment or user site; -S: no site module (its imports over 9p under
     # TCG cost ~2 s, and collect.py needs only the standard library).
+    python, script, folder = paths
     return " ".join(shlex.quote(p) for p in (python, "-I", "-S", script, folder))
 
 
-def boot(tools: Tools, kernel: guest_kernel.GuestKernel, rundir: Path, accel: Accel, timeout: float,
+def boot(tools: Tools, kernel: guest_kernel.GuestKernel, view: guest_view.GuestView, accel: Accel, timeout: float,
          console: Path, report: Reporter = say, extra_vng_args: list[str] | tuple[str, ...] = (),
-         mode: str = "emulated") -> GuestRun:
-    """Boot the kernel, run collect.py on rundir/plan.json, and return what came back."""
+         mode: str = "emulated", script: str = "collect.py") -> GuestRun:
+    """Boot the kernel, run the guest script (collect.py, or the experiment's matrix.py) on the run
+    folder's plan.json, and return what came back."""
     watcher = StageWatcher(report)
     report(f"booting {kernel.release} ({accel.name}, hard limit {timeout:.0f} s), console log {console}")
     # With a GPU passed, udev would autoload the distro's own amdgpu for it before the test loads ours.
     blacklist = GUEST_BLACKLIST + (("amdgpu",) if mode == "passthrough" else ())
     outcome = runner.run_session(
-        vng_argv(tools, kernel, rundir, accel, guest_command(rundir), extra_vng_args, blacklist),
+        vng_argv(tools, kernel, view, accel, guest_command(view, script), extra_vng_args, blacklist),
         console, timeout, env=tools.env(), cwd="/", watch=watcher.feed,
     )
-    return GuestRun(outcome, console, _read_result(rundir / "result.json"), watcher.stages)
+    return GuestRun(outcome, console, _read_result(view.run / "result.json"), watcher.stages)
 
 
 def _read_result(path: Path) -> dict | None:
@@ -329,10 +327,14 @@ def validate_module(
             copy = rundir / module.path.name
             shutil.copyfile(module.path, copy)
             module = module_elf.read(copy, verdict.INIT_MESSAGES)
-            workload = workload_plan(gpu.workload) if gpu and gpu.workload else None
-            (rundir / "plan.json").write_text(_json(verdict.guest_plan(module, str(copy), gpu=gpu, workload=workload)))
+            wants_workload = bool(gpu and gpu.workload)
+            view = guest_view.prepare(rundir, kernel.root if kernel.origin == "cache" else None,
+                                      with_venv=wants_workload)
+            workload = workload_plan(gpu.workload, view) if wants_workload else None
+            plan = verdict.guest_plan(module, view.guest_path(copy), gpu=gpu, workload=workload)
+            (rundir / "plan.json").write_text(_json(plan))
             chosen = choose_accel(accel, kernel, tools, rundir, report)
-            run = boot(tools, kernel, rundir, chosen, timeout, console, report, extra_vng_args, mode)
+            run = boot(tools, kernel, view, chosen, timeout, console, report, extra_vng_args, mode)
             result = run.result
             checks += verdict.check_guest(result, module, release, selftest_required, run.problem(timeout), gpu)
             details.update(accel_why=chosen.why, stages=run.stages, vm_seconds=round(run.outcome.elapsed, 1))

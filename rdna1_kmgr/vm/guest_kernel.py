@@ -2,14 +2,15 @@
 
 A kernel installed on the host (/boot/vmlinuz-KREL with /lib/modules/KREL/kernel) is used as it is.
 Otherwise, with the user's consent, the distro's image package is downloaded and unpacked with
-`dpkg-deb -x` into cache_dir()/kernels/KREL; it is never installed (installing an image package runs
+`dpkg-deb -x` into cache_dir()/kernels/KREL (Ubuntu's image and modules packages together: see
+image_packages); it is never installed (installing an image package runs
 boot-loader and initramfs hooks on the host).
 
-How the modules reach the guest: the VM sees the host's root read-only over 9p, so the cache tree is
-visible in the guest at its host path. virtme-ng finds a kernel's modules by walking up from the image
-path to the first folder holding lib/modules (here cache_dir()/kernels/KREL) and has its init mount a
-tmpfs over /lib/modules with a symlink /lib/modules/KREL -> that folder. `depmod -b` is run here once,
-at unpack time, because the package ships no modules.dep (its postinst would make it).
+How the modules reach the guest: virtme-ng finds a kernel's modules by walking up from the image path to
+the first folder holding lib/modules (here cache_dir()/kernels/KREL) and has its init link
+/lib/modules/KREL to that folder's host path; the cache is not visible in the guest by itself (/var/cache
+is a tmpfs there), so vm/guest_view.py maps the tree read-only at that same path. `depmod -b` is run here
+once, at unpack time, because the package ships no modules.dep (its postinst would make it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from rdna1_kmgr.build import module_elf
 from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.source import cache_entry
@@ -72,14 +75,14 @@ def locate(release: str, fetch: bool = False) -> GuestKernel:
     if not fetch:
         raise HostError(
             f"kernel {release} is neither installed on this host nor in the cache ({cached.root})",
-            f"run again with --yes to download linux-image-{release} into the cache (it is unpacked there, "
-            "not installed)",
+            f"run again with --yes to download {' '.join(image_packages(release))} into the cache (unpacked "
+            "there, not installed)",
         )
     return fetch_image(release)
 
 
 def fetch_image(release: str) -> GuestKernel:
-    """Download the distro's image package for `release` and unpack it into the cache (once)."""
+    """Download the distro's image package(s) for `release` and unpack them into the cache (once)."""
     root = cached_root(release)
     kernels = root.parent
     kernels.mkdir(parents=True, exist_ok=True)
@@ -87,16 +90,20 @@ def fetch_image(release: str) -> GuestKernel:
         cached = GuestKernel(release, root, "cache")
         if _complete(cached):
             return cached
-        deb = _download(f"linux-image-{release}")
+        system = system_identity.read()
+        image, *modules = image_packages(release, system.family)
+        deb = _download(image, _suites(system))
+        debs = [deb] + [_download(package, _suites(system), required=False) for package in modules]
         with cache_entry.staging(kernels, release) as tmp:
-            _say(f"unpacking {deb.name} into {root} (not installing it)")
-            _run(["dpkg-deb", "-x", str(deb), str(tmp)], f"unpacking {deb.name}")
+            for each in filter(None, debs):
+                _say(f"unpacking {each.name} into {root} (not installing it)")
+                _run(["dpkg-deb", "-x", str(each), str(tmp)], f"unpacking {each.name}")
             _merge_usr(tmp, release)
             _say(f"depmod for {release}")
             _run(["depmod", "-b", str(tmp), release], f"depmod for {release}")
             staged = GuestKernel(release, tmp, "cache")
             if not _complete(staged):
-                raise SourceError(f"{deb.name} holds no boot/vmlinuz-{release} with its modules",
+                raise SourceError(f"{' '.join(d.name for d in debs)} hold no boot/vmlinuz-{release} with its modules",
                                   "is it a kernel image package?")
             cache_entry.publish(tmp, root)
         return cached
@@ -113,14 +120,35 @@ def _merge_usr(tree: Path, release: str) -> None:
         (tree / "lib").symlink_to("usr/lib")
 
 
-def _download(package: str) -> Path:
+def image_packages(release: str, family: str = "debian") -> list[str]:
+    """The distro's packages that together hold kernel `release`'s image and modules, the image's first.
+
+    Debian: one package, linux-image-KREL. Ubuntu splits it: linux-image-unsigned-KREL (the image without
+    the Secure Boot signature, which a VM does not need), linux-modules-KREL and linux-modules-extra-KREL
+    (the rest of the drivers; not every flavour has it)."""
+    if family == "ubuntu":
+        return [f"linux-image-unsigned-{release}", f"linux-modules-{release}", f"linux-modules-extra-{release}"]
+    return [f"linux-image-{release}"]
+
+
+def _suites(system: system_identity.SystemIdentity) -> tuple[tuple[str, str | None], ...]:
+    """(suite, release codename) pairs to search, most likely first."""
+    if system.family == "ubuntu":
+        return tuple((suite, system.codename) for suite in apt_sources.system_suites(system.codename))
+    return tuple((suite, None) for suite in DEBIAN_SUITES)
+
+
+def _download(package: str, suites, required: bool = True) -> Path | None:
     if shutil.which("dpkg-deb") is None:
         raise HostError("dpkg-deb is not installed", "fetching a kernel image needs a Debian-based host")
-    for suite in DEBIAN_SUITES:
-        archive = PrivateArchive(suite)
+    for suite, codename in suites:
+        archive = PrivateArchive(suite, codename)
         if archive.candidate(package) is not None:
             return archive.download(package)
-    raise SourceError(f"no Debian suite has {package} (searched {', '.join(DEBIAN_SUITES)})",
+    if not required:
+        return None
+    names = ", ".join(suite for suite, _ in suites)
+    raise SourceError(f"no suite has {package} (searched {names})",
                       "check the kernel release; the archive drops old ABIs (see `apt-cache depends linux-image-amd64`)")
 
 

@@ -75,7 +75,7 @@ class Session:
 def require_root() -> None:
     if os.geteuid() != 0:
         raise HostError("passing a device to a VM and giving it back needs root (sysfs writes, vfio)",
-                        "run it with sudo")
+                        "run it as root")
 
 
 def resolve_gpu(spec: str, sysroot: Path = Path("/")) -> str:

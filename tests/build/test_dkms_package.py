@@ -14,7 +14,7 @@ from pathlib import Path
 
 import hellomod
 import pytest
-from dkms_helpers import make_keys, make_sandbox
+from dkms_helpers import installed_releases, make_keys, make_sandbox
 
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import module_checks
@@ -57,6 +57,8 @@ def assemble_and_build(sandbox, series_dir, package, jobs=2):
 
 def test_package_version_encodes_kernel_and_patch_set():
     assert dkms.package_version("6.1.192", "0123456789abcdef" * 4) == "6.1.192+p0123456789ab"
+    # a build with debug info is another build of the same patch set
+    assert dkms.package_version("6.1.192", "0123456789abcdef" * 4, debug_info=True) == "6.1.192+p0123456789ab+debug"
     with pytest.raises(ValueError):
         dkms.package_version("6.1.192", "not-a-hash")
 
@@ -103,6 +105,11 @@ def test_dkms_conf_is_the_shell_dkms_sources(tmp_path, monkeypatch):
         "--", "make", "-j3", "KERNELRELEASE=6.1.0-56-amd64", "-C", "/lib/modules/6.1.0-56-amd64/build",
         f"M={tree}/drivers/gpu/drm/amd/amdgpu", f"FULL_AMD_PATH={tree}/drivers/gpu/drm/amd", "modules",
     ]
+    # debug info only when asked: rdna1-kbuild then keeps the config's -g instead of adding KCFLAGS=-g0
+    debug = dkms.Package("rdna1-amdgpu", "6.1.192+p0123456789ab+debug", debug_info=True)
+    conf.write_text(dkms.render_conf(debug, ["0001-out-of-tree.patch"], "amdgpu test"))
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[-1].split()[:2] == ["./rdna1-kbuild", "--debug-info"]
 
 
 def test_first_compiler_error_prefers_the_compiler_over_make():
@@ -223,12 +230,67 @@ def test_dkms_applies_the_series_builds_and_signs(sandbox):
     assert report.parameters == ("rdna1_hello_enable",)
     assert report.signer == "rdna1-kmgr test key"
     assert b".debug_info" not in elf  # stripped as DKMS would
+    # compiled without debug info (KCFLAGS=-g0), unless the kernel makes module BTF, which is made from it
+    kept = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / hellomod.LOCATION
+    btf = load_kbuild_script().makes_module_btf(["make", "-C", f"/lib/modules/{sandbox.kernel}/build"])
+    assert (b".debug_info" in (kept / "main.o").read_bytes()) == btf
+    assert (b".BTF" in elf) == btf  # a BTF kernel's module keeps its BTF
     log = outcome.log.read_text()
     assert "CC [M]" in log and "Signing module" in log
     # the private key stayed where it was: nothing in the DKMS trees holds it
     key_bytes = sandbox.keys.key.read_bytes()
     for folder in (sandbox.trees.source, sandbox.trees.dkms):
         assert not any(p.is_file() and p.read_bytes() == key_bytes for p in folder.rglob("*"))
+
+
+def test_module_btf_is_detected_from_the_headers(tmp_path):
+    """kbuild makes module BTF only with CONFIG_DEBUG_INFO_BTF_MODULES and a vmlinux in the headers' tree."""
+    kbuild = load_kbuild_script()
+    headers = tmp_path / "headers"
+    (headers / "include" / "config").mkdir(parents=True)
+    (headers / "include" / "config" / "auto.conf").write_text("CONFIG_DEBUG_INFO_BTF=y\nCONFIG_DEBUG_INFO_BTF_MODULES=y\n")
+    command = ["make", "-j3", "-C", str(headers), "M=/x", "modules"]
+    assert not kbuild.makes_module_btf(command)  # Debian's 6.1 headers: no vmlinux, kbuild skips BTF
+    (headers / "vmlinux").write_bytes(b"")
+    assert kbuild.makes_module_btf(command)  # Debian's 6.12 headers
+    (headers / "include" / "config" / "auto.conf").write_text("CONFIG_DEBUG_INFO_BTF=y\n")
+    assert not kbuild.makes_module_btf(command)
+    assert not kbuild.makes_module_btf(["make", "modules"])
+
+
+@pytest.fixture
+def sandbox_without_btf(tmp_path, monkeypatch):
+    """A sandbox for a kernel whose headers make no module BTF (so -g0 applies), or skip."""
+    kbuild = load_kbuild_script()
+    plain = [k for k in installed_releases() if not kbuild.makes_module_btf(["make", "-C", f"/lib/modules/{k}/build"])]
+    if not plain:
+        pytest.skip("every installed kernel's headers make module BTF, which keeps -g")
+    keys_dir = tmp_path / "keys"
+    keys_dir.mkdir()
+    return make_sandbox(tmp_path, monkeypatch, make_keys(keys_dir), kernel=plain[-1])
+
+
+def test_debug_info_is_kept_only_when_asked_and_changes_nothing_else(sandbox_without_btf):
+    """--debug-info compiles with the config's -g (for crash dumps); the module DKMS gets has the same
+    vermagic, parameters and signer either way, and is stripped either way."""
+    sandbox = sandbox_without_btf
+    series_dir, manifest, plain = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("hello-g")})
+    plain_module = assemble_and_build(sandbox, series_dir, plain).module
+    kept = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / hellomod.LOCATION
+    plain_size = (kept / "main.o").stat().st_size
+    plain_report = module_checks.verify(plain_module, sandbox.kernel, sandbox.keys.cert, [0x731F])
+
+    debug = dkms.Package("rdna1hello", dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"],
+                                                            debug_info=True), hellomod.MODULE, debug_info=True)
+    outcome = assemble_and_build(sandbox, series_dir, debug)
+    assert outcome.compiled >= 2  # other flags: kbuild compiles everything again
+    assert b".debug_info" in (kept / "main.o").read_bytes()
+    assert (kept / "main.o").stat().st_size > plain_size
+    assert b".debug_info" in (kept / "rdna1hello.ko").read_bytes()  # the unstripped module, for crash dumps
+    assert b".debug_info" not in module_checks.read_module(outcome.module)
+    report = module_checks.verify(outcome.module, sandbox.kernel, sandbox.keys.cert, [0x731F])
+    assert (report.vermagic, report.parameters, report.signer) == (
+        plain_report.vermagic, plain_report.parameters, plain_report.signer)
 
 
 def test_another_patch_set_recompiles_only_what_it_changes(sandbox):

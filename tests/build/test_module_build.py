@@ -121,13 +121,17 @@ def test_series_parameters_come_from_the_patches(tmp_path):
 
 
 def test_kernel_release_is_resolved_and_explained(monkeypatch):
-    monkeypatch.setattr(module_build.source, "debian_kernel_version",
-                        lambda release: {"6.1.0-56-amd64": "6.1.192-2"}.get(release))
+    monkeypatch.setattr(module_build.distro_source, "kernel_package",
+                        lambda release, system: ({"6.1.0-56-amd64": "6.1.192-2"}.get(release), None))
     monkeypatch.setattr(module_build, "distro_current_kernel", lambda: "6.1.0-56-amd64")
     monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "h", "6.18.44-custom", "#1", "x86_64")))
     kernel = module_build.resolve_kernel(None)
     assert kernel.release == "6.1.0-56-amd64" and kernel.package_version == "6.1.192-2"
     assert "6.18.44-custom is not a" in kernel.note and "6.1.0-56-amd64" in kernel.note
+    assert "building for the distribution's current kernel 6.1.0-56-amd64" in kernel.note
+    # install says what it does: no "building for" in a plan that builds nothing
+    note = module_build.resolve_kernel(None, "planning an install").note
+    assert "planning an install for the distribution's current kernel 6.1.0-56-amd64" in note
     assert module_build.resolve_kernel("6.1.0-56-amd64").note is None
 
 
@@ -135,7 +139,7 @@ def test_the_distro_kernel_of_this_machine_is_found():
     release = module_build.distro_current_kernel()
     installed = sorted(p.name for p in Path("/lib/modules").iterdir() if (p / "build").exists())
     assert release is not None and release in installed
-    assert module_build.source.debian_kernel_version(release)  # e.g. 6.1.192-2 from dpkg
+    assert module_build.kernel_source.debian_kernel_version(release)  # e.g. 6.1.192-2 from dpkg
 
 
 # --- the command's refusals -----------------------------------------------------------------------------

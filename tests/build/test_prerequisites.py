@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from apt_fixtures import apt_config
 from rdna1_kmgr.build import prerequisites
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.source import debian_archive
@@ -123,11 +124,26 @@ def test_an_unknown_distribution_is_a_host_error():
 
 @pytest.mark.parametrize("manager, headers", [(prerequisites.Dnf(), "kernel-devel-6.8.9-300.fc40.x86_64"),
                                               (prerequisites.Pacman(), "linux-headers")])
-def test_dnf_and_pacman_say_they_are_not_implemented_and_what_to_install(manager, headers):
+def test_dnf_and_pacman_on_a_system_without_them_say_what_to_install(manager, headers):
     with pytest.raises(HostError) as err:
         prerequisites.ensure_prerequisites("6.8.9-300.fc40.x86_64", yes=True, manager=manager)
-    assert f"with {manager.name} is not implemented here" in err.value.line()
+    assert f"needs {manager.name}, which this system lacks" in err.value.line()
     assert f"{manager.name} install {headers}" in err.value.line() and "dkms" in err.value.line()
+
+
+@pytest.mark.parametrize("manager, command", [
+    (prerequisites.Dnf(), ["dnf", "install", "-y", "kernel-devel-6.8.9-300.fc40.x86_64", "dkms"]),
+    (prerequisites.Pacman(), ["pacman", "-S", "--needed", "--noconfirm", "linux-headers", "dkms"])])
+def test_fedora_and_arch_plans_install_only_what_the_package_database_lacks(manager, command, monkeypatch):
+    """Written, not proven: the query programs are stood in for (this machine has neither rpm's database of a
+    Fedora system nor pacman)."""
+    have = {"rpm", "dnf", "pacman"}
+    monkeypatch.setattr(prerequisites.runner, "which", lambda name: f"/usr/bin/{name}" if name in have else None)
+    installed = set(manager.required("6.8.9-300.fc40.x86_64")) - {command[-2], "dkms"}
+    monkeypatch.setattr(prerequisites.runner, "run", lambda argv, **kw: type("R", (), {
+        "returncode": 0 if argv[-1] in installed else 1})())
+    plan = manager.plan("6.8.9-300.fc40.x86_64")
+    assert plan.missing == command[-2:] and plan.commands == [command]
 
 
 # --- apt, on this machine ------------------------------------------------------------------------------------
@@ -146,11 +162,13 @@ def test_apt_missing_asks_dpkg():
     assert prerequisites.Apt("debian", "bookworm").missing(["dpkg", NO_SUCH_PACKAGE, "coreutils"]) == [NO_SUCH_PACKAGE]
 
 
-def test_the_backports_sources_entry():
-    text = prerequisites.backports_sources("bookworm-backports")
+def test_the_backports_sources_entry_follows_the_systems_own_entry_for_the_release(tmp_path, monkeypatch):
+    mirror = "http://mirror.example.invalid/debian"
+    apt_config(tmp_path, monkeypatch, f"deb [signed-by=/k.gpg] {mirror} bookworm main contrib\n")
+    text = prerequisites.backports_sources("bookworm-backports", "bookworm")
     fields = dict(line.split(": ", 1) for line in text.splitlines() if not line.startswith("#"))
-    assert fields == {"Types": "deb", "URIs": "http://deb.debian.org/debian", "Suites": "bookworm-backports",
-                      "Components": "main", "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"}
+    assert fields == {"Types": "deb", "URIs": mirror, "Suites": "bookworm-backports",
+                      "Components": "main", "Signed-By": "/k.gpg"}
     assert prerequisites.BACKPORTS_SOURCES == Path("/etc/apt/sources.list.d/rdna1-kmgr-backports.sources")
 
 

@@ -80,6 +80,9 @@ def test_key_and_cert_go_together_and_conventions_follow_the_distro(tmp_path):
     assert signing.distro_convention("debian", "") == signing.DEBIAN
     assert signing.distro_convention("ubuntu", "debian") == signing.UBUNTU
     assert signing.distro_convention("pop", "ubuntu debian") == signing.UBUNTU
+    assert signing.distro_convention("fedora", "") == signing.FEDORA  # akmods' key (written, not proven)
+    assert signing.FEDORA.key == Path("/etc/pki/akmods/private/private_key.priv")
+    assert signing.distro_convention("arch", "") == signing.DEBIAN  # DKMS's own default
     assert signing.DEBIAN.key == Path("/var/lib/dkms/mok.key")
     assert signing.UBUNTU.cert == Path("/var/lib/shim-signed/mok/MOK.der")
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import rdna1_kmgr
 
 PACKAGE = Path(rdna1_kmgr.__file__).parent
-# The flow, earliest first. commands/ and cli.py sit on top of every stage.
-STAGES = ["core", "host", "source", "render", "build", "vm", "install", "doctor", "commands"]
+# The flow, earliest first (userspace: the user-space profiles as data, beside the quirk catalog). commands/
+# and cli.py sit on top of every stage.
+STAGES = ["core", "host", "source", "render", "userspace", "build", "vm", "install", "doctor", "commands"]
 MAX_LINES = 520
 
 

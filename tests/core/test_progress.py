@@ -75,7 +75,8 @@ def test_a_terminal_gets_one_redrawn_line_with_the_elapsed_time():
     text = out.getvalue()
     assert text.count("\n") == 1  # only the final line ends a line
     assert "\r\033[Kbuilding amdgpu: 4/700 objects, 1:05" in text
-    assert text.endswith("\r\033[Kbuilding amdgpu: done, 4/700 objects in 1:05\n")
+    # done: the estimated total (an upper bound) gives way to what was compiled
+    assert text.endswith("\r\033[Kbuilding amdgpu: done, 4/4 objects in 1:05\n")
 
 
 def test_more_objects_than_estimated_never_show_more_done_than_the_total():
@@ -85,6 +86,20 @@ def test_more_objects_than_estimated_never_show_more_done_than_the_total():
         progress.advance()
     progress.finish("failed")
     assert out.getvalue().splitlines()[-1].startswith("building: failed, 3/3 objects")
+
+
+def test_a_build_that_ends_below_the_estimate_ends_at_n_of_n():
+    """kbuild compiles 696 of the 698 objects the tree names for 6.1: the last line says 696/696."""
+    out = io.StringIO()
+    progress = Progress("building", total=698, stream=out, live=False)
+    for _ in range(696):
+        progress.advance()
+    progress.finish("done")
+    assert out.getvalue().splitlines()[-1].startswith("building: done, 696/696 objects in ")
+    failed = Progress("building", total=698, stream=io.StringIO(), live=False)
+    failed.advance(3)
+    failed.finish("failed")
+    assert failed.stream.getvalue().splitlines()[-1].startswith("building: failed, 3/698 objects")
 
 
 def test_the_total_is_counted_from_the_makefiles_of_the_tree(tmp_path):

@@ -313,17 +313,22 @@ def verdict_record(sha256: str, kernel: str, result: str = "pass") -> verdict.Re
                           seconds=1.0, started="2025-01-01T00:00:00", tool_version="test")
 
 
-def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, with_initramfs: bool = True) -> None:
+def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, with_initramfs: bool = True,
+              with_image: bool = True) -> None:
     FakeSysroot(root).kernel(kernel).os_release("debian", "12", "Debian GNU/Linux 12 (bookworm)")
     modules = root / "lib/modules" / kernel
-    (modules / "kernel" / AMD_TREE / "amdgpu").mkdir(parents=True)
-    shutil.copy2(stock, modules / "kernel" / AMD_TREE / "amdgpu/amdgpu.ko")
-    (modules / "modules.order").write_text(f"kernel/{AMD_TREE}/amdgpu/amdgpu.ko\n")
+    modules.mkdir(parents=True)
     (modules / "build").symlink_to(f"/lib/modules/{kernel}/build")
-    subprocess.run(["depmod", "-b", str(root), kernel], check=True, capture_output=True)
+    if with_image:  # the image package's modules; without it, only the headers' build link is there
+        (modules / "kernel" / AMD_TREE / "amdgpu").mkdir(parents=True)
+        shutil.copy2(stock, modules / "kernel" / AMD_TREE / "amdgpu/amdgpu.ko")
+        (modules / "modules.order").write_text(f"kernel/{AMD_TREE}/amdgpu/amdgpu.ko\n")
+        subprocess.run(["depmod", "-b", str(root), kernel], check=True, capture_output=True)
     (root / "etc/modprobe.d").mkdir(parents=True)
     (root / "etc/modprobe.d/someone-elses.conf").write_text("options snd_hda_intel power_save=1\n")
     (root / "boot").mkdir()
+    if with_image:  # the kernel itself installed, not only its headers
+        (root / "boot" / f"vmlinuz-{kernel}").write_bytes(b"kernel image")
     if with_initramfs:
         subprocess.run([str(bin_dir / "update-initramfs"), "-c", "-k", kernel, "-b", str(root / "boot")],
                        check=True, env=env)
@@ -338,7 +343,7 @@ def fake_tools(tmp_path_factory) -> Path:
     return bin_dir
 
 
-def _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=True) -> FakeSystem:
+def _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=True, with_image=True) -> FakeSystem:
     pristine.reset()
     root, state = tmp_path / "root", tmp_path / "state"
     env = {**os.environ, **pristine.env, "RDNA1_KMGR_ROOT": str(root), "RDNA1_KMGR_STATE": str(state),
@@ -346,7 +351,7 @@ def _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=True
     env.pop(jr.ABORT_ENV, None)
     for key in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_STATE", "PATH", *pristine.env):
         monkeypatch.setenv(key, env[key])
-    make_root(root, pristine.kernel, pristine.stock_module, fake_tools, env, with_initramfs)
+    make_root(root, pristine.kernel, pristine.stock_module, fake_tools, env, with_initramfs, with_image)
     return FakeSystem(root, state, pristine.kernel, pristine, env)
 
 
@@ -428,7 +433,33 @@ def test_install_without_an_initramfs_creates_one_and_rollback_removes_it(tmp_pa
     assert (fs.root / "boot" / f"initrd.img-{fs.kernel}").is_file()
     assert fs.rollback().returncode == 0
     assert_same_system(before, fs.hash())
-    assert list((fs.root / "boot").iterdir()) == []
+    assert list((fs.root / "boot").iterdir()) == [fs.root / "boot" / f"vmlinuz-{fs.kernel}"]
+
+
+def test_a_kernel_whose_image_is_not_installed_gets_the_module_and_no_initramfs(tmp_path, monkeypatch, pristine,
+                                                                               fake_tools):
+    """A newcomer's machine: the distribution's kernel has its headers (build pulled them) but not its image.
+    Install puts the module in place for it; the image package's postinst makes the initramfs later. A kernel
+    with neither is refused."""
+    fs = _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=False, with_image=False)
+    fs.write_verdict()
+    before = fs.hash()
+    dry = fs.cli("install", "--kernel", fs.kernel, "--dry-run", *fs.cert_args)
+    assert dry.returncode == 0, dry.stderr
+    assert "4. initramfs\n    skipped: " in dry.stdout and "update-initramfs" not in dry.stdout
+    assert fs.resolves_to() is None
+    assert fs.install().returncode == 0
+    assert fs.resolves_to() == fs.installed_path
+    assert list((fs.root / "boot").iterdir()) == []  # no initramfs made for a kernel that is not there
+    assert fs.rollback().returncode == 0
+    assert_same_system(before, fs.hash())
+    from rdna1_kmgr.install import module_install
+    from rdna1_kmgr.install.target_root import TargetRoot
+
+    module_install.check_kernel_installed(fs.kernel, TargetRoot(fs.root))  # headers only: accepted
+    (fs.root / "lib/modules" / fs.kernel / "build").unlink()
+    with pytest.raises(module_install.InstallRefused, match="holds neither its modules nor its headers"):
+        module_install.check_kernel_installed(fs.kernel, TargetRoot(fs.root))
 
 
 def test_status_reports_the_install(system):
@@ -439,6 +470,16 @@ def test_status_reports_the_install(system):
     assert k["journal"] is None
     assert k["module"]["path"] == str(system.stock_path) and not k["module"]["rdna1_kmgr"]
 
+    # before the install: the built module and its verdict, which install will ask for
+    record = json.loads((system.state / "validations" / f"{system.pristine.module_sha256}.json").read_text())
+    verdict_seen = {"verdict": "pass", "mode": "emulated", "kernel": system.kernel, "reason": "all checks passed",
+                    "record": str(system.state / "validations" / f"{system.pristine.module_sha256}.json"),
+                    "when": record["started"], "accel": record["accel"],
+                    "checked": [c["name"] for c in record["checks"]], "failed": []}
+    assert [b["verdict"] for b in k["built"]] == [verdict_seen]
+    text = system.cli("status", *system.cert_args).stdout
+    assert f"  verdict     pass (emulated, {record['accel']}) {record['started']}: checked " in text
+
     assert system.install().returncode == 0
     status = json.loads(system.cli("status", "--json", *system.cert_args).stdout)
     (k,) = [k for k in status["kernels"] if k["kernel"] == system.kernel]
@@ -448,9 +489,11 @@ def test_status_reports_the_install(system):
         "path": str(system.installed_path), "sha256": system.pristine.module_sha256, "rdna1_kmgr": True,
         "signature": {"signer": "rdna1-kmgr test key", "valid": True,
                       "detail": f"verifies against {system.pristine.keys.cert}"},
-        "verdict": {"verdict": "pass", "mode": "emulated", "kernel": system.kernel, "reason": "all checks passed",
-                    "record": str(system.state / "validations" / f"{system.pristine.module_sha256}.json")},
+        "verdict": verdict_seen,
     }
+    # the built module's verdict too (the same file DKMS installed), with when, how and what was checked
+    assert k["built"] == [{"version": system.pristine.package.version, "sha256": system.pristine.module_sha256,
+                           "module": k["built"][0]["module"], "verdict": verdict_seen}]
     assert {"file": str(system.root / "etc/modprobe.d/rdna1-kmgr.conf"),
             "options": {"rdna1_quirks": "0x3"}} in k["parameters"]["modprobe.d"]
     assert status["certificate"]["path"] == str(system.pristine.keys.cert)
@@ -777,9 +820,11 @@ def test_our_own_build_installed_behind_the_journals_back_is_named(system):
     assert _unchanged(system) == before
 
 
-def test_a_kernel_without_its_modules_is_refused(system):
+def test_a_kernel_without_its_modules_or_headers_is_refused(system):
+    """(Headers alone are enough: test_a_kernel_whose_image_is_not_installed_gets_the_module_and_no_initramfs.)"""
     shutil.rmtree(system.root / "lib/modules" / system.kernel / "kernel")
     (system.root / "lib/modules" / system.kernel / "modules.order").unlink()
+    (system.root / "lib/modules" / system.kernel / "build").unlink()
     before = _unchanged(system)
     proc = system.install()
     assert proc.returncode == 8 and f"install its image package (linux-image-{system.kernel})" in one_error_line(proc)

@@ -69,6 +69,106 @@ def test_real_source_without_get_vm_pte_is_refused(real_source_61, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def derived_tree(source, dest, changes):
+    """A hard-linked copy of a cached real source in which each file named in `changes` is replaced by a
+    file of its own holding changes[rel](its bytes): a variation of a real tree, built at test time."""
+    shutil.copytree(source, dest, copy_function=os.link)
+    for rel, change in changes.items():
+        path = dest / rel
+        data = change(path.read_bytes())
+        path.unlink()  # break the hard link before writing
+        path.write_bytes(data)
+    return dest
+
+
+def apply_with_git(out, tree):
+    """`git apply` each patch of the series in a copy whose patched files are its own (git apply must not
+    write through the hard links into the cache)."""
+    for name in (out / "series").read_text().split():
+        text = (out / name).read_text(errors="surrogateescape")
+        for rel in re.findall(r"^\+\+\+ b/(\S+)", text, re.M):
+            path = tree / rel
+            if path.exists():
+                data = path.read_bytes()
+                path.unlink()
+                path.write_bytes(data)
+        done = subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(out / name)], cwd=tree,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, f"{name}: {done.stderr}"
+
+
+HOOKED = [f"{AMD}/amdgpu/amdgpu_drv.c", f"{AMD}/amdgpu/gmc_v10_0.c", f"{AMD}/amdgpu/amdgpu_amdkfd_gpuvm.c",
+          f"{AMD}/amdkfd/kfd_crat.c", f"{AMD}/amdgpu/Makefile", f"{AMD}/amdgpu/amdgpu_trace.h"]
+
+
+def test_real_source_with_crlf_files_renders_a_series_both_tools_apply(real_source_61, tmp_path):
+    crlf = {rel: (lambda data: data.replace(b"\n", b"\r\n")) for rel in HOOKED}
+    tree = derived_tree(real_source_61, tmp_path / "linux", crlf)
+    render(tree, tmp_path / "out")
+    patched_copy(tree, tmp_path / "out", tmp_path / "by-patch")
+    apply_with_git(tmp_path / "out", tree)
+    for rel in HOOKED:
+        a, b = (tmp_path / "by-patch" / rel).read_bytes(), (tree / rel).read_bytes()
+        assert a == b, rel
+        assert b.count(b"\n") == b.count(b"\r\n"), f"{rel}: a line lost its CR"
+    assert b"\tamdgpu_rdna1_probe(adev);\r\n" in (tree / HOOKED[0]).read_bytes()
+
+
+def test_real_driver_under_an_older_version_number_gets_the_variant_of_its_code(real_source_612, tmp_path):
+    """A "backport" tree: Linux 6.12's driver under a 5.14 top Makefile, as RHEL 9 ships it."""
+    def as_5_14(data):
+        data = re.sub(rb"^PATCHLEVEL = \d+", b"PATCHLEVEL = 14", data, flags=re.M)
+        return re.sub(rb"^VERSION = \d+", b"VERSION = 5", data, flags=re.M)
+
+    tree = derived_tree(real_source_612, tmp_path / "linux", {"Makefile": as_5_14})
+    manifest = render(tree, tmp_path / "out")
+    assert manifest["kernel_version"].startswith("5.14.")
+    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {"coarse-mtype": "gmc-picks-mtype", "crat-mem": "adev"}
+    patched = patched_copy(tree, tmp_path / "out", tmp_path / "patched")
+    assert "amdgpu_rdna1_crat_mem_info(kdev->adev, &local_mem_info);" in (patched / AMD / "amdkfd/kfd_crat.c").read_text()
+
+
+def test_real_source_with_the_5_10_probe_statement_renders(real_source_61, tmp_path):
+    """5.10.y called amdgpu_driver_load_kms(adev, ent->driver_data) for most of its life."""
+    def older_probe(data):
+        new = data.replace(b"ret = amdgpu_driver_load_kms(adev, flags);", b"ret = amdgpu_driver_load_kms(adev, ent->driver_data);")
+        assert new != data
+        return new
+
+    tree = derived_tree(real_source_61, tmp_path / "linux", {HOOKED[0]: older_probe})
+    render(tree, tmp_path / "out")
+    drv = (patched_copy(tree, tmp_path / "out", tmp_path / "patched") / HOOKED[0]).read_text()
+    assert re.search(r"amdgpu_rdna1_probe\(adev\);\n\n\tret = amdgpu_driver_load_kms\(adev, ent->driver_data\);", drv)
+
+
+def test_a_variant_using_a_member_the_real_tree_lacks_is_refused_in_a_second(real_source_612, tmp_path, monkeypatch):
+    """The kdev->kgd hook on a driver that reaches the device as kdev->adev (what a version-chosen variant
+    did on RHEL 9.6): a catalog whose crat-mem facts are too loose to tell. The name check refuses."""
+    from click.testing import CliRunner
+
+    from rdna1_kmgr.cli import main
+    from rdna1_kmgr.render import quirk_catalog
+
+    kmod = tmp_path / "kmod"
+    shutil.copytree(quirk_catalog.kmod_root(), kmod)
+    toml = kmod / "quirks/crat-mem/quirk.toml"
+    text = toml.read_text()
+    text = text[:text.index("[[variants]]")] + """[[variants]]
+id = "kgd"
+kernels = "5.10 - 5.16"
+edits = ["vcrat-mem"]
+vars = { adev = "(struct amdgpu_device *)kdev->kgd" }
+facts = [{ file = "drivers/gpu/drm/amd/amdkfd/kfd_crat.c", function = "kfd_create_vcrat_image_gpu", contains = "kdev" }]
+"""
+    toml.write_text(text)
+    monkeypatch.setattr(quirk_catalog, "kmod_root", lambda: kmod)
+    result = CliRunner().invoke(main, ["render", "--source", str(real_source_612), "--out", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "`kgd` (a struct member, in drivers/gpu/drm/amd/amdkfd/kfd_crat.c)" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def modinfo(ko, field):
     return subprocess.run(["modinfo", "-F", field, str(ko)], capture_output=True, text=True, check=True).stdout
 

@@ -57,3 +57,45 @@ def test_after_includes_and_comment_above():
     assert CODE[:c_anchors.after_includes(CODE, "x.c")].endswith('#include "amdgpu.h"\n')
     at = CODE.index("\tif (a)")
     assert c_anchors.comment_above(CODE, at) == CODE.index("\t// and a }")
+
+
+def test_a_statement_is_found_by_any_of_its_forms_the_earliest_winning():
+    forms = ["return 0;", "return call(a, s);"]
+    span = c_anchors.statement(CODE, "x.c", "helper", forms)
+    assert CODE[span.start:span.end] == "\t\treturn call(a,\n\t\t\t    s);\n"
+    with pytest.raises(c_anchors.AnchorNotFound, match=r"statement `return 1;` or `return 2;` in helper\(\)"):
+        c_anchors.statement(CODE, "x.c", "helper", ["return 1;", "return 2;"])
+
+
+def test_parameters_of_a_function_and_not_of_a_table():
+    span = c_anchors.parameters(CODE, "x.c", "helper")
+    assert CODE[span.start:span.end] == "int a"
+    with pytest.raises(c_anchors.AnchorNotFound, match="parameter list of table"):
+        c_anchors.parameters(CODE, "x.c", "table")
+
+
+def test_crlf_text_keeps_its_carriage_returns_in_every_span():
+    crlf = CODE.replace("\n", "\r\n") + "obj-y += a.o  \r\n"
+    span = c_anchors.statement(crlf, "x.c", "helper", "return call(a, s);")
+    assert crlf[span.start:span.end] == "\t\treturn call(a,\r\n\t\t\t    s);\r\n"
+    line = c_anchors.top_line(crlf, "Makefile", "obj-y += a.o")
+    assert crlf[line.start:line.end] == "obj-y += a.o  \r\n"
+
+
+def test_a_last_line_without_newline_is_a_whole_line():
+    text = "a\nobj-y += a.o"
+    span = c_anchors.top_line(text, "Makefile", "obj-y += a.o")
+    assert text[span.start:span.end] == "obj-y += a.o"
+
+
+def test_comments_are_blanked_in_place():
+    text = "x = 1; /* kdev->kgd */ y = 2; // kdev->kgd\nz;"
+    blank = c_anchors.without_comments(text)
+    assert len(blank) == len(text) and "kgd" not in blank and blank.endswith("\nz;")
+
+
+def test_a_snippet_is_matched_as_whole_words_at_its_ends():
+    text = "int f(void)\n{\n\tx = kdev->adevice;\n\ty = kdev->adev;\n}\n"
+    body = c_anchors.body(text, "x.c", "f")
+    assert c_anchors.find(text, body, "kdev->adev") == text.index("kdev->adev;")
+    assert c_anchors.find(text, body, "dev->adev") == -1

@@ -27,7 +27,7 @@ from rdna1_kmgr.build import module_elf
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
-from rdna1_kmgr.vm import engine, guest_kernel, verdict
+from rdna1_kmgr.vm import engine, guest_kernel, guest_view, verdict
 
 DATA = Path(__file__).parent / "data"
 CANNED_KERNEL = "6.1.0-56-amd64"
@@ -302,17 +302,41 @@ def test_stages_are_reported_once_each_even_when_lines_arrive_in_pieces():
     assert seen[0].endswith("kernel started")
 
 
-def test_the_guest_command_quotes_paths_and_tcg_disables_kvm(tmp_path):
-    rundir = tmp_path / "run dir"
-    command = engine.guest_command(rundir)
-    assert command.endswith(f"'{rundir}'") and " -I -S " in command
-    kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
+def test_the_guest_command_uses_guest_paths_and_tcg_disables_kvm(tmp_path):
+    rundir = tmp_path / "run"
+    rundir.mkdir()
+    kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path / "kernels" / CANNED_KERNEL, "cache")
+    view = guest_view.prepare(rundir, kernel.root)
+    command = engine.guest_command(view)
+    assert command.split()[1:] == ["-I", "-S", "/run/rdna1-kmgr/guest/collect.py", "/run/rdna1-kmgr"]
+    assert (rundir / "guest" / "collect.py").is_file()  # the guest side travels in the run folder
     tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
-    tcg = engine.vng_argv(tools, kernel, rundir, engine.Accel("tcg", ""), command)
-    kvm = engine.vng_argv(tools, kernel, rundir, engine.Accel("kvm", ""), command)
+    tcg = engine.vng_argv(tools, kernel, view, engine.Accel("tcg", ""), command)
+    kvm = engine.vng_argv(tools, kernel, view, engine.Accel("kvm", ""), command)
     assert "--disable-kvm" in tcg and "--disable-kvm" not in kvm
-    assert tcg[tcg.index("--rwdir") + 1] == str(rundir) and tcg[-2:] == ["--exec", command]
+    assert tcg[tcg.index("--rwdir") + 1] == f"/run/rdna1-kmgr={rundir}" and tcg[-2:] == ["--exec", command]
+    # the unpacked kernel, read-only at its own path: where virtme's /lib/modules/KREL link points
+    assert f"{kernel.root}={kernel.root}" in tcg and tcg[tcg.index(f"{kernel.root}={kernel.root}") - 1] == "--rodir"
     assert tools.env()["PATH"].startswith("/venv/bin" + os.pathsep)
+
+
+def test_the_guest_python_is_the_systems_or_its_installation_is_mapped(tmp_path):
+    # a venv of the system's Python (install.sh, pipx): the real binary under /usr, nothing to map
+    python, mapping = guest_view.interpreter("/usr/bin/python3", "/usr")
+    assert python == os.path.realpath("/usr/bin/python3") and mapping is None
+    # a Python installed elsewhere (pyenv, uv, a tarball under /opt or a home folder) is mapped read-only
+    home = tmp_path / "pyenv" / "3.11.7"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "python3.11").write_text("")
+    python, mapping = guest_view.interpreter(str(home / "bin" / "python3.11"), str(home))
+    assert python == "/run/rdna1-kmgr-python/bin/python3.11"
+    assert mapping.vng_args() == ["--rodir", f"/run/rdna1-kmgr-python={home}"]
+
+
+def test_a_path_virtme_cannot_map_is_refused_with_what_to_do(tmp_path):
+    odd = tmp_path / "a b,c"
+    with pytest.raises(HostError, match="virtme-ng cannot show"):
+        guest_view.Mapping(guest_view.GUEST_RUN, odd, writable=True).vng_args()
 
 
 # --- the guest kernel -----------------------------------------------------------------------------------------

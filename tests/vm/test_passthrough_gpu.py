@@ -4,7 +4,7 @@ Skipped unless the host has an RDNA1 board AND the person running the tests name
 takes the board away from the host for a while and, without vendor-reset, may leave it dead until a power
 cycle. To run it (as root, on a host set up as the README's "Testing on a real RX 5600 XT" says):
 
-    sudo RDNA1_KMGR_TEST_GPU=0000:0a:00.0 /opt/rdna1-kmgr/bin/python -m pytest -ra tests/vm/test_passthrough_gpu.py
+    RDNA1_KMGR_TEST_GPU=0000:0a:00.0 /opt/rdna1-kmgr/bin/python -m pytest -ra tests/vm/test_passthrough_gpu.py
 
 What it proves there: the host checks accept the board (IOMMU group, display, vendor-reset's
 device_specific reset); the board and its audio function go to vfio-pci, a guest sees them behind the

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_engine import CANNED_KERNEL, patched_module, patched_result
 
-from rdna1_kmgr.vm import engine, guest_kernel, passthrough, verdict
+from rdna1_kmgr.vm import engine, guest_kernel, guest_view, passthrough, verdict
 
 GPU = "1002:731f"
 QUIRKS = ("crat-mem", "coarse-mtype")
@@ -219,13 +219,17 @@ def test_the_guest_reads_kfd_topology_in_the_form_the_rules_judge(tmp_path):
 # --- what the guest is asked, how vng is called -------------------------------------------------------------
 
 
-def test_the_plan_carries_the_gpu_identity_quirks_and_workload():
+def test_the_plan_carries_the_gpu_identity_quirks_and_workload(tmp_path):
     target = verdict.GpuTarget(GPU, QUIRKS, "conv2d")
-    plan = verdict.guest_plan(patched_module(), "/run/amdgpu.ko", gpu=target, workload=engine.workload_plan("conv2d"))
+    view = guest_view.prepare(tmp_path, None, with_venv=True)
+    plan = verdict.guest_plan(patched_module(), "/run/amdgpu.ko", gpu=target, workload=engine.workload_plan("conv2d", view))
     assert plan["gpu"]["vendor_device"] == GPU and plan["gpu"]["quirks"] == list(QUIRKS)
     assert plan["gpu"]["on_load"] == "selftest"  # the load with every quirk on
-    assert Path(plan["gpu"]["workload"]["script"]).name == "conv2d.py"
-    assert Path(plan["gpu"]["workload"]["script"]).is_file()
+    assert plan["gpu"]["workload"]["script"] == "/run/rdna1-kmgr/guest/conv2d.py"
+    assert (tmp_path / "guest" / "conv2d.py").is_file()  # copied into the run folder the guest mounts
+    # rdna1-kmgr's own venv first (torch would be there), mapped read-only where the guest sees it
+    assert plan["gpu"]["workload"]["pythons"][0] == "/run/rdna1-kmgr-venv/bin/" + Path(sys.executable).name
+    assert f"/run/rdna1-kmgr-venv={sys.prefix}" in view.vng_args()
     assert "gpu" not in verdict.guest_plan(patched_module(), "/run/amdgpu.ko")  # emulated: unchanged
 
 
@@ -233,7 +237,8 @@ def test_passthrough_arguments_go_before_the_guest_command(tmp_path):
     tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
     kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
     extra = ["--disable-microvm", "--qemu-opts=-device vfio-pci,host=0000:0a:00.0"]
-    argv = engine.vng_argv(tools, kernel, tmp_path, engine.Accel("kvm", ""), "cmd", extra)
+    argv = engine.vng_argv(tools, kernel, guest_view.GuestView(tmp_path, "/usr/bin/python3"), engine.Accel("kvm", ""),
+                           "cmd", extra)
     assert argv[-4:] == [*extra, "--exec", "cmd"]
 
 
@@ -248,7 +253,8 @@ def test_a_passthrough_boot_keeps_udev_from_loading_the_distro_amdgpu(tmp_path, 
     tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
     kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
     for mode, extra in (("emulated", ()), ("passthrough", ("--disable-microvm",))):
-        engine.boot(tools, kernel, tmp_path, engine.Accel("tcg", ""), 5, tmp_path / "console", lambda line: None, extra, mode)
+        view = guest_view.GuestView(tmp_path, "/usr/bin/python3")
+        engine.boot(tools, kernel, view, engine.Accel("tcg", ""), 5, tmp_path / "console", lambda line: None, extra, mode)
     emulated, passed = (argv[argv.index("--append") + 1].split("=", 1)[1].split(",") for argv in seen)
     assert "amdgpu" not in emulated and "amdgpu" in passed
 

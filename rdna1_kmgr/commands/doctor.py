@@ -1,0 +1,24 @@
+"""`rdna1-kmgr doctor`: the whole ROCm stack read for the board, each finding with why and what to do."""
+
+import click
+
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.doctor.report import run, text_lines
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
+@click.option("--sysroot", default="/", show_default=True, metavar="DIR",
+              help="Read this tree instead of / (a fixture or a mounted system).")
+@click.option("--python", "pythons", multiple=True, metavar="PATH",
+              help="Also read this interpreter's or venv's PyTorch (repeatable).")
+@click.option("--user", "user_name", metavar="NAME",
+              help="Check device access and shell files for this user (default: SUDO_USER, else you).")
+def doctor(as_json, sysroot, pythons, user_name):
+    """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION, gfx1010 code in ROCm and PyTorch. Reads only."""
+    result = run(user_input.existing_dir(sysroot, "sysroot"), list(pythons), user_name)
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo("\n".join(text_lines(result)))

@@ -1,0 +1,62 @@
+"""HSA_OVERRIDE_GFX_VERSION wherever it is set, and the processor it makes ROCm load code for.
+
+ROCm's runtime reports the GPU as the processor the variable names (10.3.0: gfx1030, RDNA2) instead of
+the one KFD reports, and every library then loads that processor's code. On a gfx1010 board that runs
+RDNA2 code on RDNA1 hardware: owners report crashes with it, and working PyTorch without it on a stack
+built for gfx1010 (ROCm/legacy-rocm-build#887; sdnext stopped setting it by default).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rdna1_kmgr.doctor import code_objects
+from rdna1_kmgr.doctor.finding import Finding
+from rdna1_kmgr.userspace import environment_files
+from rdna1_kmgr.userspace.profiles import OVERRIDE
+
+_VERSION = re.compile(r"^([0-9]+)\.([0-9]+)\.([0-9]+)$")
+
+
+def processor_of(value: str) -> str | None:
+    """gfx1030 for "10.3.0"; None for a value ROCm would not accept."""
+    match = _VERSION.match(value.strip())
+    return code_objects.gfx_name(*(int(g) for g in match.groups())) if match else None
+
+
+def effective(found: list[environment_files.Assignment]) -> environment_files.Assignment | None:
+    """The assignment in force: the process's own when it has one, else the last line read that sets or
+    unsets it (files are read in login order)."""
+    process = [a for a in found if a.scope == "process"]
+    if process:
+        return process[-1]
+    last = found[-1] if found else None
+    return last if last is not None and last.value is not None else None
+
+
+def findings(found: list[environment_files.Assignment], board: str, checked: str) -> tuple[list[Finding], str]:
+    """Findings for every place the override is set, and the processor ROCm loads code for (`board` when
+    nothing overrides it). `checked` says which files and environments were read."""
+    sets = [a for a in found if a.value is not None]
+    if not sets:
+        return [Finding("gfx-override", "ok", f"{OVERRIDE} is not set ({checked})",
+                        f"ROCm loads the board's own {board} code", "",
+                        {"assignments": [a.to_json() for a in found]})], board
+    in_force = effective(found)
+    loads = processor_of(in_force.value) if in_force is not None else None
+    result = []
+    for assignment in sets:
+        target = processor_of(assignment.value)
+        what = f"ROCm loads {target} code instead of {board}" if target else "ROCm refuses a malformed value"
+        active = assignment is in_force
+        result.append(Finding(
+            "gfx-override", "problem" if target != board else "info",
+            f"{OVERRIDE}={assignment.value} in {assignment.where()}" + (" (in force)" if active else ""),
+            f"{what}: code built for another processor on RDNA1 hardware; owners report crashes with the "
+            f"common 10.3.0 advice and working PyTorch without it on libraries built for {board}",
+            f"remove it from {assignment.where()}" + (" (e.g. `unset` it in that shell)" if assignment.scope == "process"
+                                                      else "") + f", and use libraries with {board} code "
+            "(see rocblas, torch); `rdna1-kmgr profile install` writes a profile without it",
+            assignment.to_json()))
+    return result, loads or board

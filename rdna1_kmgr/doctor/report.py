@@ -1,0 +1,77 @@
+"""`doctor` as a whole: every check in the order a user would follow them, as findings and as text."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rdna1_kmgr.doctor import board, gfx_override, kfd_access, profile_check, rocm_libraries, torch_builds, versions
+from rdna1_kmgr.doctor.finding import LEVELS, Finding
+from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of
+from rdna1_kmgr.userspace import environment_files
+from rdna1_kmgr.userspace.profiles import OVERRIDE
+
+# The processor of each RDNA1 chip, as KFD reports it (gfx_target_version 100100, 100101, 100102).
+CHIP_PROCESSOR = {"navi10": "gfx1010", "navi12": "gfx1011", "navi14": "gfx1012"}
+
+
+def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: str | None = None) -> dict:
+    on_host = sysroot.resolve() == Path("/")
+    facts = host_facts.detect(sysroot, DEFAULT_TARGET)
+    device = board.the_board(facts)
+    user = kfd_access.invoking_user(sysroot, user_name)
+    nodes = kfd_access.read_nodes(sysroot)
+    processor = _board_processor(device, nodes)
+    found: list[Finding] = board.findings(facts, sysroot)
+    found += kfd_access.findings(sysroot, nodes, user, device is not None)
+
+    home = user.home if user is not None else None
+    assignments = environment_files.assignments(sysroot, home, lambda name: name == OVERRIDE,
+                                                dict(os.environ) if on_host else None)
+    checked = ("this process's environment, " if on_host else "") + "system files" + \
+              (f" and {user.name}'s shell files" if user else "")
+    override, loads = gfx_override.findings(assignments, processor, checked)
+    found += override
+
+    installs = rocm_libraries.find_installs(rocm_libraries.lib_dirs(sysroot), tuple({processor, loads}))
+    found += rocm_libraries.findings(installs, processor, loads)
+    sites = torch_builds.sites_of(sysroot, home, pythons or [])
+    found += torch_builds.findings(torch_builds.find(sites, tuple({processor, loads})), sites, processor, loads)
+    found += versions.findings(sysroot, facts.kernel_release)
+    found += profile_check.findings(sysroot, home)
+    return {
+        "sysroot": str(sysroot),
+        "user": user.name if user else None,
+        "board": device.bdf if device else None,
+        "board_processor": processor,
+        "rocm_loads": loads,
+        "summary": {level: sum(f.level == level for f in found) for level in LEVELS},
+        "findings": [f.to_json() for f in found],
+    }
+
+
+def _board_processor(device, nodes: list[kfd_access.KfdNode]) -> str:
+    """What KFD reports for an RDNA1 node, else what the board's chip is, else gfx1010 (the RX 5600 XT)."""
+    for node in nodes:
+        if node.processor in CHIP_PROCESSOR.values():
+            return node.processor
+    if device is not None:
+        return CHIP_PROCESSOR.get(chip_of(device.device) or "", "gfx1010")
+    return "gfx1010"
+
+
+def text_lines(result: dict) -> list[str]:
+    marks = {"ok": "ok     ", "info": "info   ", "warn": "WARN   ", "problem": "PROBLEM"}
+    lines = [f"doctor for {result['board_processor']}" + (f" (board {result['board']})" if result["board"] else
+             " (no board here)") + f"; ROCm loads {result['rocm_loads']} code; user {result['user'] or '?'}"]
+    for finding in result["findings"]:
+        lines.append(f"{marks[finding['level']]} {finding['check']:13} {finding['seen']}")
+        if finding["why"] and finding["level"] in ("warn", "problem", "info"):
+            lines.append(f"{'':22}why: {finding['why']}")
+        if finding["todo"]:
+            lines.append(f"{'':22}do:  {finding['todo']}")
+    summary = result["summary"]
+    lines.append(f"{summary['problem']} problem(s), {summary['warn']} warning(s), {summary['ok']} ok, "
+                 f"{summary['info']} note(s)")
+    return lines

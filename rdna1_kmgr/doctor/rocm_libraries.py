@@ -1,0 +1,182 @@
+"""The ROCm libraries installed (AMD's /opt/rocm* trees and the distribution's), and the GPU code they carry.
+
+A library family is data: its shared-object names, the folders of code objects it loads at run time and
+what the board loses without it. For each place a family is installed, the shared objects are read for
+offload bundles and the data folders for code-object files (their names say the target, which is how ROCm
+picks them; the files that name the board's processor are opened to confirm it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rdna1_kmgr.doctor import code_objects
+from rdna1_kmgr.doctor.code_objects import CodeObjects
+from rdna1_kmgr.doctor.finding import Finding
+
+
+@dataclass(frozen=True)
+class Family:
+    id: str
+    name: str
+    libs: tuple[str, ...]  # shared-object name prefixes: librocblas.so
+    data: tuple[str, ...]  # folders (relative to the library folder or the ROCm root) of run-time code objects
+    lacking: str  # what a gfx1010 board loses when the family has no code for it
+    needed: bool  # lacking gfx1010 code is a problem (else a warning)
+    prebuilt: bool = True  # False: the family compiles its kernels at run time, no code objects expected
+
+
+FAMILIES = (
+    Family("rocblas", "rocBLAS", ("librocblas.so",), ("rocblas", "../share/rocblas"),
+           "every matrix product (torch.matmul, nn.Linear) and MIOpen's GEMM convolutions fail with "
+           "\"invalid device function\" or fall back to nothing", needed=True),
+    Family("miopen", "MIOpen", ("libMIOpen.so",), ("../share/miopen/db", "miopen"),
+           "Conv2d: MIOpen compiles its kernels for the board at run time (needs ROCm's compiler support for "
+           "gfx1010); precompiled kernel databases only spare that time", needed=False, prebuilt=False),
+    Family("hipblaslt", "hipBLASLt", ("libhipblaslt.so",), ("hipblaslt",),
+           "nothing essential: PyTorch uses hipBLASLt only on the processors it was built for and rocBLAS "
+           "otherwise", needed=False),
+    Family("hip", "HIP runtime", ("libamdhip64.so",), (),
+           "everything: it is the runtime every ROCm library and PyTorch calls", needed=True, prebuilt=False),
+)
+
+# Where libraries live, relative to the sysroot: AMD's trees first, then the distribution's paths.
+LIB_GLOBS = ("opt/rocm*/lib", "opt/rocm*/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/local/lib")
+CODE_SUFFIXES = (".hsaco", ".co", ".kdb", ".dat")
+
+
+@dataclass
+class Install:
+    family: Family
+    lib_dir: Path
+    libraries: list[Path]
+    code: CodeObjects = field(default_factory=CodeObjects)  # inside the shared objects
+    files: CodeObjects = field(default_factory=CodeObjects)  # code-object and database files, by name
+    confirmed: dict = field(default_factory=dict)  # processor -> files whose content was read and agrees
+    mismatched: list[str] = field(default_factory=list)  # files whose name and content disagree
+
+    def has(self, processor: str) -> bool:
+        return self.code.has(processor) or self.files.has(processor)
+
+    def targets(self) -> list[str]:
+        return sorted(set(self.code.targets) | set(self.files.targets))
+
+    def to_json(self) -> dict:
+        return {"family": self.family.id, "lib_dir": str(self.lib_dir),
+                "libraries": [str(p) for p in self.libraries], "in_libraries": self.code.to_json(),
+                "code_object_files": dict(sorted(self.files.targets.items())), "confirmed": self.confirmed,
+                "mismatched": self.mismatched}
+
+
+def lib_dirs(sysroot: Path) -> list[Path]:
+    found = []
+    for pattern in LIB_GLOBS:
+        for folder in sorted(sysroot.glob(pattern)):
+            if folder.is_dir() and not folder.is_symlink() and folder.resolve() not in {f.resolve() for f in found}:
+                found.append(folder)
+    return found
+
+
+def find_installs(folders: list[Path], processors: tuple[str, ...]) -> list[Install]:
+    """Every family installed in one of `folders`, read for code objects; files naming one of `processors`
+    are opened to confirm their name."""
+    installs = []
+    for folder in folders:
+        for family in FAMILIES:
+            libraries = _libraries(folder, family) if folder.is_dir() else []
+            if not libraries:
+                continue
+            install = Install(family, folder, libraries)
+            for library in libraries:
+                install.code.add(code_objects.scan_binary(library))
+            for data in family.data:
+                _read_data_folder(install, (folder / data), processors)
+            installs.append(install)
+    return installs
+
+
+def _libraries(folder: Path, family: Family) -> list[Path]:
+    """The family's shared objects in `folder`, each file once (librocblas.so.4 is a link to .so.4.4)."""
+    found: dict[Path, Path] = {}
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(family.libs) and path.is_file():
+            real = path.resolve()
+            if real not in found or not path.is_symlink():
+                found[real] = path
+    return sorted(found.values())
+
+
+def _read_data_folder(install: Install, folder: Path, processors: tuple[str, ...]) -> None:
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.rglob("*")):
+        if not path.name.endswith(CODE_SUFFIXES) or not path.is_file():
+            continue
+        named = code_objects.targets_in_name(path.name)
+        install.files.targets.update(named)
+        wanted = [p for p in processors if any(code_objects.runs_on(t, p) for t in named)]
+        if wanted and path.name.endswith((".hsaco", ".co")):
+            inside = code_objects.scan_binary(path)
+            if any(inside.has(p) for p in wanted):
+                for p in wanted:
+                    install.confirmed[p] = install.confirmed.get(p, 0) + 1
+            elif not inside.unreadable:
+                install.mismatched.append(str(path))
+
+
+def findings(installs: list[Install], board: str, loads: str) -> list[Finding]:
+    """One finding per installed family and place; `board` is the processor, `loads` the one ROCm loads
+    code for (another one under HSA_OVERRIDE_GFX_VERSION)."""
+    result = []
+    for family in FAMILIES:
+        places = [i for i in installs if i.family is family]
+        if not places:
+            result.append(Finding(family.id, "warn" if family.needed else "info",
+                                  f"{family.name}: not installed (looked in {', '.join(LIB_GLOBS)})",
+                                  f"without it {family.lacking}" if family.needed else "",
+                                  "install ROCm's or the distribution's package if PyTorch is to use this "
+                                  "machine's ROCm" if family.needed else ""))
+        for install in places:
+            result.append(install_finding(install, board, loads))
+    return result
+
+
+def install_finding(install: Install, board: str, loads: str) -> Finding:
+    family = install.family
+    where = f"{family.name} in {install.lib_dir} ({', '.join(p.name for p in install.libraries)})"
+    facts = install.to_json()
+    targets = install.targets()
+    counts = _counts(install, loads)
+    if not family.prebuilt and not targets:
+        return Finding(family.id, "info", f"{where}: no prebuilt GPU code (compiled at run time)",
+                       f"for {family.name}, {family.lacking}", "", facts)
+    others = " ".join(t for t in targets if not code_objects.runs_on(t, loads)) or "none"
+    if install.has(loads):
+        level = "warn" if install.mismatched else "ok"
+        own = f"; the board's own {board}: {'present' if install.has(board) else 'ABSENT'}" if loads != board else ""
+        seen = f"{where}: {loads} code present ({counts}){own}; other targets: {others}"
+        todo = f"check the files whose name and content disagree: {install.mismatched[:3]}" if install.mismatched else ""
+        return Finding(family.id, level, seen, f"ROCm loads {loads} code on this board", todo, facts)
+    level = "problem" if family.needed and family.prebuilt else "warn" if family.prebuilt else "info"
+    seen = f"{where}: NO {loads} code; it carries {' '.join(targets) or 'no GPU code'}"
+    why = f"ROCm loads {loads} code on this board; without it {family.lacking}"
+    if loads != board:
+        todo = (f"this library has {'' if install.has(board) else 'no '}{board} code of the board's own; "
+                f"{'remove HSA_OVERRIDE_GFX_VERSION (see gfx-override)' if install.has(board) else 'use a build for ' + board}")
+    else:
+        todo = (f"use a {family.name} built for {board} (Debian's packages are; AMD's ship {board} in rocBLAS "
+                f"only)" if family.needed else "")
+    return Finding(family.id, level, seen, why, todo, facts)
+
+
+def _counts(install: Install, processor: str) -> str:
+    parts = []
+    bundles = sum(n for t, n in install.code.targets.items() if code_objects.runs_on(t, processor))
+    if bundles:
+        parts.append(f"{bundles} of {install.code.bundles + install.code.compressed} bundles in the libraries")
+    files = sum(n for t, n in install.files.targets.items() if code_objects.runs_on(t, processor))
+    if files:
+        confirmed = install.confirmed.get(processor, 0)
+        parts.append(f"{files} code-object files" + (f", {confirmed} opened and confirmed" if confirmed else ""))
+    return "; ".join(parts)

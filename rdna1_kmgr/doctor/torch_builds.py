@@ -1,0 +1,132 @@
+"""PyTorch builds on this machine and whether their GPU code runs on the board.
+
+Found by file, never by running an interpreter: torch/version.py says the version and the HIP it was built
+against (None for a CPU or CUDA build), torch/lib/libtorch_hip.so carries the kernels as offload bundles,
+and a ROCm wheel brings its own rocBLAS/MIOpen/hipBLASLt in torch/lib. pytorch.org's ROCm wheels carry no
+gfx1010 code ("HIP error: invalid device function" on RDNA1, pytorch/pytorch#132570); AMD's newer
+TheRock builds enable gfx101X.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.doctor import code_objects, rocm_libraries
+from rdna1_kmgr.doctor.finding import Finding
+
+SYSTEM_SITES = ("usr/lib/python3/dist-packages", "usr/lib/python3*/site-packages", "usr/local/lib/python3*/dist-packages",
+                "usr/local/lib/python3*/site-packages", "opt/*/lib/python3*/site-packages")
+USER_SITES = (".local/lib/python3*/site-packages", "*/lib/python3*/site-packages", ".*/lib/python3*/site-packages",
+              "*/*/lib/python3*/site-packages", "*/envs/*/lib/python3*/site-packages")
+
+
+@dataclass
+class TorchBuild:
+    site: Path
+    version: str
+    hip: str | None
+    cuda: str | None
+    kernels: code_objects.CodeObjects = field(default_factory=code_objects.CodeObjects)
+    bundled: list[rocm_libraries.Install] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"site": str(self.site), "version": self.version, "hip": self.hip, "cuda": self.cuda,
+                "libtorch_hip": self.kernels.to_json(), "bundled": [i.to_json() for i in self.bundled]}
+
+
+def sites_of(sysroot: Path, home: Path | None, named: list[str]) -> list[Path]:
+    """site-packages folders to look in: those of interpreters and venvs the user named, the system's,
+    and the user's own (~/.local, venvs and conda environments up to two levels below home)."""
+    sites: list[Path] = []
+    for spec in named:
+        sites += _named_sites(sysroot, spec)
+    for pattern in SYSTEM_SITES:
+        sites += sorted(sysroot.glob(pattern))
+    if home is not None and home.is_dir():
+        for pattern in USER_SITES:
+            sites += sorted(home.glob(pattern))
+    unique = []
+    for site in sites:
+        if site.is_dir() and site.resolve() not in {s.resolve() for s in unique}:
+            unique.append(site)
+    return unique
+
+
+def _named_sites(sysroot: Path, spec: str) -> list[Path]:
+    path = Path(spec)
+    path = path if not path.is_absolute() or sysroot.resolve() == Path("/") else sysroot / spec.lstrip("/")
+    if not path.exists():
+        raise UsageError(f"--python {spec!r} does not exist", "give a python3 interpreter or a venv's folder")
+    if path.is_file():  # an interpreter: its venv (bin/python3 -> the folder holding pyvenv.cfg)
+        root = path.parent.parent
+        if (root / "pyvenv.cfg").is_file() or list(root.glob("lib/python3*/site-packages")):
+            path = root
+        else:
+            return []  # a system interpreter: the system's sites are read anyway
+    if path.name in ("site-packages", "dist-packages"):
+        return [path]
+    return sorted(path.glob("lib/python3*/site-packages")) + sorted(path.glob("lib/python3*/dist-packages"))
+
+
+def find(sites: list[Path], processors: tuple[str, ...]) -> list[TorchBuild]:
+    builds = []
+    for site in sites:
+        version_file = site / "torch" / "version.py"
+        if not version_file.is_file():
+            continue
+        fields = _version_fields(version_file.read_text(errors="replace"))
+        build = TorchBuild(site, fields.get("__version__") or "?", fields.get("hip"), fields.get("cuda"))
+        lib = site / "torch" / "lib"
+        for library in sorted(lib.glob("libtorch_hip*.so*")):
+            build.kernels.add(code_objects.scan_binary(library))
+        if lib.is_dir():
+            build.bundled = rocm_libraries.find_installs([lib], processors)
+        builds.append(build)
+    return builds
+
+
+def _version_fields(text: str) -> dict[str, str | None]:
+    fields: dict[str, str | None] = {}
+    for match in re.finditer(r"^(__version__|hip|cuda)\s*(?::[^=]*)?=\s*(.+)$", text, re.M):
+        raw = match.group(2).strip()
+        fields[match.group(1)] = None if raw == "None" else raw.strip("'\"")
+    return fields
+
+
+def findings(builds: list[TorchBuild], sites: list[Path], board: str, loads: str) -> list[Finding]:
+    if not builds:
+        return [Finding("torch", "info", f"no PyTorch found ({len(sites)} site-packages folders read)", "",
+                        "name a venv or interpreter with --python if PyTorch lives elsewhere",
+                        {"sites": [str(s) for s in sites]})]
+    result = []
+    for build in builds:
+        where = f"torch {build.version} in {build.site}"
+        facts = build.to_json()
+        if not build.hip:
+            kind = f"a CUDA {build.cuda} build" if build.cuda else "a CPU-only build"
+            result.append(Finding("torch", "warn", f"{where}: {kind}, no HIP",
+                                  "it cannot use an AMD GPU at all",
+                                  f"install a ROCm build of PyTorch that carries {board} code (pytorch.org's ROCm "
+                                  "wheels do not; AMD's TheRock builds enable gfx101X)", facts))
+            continue
+        targets = " ".join(sorted(build.kernels.targets)) or "none readable"
+        unread = f"; {len(build.kernels.unreadable)} compressed bundle(s) unread" if build.kernels.unreadable else ""
+        if build.kernels.has(loads):
+            level, seen = "ok", f"{where} (HIP {build.hip}): libtorch_hip carries {loads} code"
+            why, todo = "", ""
+        elif not build.kernels.targets and build.kernels.unreadable:
+            level, seen = "warn", f"{where} (HIP {build.hip}): its GPU code could not be read{unread}"
+            why, todo = "", build.kernels.unreadable[0]
+        else:
+            level = "problem"
+            seen = f"{where} (HIP {build.hip}): libtorch_hip has NO {loads} code (it has: {targets}){unread}"
+            why = "every GPU operator fails with \"HIP error: invalid device function\""
+            todo = (f"install a ROCm build of PyTorch that carries {board} code (AMD's TheRock builds enable "
+                    "gfx101X); do not reach for HSA_OVERRIDE_GFX_VERSION")
+        result.append(Finding("torch", level, seen, why, todo, facts))
+        for install in build.bundled:
+            result.append(rocm_libraries.install_finding(install, board, loads))
+    return result

@@ -1,0 +1,77 @@
+"""ROCm's versions on this machine (AMD's /opt/rocm-* trees, the distribution's packages) against the kernel.
+
+Two ROCm stacks side by side is the usual source of a library of one version loading another's runtime;
+which one a program gets depends on LD_LIBRARY_PATH and ld.so.conf. The kernel's KFD is what every ROCm
+release talks to; AMD's own amdgpu-dkms replaces it with an out-of-tree driver of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rdna1_kmgr.build.dkms_package import PACKAGE_NAME
+from rdna1_kmgr.doctor.finding import Finding
+from rdna1_kmgr.source.debian_archive import parse_record
+
+# Debian/Ubuntu packages that make up a ROCm stack (the HIP runtime and the libraries doctor reads).
+ROCM_PACKAGES = re.compile(r"^(libamdhip64-\d+|librocblas\d+|libmiopen\d*|libhipblaslt\d+|libhsa-runtime64-\d+|"
+                           r"rocminfo|rocm-core|hip-runtime-amd|rocblas|miopen-hip|hipblaslt|amdgpu-dkms)$")
+
+
+def installed_packages(sysroot: Path) -> dict[str, str]:
+    """ROCm packages dpkg lists installed: name -> version."""
+    try:
+        text = (sysroot / "var/lib/dpkg/status").read_text(errors="replace")
+    except OSError:
+        return {}
+    found = {}
+    for stanza in text.split("\n\n"):
+        record = parse_record(stanza)
+        if ROCM_PACKAGES.match(record.get("Package", "")) and record.get("Status", "").endswith(" installed"):
+            found[record["Package"]] = record.get("Version", "?")
+    return found
+
+
+def opt_rocm(sysroot: Path) -> dict[str, str]:
+    """AMD's trees: /opt/rocm-6.2.4 -> its .info/version."""
+    found = {}
+    for tree in sorted(sysroot.glob("opt/rocm*")):
+        if tree.is_symlink() or not tree.is_dir():
+            continue
+        try:
+            found[str(Path("/") / tree.relative_to(sysroot))] = (tree / ".info/version").read_text().strip()
+        except OSError:
+            found[str(Path("/") / tree.relative_to(sysroot))] = "?"
+    return found
+
+
+def findings(sysroot: Path, kernel: str) -> list[Finding]:
+    packages = installed_packages(sysroot)
+    trees = opt_rocm(sysroot)
+    out_of_tree = sorted(str(p.relative_to(sysroot)) for p in sysroot.glob(f"lib/modules/{kernel}/updates/dkms/amdgpu.ko*"))
+    facts = {"kernel": kernel, "packages": packages, "opt_rocm": trees, "updates_amdgpu": out_of_tree}
+    stacks = [f"{path} {version}" for path, version in trees.items()]
+    hip = {k: v for k, v in packages.items() if k.startswith(("libamdhip64", "hip-runtime-amd"))}
+    if hip:
+        stacks.append("distribution " + " ".join(f"{k} {v}" for k, v in sorted(hip.items())))
+    result = []
+    if not stacks:
+        result.append(Finding("versions", "info", f"no ROCm runtime installed (kernel {kernel})", "",
+                              "PyTorch's ROCm wheels bring their own; nothing else needs one", facts))
+    else:
+        level = "warn" if len(stacks) > 1 else "info"
+        result.append(Finding("versions", level, f"ROCm: {'; '.join(stacks)} with kernel {kernel}",
+                              "more than one ROCm stack: a program may load a library of one and the runtime of "
+                              "the other (LD_LIBRARY_PATH, ld.so.conf decide)" if len(stacks) > 1 else
+                              "gfx1010 regressed in ROCm 5.3 (ROCm/legacy-rocm-build#2527); rocBLAS has built it "
+                              "since 4.3 and Debian builds the whole stack for it",
+                              "keep one stack, or pin LD_LIBRARY_PATH per program" if len(stacks) > 1 else "", facts))
+    if out_of_tree:
+        # DKMS keeps a folder per package it manages: ours is rdna1-amdgpu, AMD's amdgpu-dkms is amdgpu.
+        ours = (sysroot / "var/lib/dkms" / PACKAGE_NAME).is_dir()
+        result.append(Finding("versions", "info" if ours else "warn",
+                              f"an out-of-tree amdgpu for {kernel}: {', '.join(out_of_tree)}",
+                              "it replaces the kernel's own amdgpu and KFD" + ("" if ours else
+                              " (AMD's amdgpu-dkms?); rdna1-kmgr's builds and it exclude each other"), "", facts))
+    return result

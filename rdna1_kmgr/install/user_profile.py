@@ -1,0 +1,127 @@
+"""`rdna1-kmgr profile install|remove`: a user-space profile written system-wide, journaled, undone exactly.
+
+Two files carry it, because desktops and shells read different ones:
+
+    /etc/environment.d/90-rdna1-kmgr.conf   systemd's user manager: what a graphical session's programs get
+    /etc/profile.d/rdna1-kmgr.sh            login shells; also unsets what the profile unsets
+
+environment.d cannot unset a variable, so an HSA_OVERRIDE_GFX_VERSION set elsewhere for a desktop session
+stays; doctor names every place it is still set. Each write is a journal step with a backup first
+(install/journal.py); `rollback` (or `profile remove`) replays it backwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.install import rollback
+from rdna1_kmgr.install.journal import locked, make_dirs, refuse_if_busy, write_durably
+from rdna1_kmgr.install.profile_journal import ProfileJournal
+from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.userspace import profiles
+
+ENVIRONMENT_D = "etc/environment.d/90-rdna1-kmgr.conf"
+PROFILE_D = "etc/profile.d/rdna1-kmgr.sh"
+MARK = "# rdna1-kmgr profile "  # first line of both files: "# rdna1-kmgr profile NAME: summary"
+
+
+def file_contents(profile: profiles.Profile) -> dict[str, bytes]:
+    """What each file holds for `profile`, relative path -> bytes."""
+    head = (f"{MARK}{profile.name}: {profile.summary}\n"
+            "# written by `rdna1-kmgr profile install`; undo with `rdna1-kmgr profile remove` or `rollback`\n")
+    env_d = head + "".join(f"{k}={v}\n" for k, v in sorted(profile.set.items()))
+    if profile.unset:
+        env_d += f"# not expressible here, done in /{PROFILE_D}: unset {' '.join(profile.unset)}\n"
+    shell = head + "".join(f"unset {name}\n" for name in profile.unset)
+    shell += "".join(f"export {k}={v}\n" for k, v in sorted(profile.set.items()))
+    return {ENVIRONMENT_D: env_d.encode(), PROFILE_D: shell.encode()}
+
+
+def plan(profile: profiles.Profile, root: TargetRoot) -> list[str]:
+    lines = []
+    current = ProfileJournal()
+    if current.exists():
+        lines.append("first roll back the installed profile:")
+        lines += [f"  {line}" for line in rollback.plan_for(current, keep_build=True)]
+    lines.append(f"install the user-space profile {profile.name} ({profile.summary}):")
+    for rel, data in file_contents(profile).items():
+        path = root.path / rel
+        verb = "replace" if path.exists() else "create"
+        lines.append(f"  {verb} {path} (backed up in the journal first):")
+        lines += [f"      {line}" for line in data.decode().splitlines() if not line.startswith("#")]
+    lines.append(f"  journal: {current.path}")
+    return lines
+
+
+def install(name: str, dry_run: bool = False) -> dict:
+    profile = profiles.get(name)
+    if profile.changes_nothing:
+        raise UsageError(f"profile {name!r} changes nothing", "choose a profile that sets or unsets something")
+    root = TargetRoot.from_env()
+    refuse_if_busy()
+    lines = plan(profile, root)
+    if dry_run:
+        return {"profile": profile.to_json(), "dry_run": True, "plan": lines}
+    said = []
+    with locked(f"profile install {name}"):
+        journal = ProfileJournal()
+        if journal.exists():
+            said += rollback.replay(journal, keep_build=True, reason=f"replaced by profile {name}")
+            journal = ProfileJournal()
+        journal.begin("profile-install", profile=name, root=str(root.path))
+        for rel, data in file_contents(profile).items():
+            path = root.path / rel
+            step = f"write /{rel}"
+            journal.record_intent(step, None, replaces=[path], dirs=_missing_parents(path))
+            make_dirs(path.parent)
+            write_durably(path, data, 0o644)
+            journal.append("done", step=step)
+            said.append(f"wrote {path}")
+        journal.append("commit")
+    return {"profile": profile.to_json(), "dry_run": False, "plan": lines, "done": said}
+
+
+def remove(dry_run: bool = False) -> dict:
+    journal = ProfileJournal()
+    refuse_if_busy()
+    if not journal.exists():
+        return {"installed": False, "dry_run": dry_run, "message": "no user-space profile is installed"}
+    lines = rollback.plan_for(journal, keep_build=True)
+    if dry_run:
+        return {"installed": True, "dry_run": True, "plan": lines}
+    with locked("profile remove"):
+        said = rollback.replay(journal, keep_build=True, reason="rdna1-kmgr profile remove")
+    return {"installed": True, "dry_run": False, "plan": lines, "done": said}
+
+
+def status() -> dict:
+    """The installed profile as its journal and its files say; for `status` and `doctor`."""
+    journal = ProfileJournal()
+    root = TargetRoot.from_env()
+    files = {f"/{rel}": named_in(root.path / rel) for rel in (ENVIRONMENT_D, PROFILE_D)}
+    if not journal.exists():
+        return {"installed": None, "state": None, "files": files, "journal": None}
+    state = journal.state()
+    return {"installed": (state.begin or {}).get("profile"), "state": state.description, "files": files,
+            "journal": str(journal.path), "since": (state.begin or {}).get("time")}
+
+
+def named_in(path: Path) -> str | None:
+    """The profile a file of ours names on its first line; None when absent; "?" when not ours."""
+    try:
+        first = path.read_text(errors="replace").splitlines()[:1]
+    except OSError:
+        return None
+    if not first or not first[0].startswith(MARK):
+        return "?"
+    return first[0][len(MARK):].split(":", 1)[0]
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    missing = []
+    folder = path.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    return missing

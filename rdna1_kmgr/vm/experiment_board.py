@@ -1,0 +1,72 @@
+"""`vm-test --gpu auto --matrix`: the experiment on the owner's board, passed through to fresh VMs.
+
+The same refusals as every passthrough run (IOMMU group, display use, reset readiness, vfio-pci) come
+first; the board and its audio function stay on vfio-pci for the whole experiment and go back to their
+drivers at the end, however it ends. The quirk axis is the bits the build carries (its manifest), the
+profile axis userspace/profiles.toml; "as installed" is the invoking user's ROCm settings as the system's
+and their own files set them.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+from rdna1_kmgr.build.built_module import BuiltModule
+from rdna1_kmgr.core import user_input
+from rdna1_kmgr.render import quirk_catalog
+from rdna1_kmgr.userspace import environment_files
+from rdna1_kmgr.vm import engine, experiment, experiment_guest, guest_kernel, passthrough
+
+# The variables the "as installed" profile carries into the guest.
+ROCM_PREFIXES = ("HSA_", "HIP_", "ROC_", "ROCR_", "MIOPEN_", "PYTORCH_", "AMD_")
+
+
+def installed_environment(home: Path | None) -> dict[str, str]:
+    """The ROCm variables a login of the user would have: the last assignment of each in the system's and
+    the user's files (an `unset` drops it)."""
+    values: dict[str, str | None] = {}
+    for assignment in environment_files.assignments(Path("/"), home, lambda name: name.startswith(ROCM_PREFIXES)):
+        values[assignment.name] = assignment.value
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def invoking_home() -> Path | None:
+    name = os.environ.get("SUDO_USER")
+    try:
+        return Path(pwd.getpwnam(name).pw_dir) if name else Path.home()
+    except KeyError:
+        return None
+
+
+def built_cells(built: BuiltModule) -> list[experiment.Cell]:
+    """The matrix over the quirks the build carries (all the catalog's when its manifest does not say)."""
+    catalog = quirk_catalog.load_quirks()
+    carried = {q["id"] for q in (built.manifest or {}).get("quirks", [])} or set(catalog)
+    return experiment.cells({k: q for k, q in catalog.items() if k in carried})
+
+
+def run(spec: str, built: BuiltModule, release: str | None, accel: str, cell_timeout: float, fetch: bool,
+        force: bool, accept_reset_risk: bool, report=engine.say) -> dict:
+    """The whole experiment on the board; the record's JSON (also written under experiments/)."""
+    bdf = passthrough.resolve_gpu(spec)
+    passthrough.require_root()
+    pre = passthrough.preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
+    release = user_input.kernel_release(release or built.kernel)
+    kernel = guest_kernel.locate(release, fetch=fetch)
+    workload = {"args": ["--sweep", "matrix"]}
+    cells = built_cells(built)
+    base_env = installed_environment(invoking_home())
+    report(f"experiment: {len(cells)} cells on {bdf}, {cell_timeout:.0f} s each at most")
+    with passthrough.bound(pre, report) as session:
+        run_batch = experiment_guest.batch_runner(
+            release, built.path, workload, cell_timeout, accel=accel, fetch=fetch, base_env=base_env,
+            report=report, extra_vng_args=passthrough.vng_passthrough_args(pre, kernel), mode="passthrough")
+        results = experiment.run(cells, run_batch, report)
+    best = experiment.recommend(results)
+    context = {"board": bdf, "kernel": release, "module": str(built.path), "accepted_reset_risk":
+               pre.accepted_reset_risk, "as_installed": base_env, "workload": workload["args"],
+               "devices_returned": session.returned}
+    path = experiment.write_record(results, best, context)
+    return {"record": str(path), "results": results, "best": best}

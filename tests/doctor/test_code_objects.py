@@ -1,0 +1,110 @@
+"""Reading GPU targets out of files: offload bundles, compressed bundles, AMDGPU ELF code objects.
+
+The bytes are made here, by the formats' rules (clang's offload bundler: magic, entry count, offset/size/id
+per entry; CCOB: magic, version, method, sizes, hash, stream); Debian's real libraries are read by
+test_doctor_debian.py.
+"""
+
+import struct
+import zlib
+
+import pytest
+
+from rdna1_kmgr.doctor import code_objects
+
+GFX1010 = "hipv4-amdgcn-amd-amdhsa--gfx1010"
+GFX1030 = "hipv4-amdgcn-amd-amdhsa--gfx1030"
+HOST = "host-x86_64-unknown-linux-gnu-"
+
+
+def bundle(*ids: str, payload: bytes = b"\0" * 64) -> bytes:
+    header_size = 32 + sum(24 + len(i) for i in ids)
+    out = bytearray(code_objects.BUNDLE_MAGIC + struct.pack("<Q", len(ids)))
+    for n, entry in enumerate(ids):
+        out += struct.pack("<QQQ", header_size + n * len(payload), len(payload), len(entry)) + entry.encode()
+    for _ in ids:
+        out += payload
+    return bytes(out)
+
+
+def compressed(inner: bytes, method: int, version: int) -> bytes:
+    if method == 0:
+        stream = zlib.compress(inner)
+    else:
+        zstandard = pytest.importorskip("zstandard")
+        stream = zstandard.ZstdCompressor().compress(inner)
+    if version == 2:
+        head = struct.pack("<HHII", version, method, 24 + len(stream), len(inner))
+    else:
+        head = struct.pack("<HHQQ", version, method, 32 + len(stream), len(inner))
+    return b"CCOB" + head + struct.pack("<Q", 0x1234) + stream
+
+
+def amdgpu_elf(mach: int) -> bytes:
+    ident = b"\x7fELF" + bytes([2, 1, 1, 64, 3]) + b"\0" * 7
+    return ident + struct.pack("<HHIQQQIHHHHHH", 3, code_objects.EM_AMDGPU, 1, 0, 0, 0, mach, 64, 0, 0, 64, 0, 0)
+
+
+def test_bundles_inside_a_library_are_found_and_counted(tmp_path):
+    lib = tmp_path / "librocblas.so.4"
+    lib.write_bytes(b"\x7fELF" + b"\1" * 4000 + bundle(HOST, GFX1010, GFX1030) + b"\2" * 100 + bundle(HOST, GFX1030))
+    found = code_objects.scan_binary(lib)
+    assert found.bundles == 2
+    assert found.targets == {"gfx1010": 1, "gfx1030": 2}
+    assert found.has("gfx1010") and not found.has("gfx1100")
+
+
+def test_the_magic_as_a_constant_in_code_is_not_a_bundle(tmp_path):
+    # The HIP runtime holds the magic as a string it compares against: a count and entries that make no sense.
+    lib = tmp_path / "libamdhip64.so.6"
+    lib.write_bytes(b"\1" * 100 + code_objects.BUNDLE_MAGIC + b"\xff" * 40 + b"CCOB" + b"\x01\x00\x07\x00" + b"\0" * 40)
+    found = code_objects.scan_binary(lib)
+    assert (found.bundles, found.compressed, dict(found.targets)) == (0, 0, {})
+
+
+@pytest.mark.parametrize("method,version", [(0, 2), (1, 2), (1, 3)])
+def test_compressed_bundles_are_inflated_far_enough_to_read_their_ids(tmp_path, method, version):
+    lib = tmp_path / "libtorch_hip.so"
+    lib.write_bytes(b"\1" * 333 + compressed(bundle(HOST, GFX1030, "hip-amdgcn-amd-amdhsa-gfx1010:xnack-",
+                                                     payload=b"\7" * 200_000), method, version))
+    found = code_objects.scan_binary(lib)
+    assert found.compressed == 1 and not found.unreadable
+    assert found.targets == {"gfx1030": 1, "gfx1010": 1}
+
+
+def test_a_damaged_compressed_bundle_is_reported_not_guessed(tmp_path):
+    blob = bytearray(compressed(bundle(HOST, GFX1010), 0, 2))
+    blob[30:40] = b"\0" * 10  # inside the zlib stream
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(bytes(blob))
+    found = code_objects.scan_binary(lib)
+    assert found.compressed == 1 and found.unreadable and not found.targets
+
+
+def test_bare_code_objects_are_read_from_their_elf_flags(tmp_path):
+    obj = tmp_path / "Kernels.so-000-gfx1030.hsaco"  # a name that lies: the content decides
+    obj.write_bytes(amdgpu_elf(0x033) + b"\0" * 100)
+    assert code_objects.scan_binary(obj).targets == {"gfx1010": 1}
+    x86 = tmp_path / "x86.so"
+    x86.write_bytes(b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8 + struct.pack("<HH", 3, 62) + b"\0" * 60)
+    assert not code_objects.scan_binary(x86).targets
+
+
+@pytest.mark.parametrize("value,name", [(100100, "gfx1010"), (100300, "gfx1030"), (90010, "gfx90a"),
+                                        (110001, "gfx1101"), (80003, "gfx803")])
+def test_kfd_target_versions_name_the_processor(value, name):
+    assert code_objects.from_kfd_version(value) == name
+
+
+def test_generic_code_runs_on_its_family_only():
+    assert code_objects.runs_on("gfx10-1-generic", "gfx1010")
+    assert code_objects.runs_on("gfx1010:xnack-", "gfx1010")
+    assert not code_objects.runs_on("gfx10-3-generic", "gfx1010")
+    assert not code_objects.runs_on("gfx1030", "gfx1010")
+
+
+def test_target_names_in_file_names():
+    assert code_objects.targets_in_name("TensileLibrary_Type_SS_Contraction_l_Alik_Bljk_Cijk_Dijk_gfx90a.co") == ["gfx90a"]
+    assert code_objects.targets_in_name("Kernels.so-000-gfx1010.hsaco") == ["gfx1010"]
+    assert code_objects.targets_in_name("gfx10-1-generic.kdb") == ["gfx10-1-generic"]
+    assert code_objects.targets_in_name("librocblas.so.4") == []

@@ -1,0 +1,160 @@
+"""`profile install|remove`: the profile's files written journaled, read by a real shell, shown by status and
+doctor, and undone by `rollback` down to the last byte of /etc. In a scratch root (RDNA1_KMGR_ROOT) and,
+as root, once on this machine's own /etc."""
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from rdna1_kmgr.install import user_profile
+from rdna1_kmgr.userspace import profiles
+from sysfs_fixtures import FakeSysroot
+
+CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
+SYSTEM_LOCK = Path("/work/locks/system.lock")
+
+
+def etc_state(etc: Path) -> dict[str, str]:
+    """Every entry under etc: type, mode and content hash or link target."""
+    found = {}
+    for folder, dirs, files in os.walk(etc):
+        for name in sorted(dirs + files):
+            path = Path(folder) / name
+            st = path.lstat()
+            if path.is_symlink():
+                found[str(path)] = f"link {os.readlink(path)}"
+            elif path.is_dir():
+                found[str(path)] = f"dir {st.st_mode & 0o7777:o}"
+            else:
+                found[str(path)] = f"file {st.st_mode & 0o7777:o} {hashlib.sha256(path.read_bytes()).hexdigest()}"
+        dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+    return found
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """A root with a lived-in /etc (an environment file, a profile.d script, no environment.d yet) and a
+    state directory of its own."""
+    root = tmp_path / "root"
+    (root / "etc/profile.d").mkdir(parents=True)
+    (root / "etc/environment").write_text('PATH="/usr/local/bin:/usr/bin:/bin"\n')
+    (root / "etc/profile.d/locale.sh").write_text("export LANG=C.UTF-8\n")
+    FakeSysroot(root).kernel(os.uname().release)  # status reads the root's kernel release
+    env = {"RDNA1_KMGR_ROOT": str(root), "RDNA1_KMGR_STATE": str(tmp_path / "state")}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return root
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def shell_environment(script: Path, start: dict[str, str]) -> dict[str, str]:
+    """The environment a login shell has after sourcing `script`, starting from `start`."""
+    out = subprocess.run(["bash", "-c", f'. "{script}" && env -0'], capture_output=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", **start}).stdout.decode()
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+def test_install_then_rollback_leaves_etc_bit_identical(scratch):
+    before = etc_state(scratch / "etc")
+    cli("profile", "install", "conv-implicit-gemm")
+    profile = profiles.get("conv-implicit-gemm")
+
+    shell = shell_environment(scratch / user_profile.PROFILE_D, {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"})
+    assert "HSA_OVERRIDE_GFX_VERSION" not in shell
+    assert shell["MIOPEN_DEBUG_CONV_IMPLICIT_GEMM"] == "1"
+    for family in profiles.SOLVER_FAMILIES:
+        if family != "IMPLICIT_GEMM":
+            assert shell[profiles.SOLVER_PREFIX + family] == "0"
+    env_d = (scratch / user_profile.ENVIRONMENT_D).read_text().splitlines()
+    assert sorted(line for line in env_d if not line.startswith("#")) == sorted(f"{k}={v}" for k, v in profile.set.items())
+
+    status = json.loads(cli("status", "--json").stdout)["profile"]
+    assert status["installed"] == "conv-implicit-gemm" and status["state"] == "installed"
+    assert etc_state(scratch / "etc") != before
+
+    rolled = cli("rollback", "--yes")
+    assert "profile" in rolled.stdout
+    assert etc_state(scratch / "etc") == before
+    assert json.loads(cli("status", "--json").stdout)["profile"]["installed"] is None
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(scratch, tmp_path):
+    before = etc_state(scratch / "etc")
+    plan = cli("profile", "install", "small-bar", "--dry-run").stdout
+    assert f"create {scratch / user_profile.ENVIRONMENT_D}" in plan and "ROC_ENABLE_LARGE_BAR=0" in plan
+    assert etc_state(scratch / "etc") == before and not (tmp_path / "state/journal").exists()
+
+
+def test_a_second_install_replaces_the_first_and_one_rollback_restores_the_original(scratch):
+    (scratch / user_profile.PROFILE_D).write_text("# the owner's own file of that name\nexport X=1\n")
+    before = etc_state(scratch / "etc")
+    cli("profile", "install", "conv-gemm")
+    cli("profile", "install", "no-override")
+    assert (scratch / user_profile.PROFILE_D).read_text().startswith(f"{user_profile.MARK}no-override:")
+    cli("profile", "remove")
+    assert etc_state(scratch / "etc") == before
+
+
+def test_doctor_checks_the_installed_profile(scratch):
+    cli("profile", "install", "conv-fft")
+    assert user_profile.status()["installed"] == "conv-fft"
+    from rdna1_kmgr.doctor import profile_check
+    found = profile_check.findings(scratch, None)
+    assert [f.level for f in found] == ["ok"] and "conv-fft" in found[0].seen
+    (scratch / user_profile.ENVIRONMENT_D).unlink()  # changed by hand
+    assert profile_check.findings(scratch, None)[0].level == "warn"
+
+
+def test_an_unknown_profile_is_one_error_line_and_nothing_changes(scratch, tmp_path):
+    before = etc_state(scratch / "etc")
+    proc = cli("profile", "install", "turbo", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert proc.stderr.startswith("rdna1-kmgr: error: unknown profile 'turbo': choose one of: ")
+    assert etc_state(scratch / "etc") == before and not (tmp_path / "state").exists()
+
+
+@contextmanager
+def system_lock():
+    if not SYSTEM_LOCK.parent.is_dir():
+        yield
+        return
+    with open(SYSTEM_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def test_on_this_machines_etc(tmp_path, monkeypatch):
+    """The real /etc: install, a login shell picks it up, rollback, and /etc/environment.d and
+    /etc/profile.d are as before (the journal lives in a scratch state directory)."""
+    if os.geteuid() != 0:
+        pytest.skip("writing /etc needs root")
+    monkeypatch.delenv("RDNA1_KMGR_ROOT", raising=False)
+    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
+    with system_lock():
+        if (Path("/") / user_profile.PROFILE_D).exists() or (Path("/") / user_profile.ENVIRONMENT_D).exists():
+            pytest.skip("this machine already has an rdna1-kmgr profile installed")
+        before = {d: etc_state(Path(d)) for d in ("/etc/environment.d", "/etc/profile.d")}
+        had_env_d = Path("/etc/environment.d").exists()
+        try:
+            cli("profile", "install", "conv-implicit-gemm")
+            login = subprocess.run(["bash", "-lc", "echo $MIOPEN_DEBUG_CONV_IMPLICIT_GEMM$MIOPEN_DEBUG_CONV_GEMM"],
+                                   capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": "/root"})
+            assert login.stdout.strip() == "10"
+        finally:
+            cli("rollback", "--yes")
+        assert {d: etc_state(Path(d)) for d in before} == before
+        assert Path("/etc/environment.d").exists() == had_env_d
