@@ -5,6 +5,7 @@ import sys
 import click
 
 from rdna1_kmgr import __version__
+from rdna1_kmgr.commands.boot_guard import boot_check, confirm, retry
 from rdna1_kmgr.commands.build import build
 from rdna1_kmgr.commands.detect import detect
 from rdna1_kmgr.commands.doctor import doctor
@@ -39,5 +40,6 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-for command in (detect, doctor, render, quirks, build, keys, vmtest, install, rollback, status, profile, follow, hooks):
+for command in (detect, doctor, render, quirks, build, keys, vmtest, install, confirm, retry, boot_check, rollback,
+                status, profile, follow, hooks):
     main.add_command(command)

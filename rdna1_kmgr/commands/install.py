@@ -5,6 +5,7 @@ import sys
 import click
 
 from rdna1_kmgr.core import user_input
+from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.install.module_install import InstallRequest, run
 
@@ -27,14 +28,19 @@ def confirm_plan(question: str):
               help="Install without a passing VM verdict (warned about, and recorded in the journal).")
 @click.option("--cert", metavar="FILE", help="Certificate the module was signed with (default: the distro's DKMS one).")
 @click.option("--quirks", "quirks", metavar="MASK",
-              help="rdna1_quirks to set in modprobe.d (e.g. 0x1, the experiment's pick; default: all the build's).")
+              help="rdna1_quirks to set (e.g. 0x1, the experiment's pick; default: all the build's).")
+@click.option("--confirm-after", type=click.IntRange(min=0), default=boot_guard.CONFIRM_AFTER, show_default=True,
+              metavar="SECONDS", help="Boot guard: how long the trial boot must be up before it confirms itself.")
+@click.option("--confirm-target", type=click.Choice(boot_guard.TARGETS), default=None,
+              help="Boot guard: the systemd target the trial boot must reach (default: the machine's default).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def install(kernel, dry_run, skip_vm_check, cert, quirks, yes, as_json):
+def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm_target, yes, as_json):
     """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
     request = InstallRequest(kernel=user_input.kernel_release(kernel) if kernel is not None else None,
                              skip_vm_check=skip_vm_check, cert=cert, dry_run=dry_run,
-                             quirks=user_input.quirk_mask(quirks) if quirks is not None else None)
+                             quirks=user_input.quirk_mask(quirks) if quirks is not None else None,
+                             confirm_after=confirm_after, confirm_target=confirm_target)
     result = run(request, confirm=None if yes else confirm_plan("Install it?"))
     if as_json:
         emit_json(result)

@@ -53,7 +53,8 @@ def installed_parameters(exclude: str | None = None) -> dict[str, dict[str, str]
         except KmgrError:
             continue  # a corrupted journal is refused by its own commands; it states nothing here
         if state.committed and not state.rollback_started and state.begin:
-            found[kernel] = state.begin.get("parameters") or {}
+            # a boot-guarded install takes rdna1_quirks from GRUB's command line, not from this file
+            found[kernel] = {} if state.begin.get("boot_guard") else state.begin.get("parameters") or {}
     return found
 
 

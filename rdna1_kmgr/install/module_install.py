@@ -12,6 +12,8 @@ The steps, each journaled (intent and backups on disk first, then the step, then
                    every installed kernel at once (modprobe_conf: the file is shared, the installs are not)
     initramfs      the distribution's tool regenerates KREL's image (it copies modprobe.d, and amdgpu when the
                    image carries it)
+    boot-guard     where GRUB boots the machine: the first boot is a trial, a boot that never confirms is followed
+                   by boots with the quirks off (install/boot_guard.py); GRUB's configuration regenerated
     verify         `modinfo -k KREL -n amdgpu` is the installed file with the built sha256, and any amdgpu
                    the image carries is that one too (changes nothing)
 
@@ -37,7 +39,7 @@ from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts
-from rdna1_kmgr.install import initramfs, modprobe_conf, rollback
+from rdna1_kmgr.install import boot_guard, initramfs, modprobe_conf, rollback
 from rdna1_kmgr.install.journal import (
     Journal,
     JournalError,
@@ -50,7 +52,7 @@ from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.vm import verdict
 
 MODPROBE_CONF = modprobe_conf.NAME
-STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "verify")
+STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "boot-guard", "verify")
 # What depmod writes (kmod 30); the package's modules.order, modules.builtin(.modinfo) are its inputs.
 DEPMOD_OUTPUTS = ("modules.alias", "modules.alias.bin", "modules.builtin.alias.bin", "modules.builtin.bin",
                   "modules.dep", "modules.dep.bin", "modules.devname", "modules.softdep", "modules.symbols",
@@ -272,7 +274,8 @@ def check_conf_is_ours(root: TargetRoot) -> None:
 
 
 def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: initramfs.InitramfsTool,
-               cert: Path, on_verified: Callable[[dict], None]) -> list[Step]:
+               cert: Path, on_verified: Callable[[dict], None],
+               guard: boot_guard.Settings | None = None) -> list[Step]:
     kernel = candidate.kernel
     target = installed_path(candidate, root)
     # --no-depmod: DKMS would run depmod itself, on /lib/modules even with --installtree; our own depmod
@@ -292,14 +295,16 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
                             "see `dkms status`")
 
     conf = modprobe_conf.path(root)
-    conf_text = modprobe_conf.text_for(exclude=kernel, adding=(kernel, candidate.parameters)) or ""
+    # With the boot guard, GRUB puts rdna1_quirks on each boot's command line: a value here would compete.
+    conf_params = {} if guard is not None else candidate.parameters
+    conf_text = modprobe_conf.text_for(exclude=kernel, adding=(kernel, conf_params)) or ""
     image = tool.image(kernel)
     # Headers only, no kernel to boot: its image package's postinst makes the initramfs, with this module.
     initramfs_step = Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel),
                           _parents_to_create(image.parent), lambda: tool.regenerate(kernel)) \
         if root.kernel_image_installed(kernel) else Step("initramfs", None, [], [], lambda: None, text=[
             f"    skipped: {root.boot_dir}/vmlinuz-{kernel} is not installed; its package makes the initramfs"])
-    return [
+    steps = [
         Step("dkms-install", dkms_install, [target], _parents_to_create(target.parent), run_dkms_install,
              undo={"kind": "dkms-uninstall", "package": candidate.package.name,
                    "version": candidate.package.version, "kernel": kernel, "command": uninstall,
@@ -309,16 +314,38 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
         # The file serves every installed kernel: written for all of them, and a rollback rewrites it for
         # the kernels left instead of restoring this backup (modprobe_conf says why).
         Step("modprobe-conf", None, [conf], _parents_to_create(conf.parent),
-             lambda: modprobe_conf.sync(conf, exclude=kernel, adding=(kernel, candidate.parameters)),
+             lambda: modprobe_conf.sync(conf, exclude=kernel, adding=(kernel, conf_params)),
              undo={"kind": "modprobe-conf", "path": str(conf), "kernel": kernel},
              text=[f"    {line}" for line in conf_text.splitlines() if not line.startswith("#")]),
         initramfs_step,
+    ]
+    if guard is not None:
+        steps.append(guard_step(root, guard))
+    steps += [
         Step("verify", None, [], [], lambda: on_verified(verify(candidate, root, tool, cert)),
              text=[f"    {' '.join(root.modinfo_command(kernel, candidate.module_name))} must name {target} "
                    f"with sha256 {candidate.sha256}",
                    f"    lsinitramfs {image}: when it carries {candidate.module_name}, its own index must give that "
                    "module (unmkinitramfs, then modinfo -b)"]),
     ]
+    return steps
+
+
+def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
+    """The boot guard's files and links (journaled like any file), then GRUB regenerated and the trial armed.
+    Its undo, once rollback removed them: GRUB regenerated without it and its variables unset."""
+    written = list(boot_guard.files(root, guard)) + list(boot_guard.links(root)) + boot_guard.runtime_files(root)
+    dirs = sorted({d for path in written for d in _parents_to_create(path.parent)}, key=lambda d: -len(d.parts))
+
+    def write(path: Path, text: str, mode: int) -> None:
+        write_durably(path, text.encode(), mode)
+
+    commands = boot_guard.arm_commands(root, guard)
+    return Step("boot-guard", None, written, dirs, lambda: boot_guard.install(root, guard, write),
+                undo={"kind": "boot-guard", "after": boot_guard.undo_commands(root)},
+                text=[f"    {' '.join(c)}" for c in commands]
+                + [f"    the first boot is a trial with rdna1_quirks=0x{guard.mask:x}; it confirms itself after "
+                   f"{guard.confirm_after} s with {guard.target} reached, or the next boots run rdna1_quirks=0"])
 
 
 def verify(candidate: Candidate, root: TargetRoot, tool: initramfs.InitramfsTool, cert: Path) -> dict:
@@ -376,6 +403,8 @@ class InstallRequest:
     cert: str | None = None
     dry_run: bool = False
     quirks: int | None = None  # rdna1_quirks to write instead of all the build's quirks (the experiment's pick)
+    confirm_after: int = boot_guard.CONFIRM_AFTER  # seconds a trial boot must be up before it confirms itself
+    confirm_target: str | None = None  # the systemd target it must reach (default: the machine's default target)
 
 
 def _existing(journal: Journal, candidate: Candidate | None) -> str:
@@ -434,12 +463,15 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
         check_no_foreign_module(candidate, root, trees)
     check_conf_is_ours(root)
     tool.require_supported()
+    guard, no_guard = guard_settings(candidate, root, request)
     verified: dict = {}
-    steps = plan_steps(candidate, root, trees, tool, cert, verified.update)
+    steps = plan_steps(candidate, root, trees, tool, cert, verified.update, guard)
     lines = plan_lines(candidate, gate, steps, replacing)
+    if no_guard:
+        lines.append(f"no boot guard: {no_guard}")
     summary = {"kernel": kernel, "package": candidate.package.name, "package_version": candidate.package.version,
                "module_sha256": candidate.sha256, "vm_check": gate.vm_check, "parameters": candidate.parameters,
-               "plan": lines}
+               "boot_guard": guard.__dict__ if guard else {"off": no_guard}, "plan": lines}
     if gate.vm_skipped:
         stream.write(_loud_skip(gate))
     if request.dry_run:
@@ -457,6 +489,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
         journal.begin("install", kernel=kernel, package=candidate.package.name, version=candidate.package.version,
                       module=str(candidate.module), module_sha256=candidate.sha256, vm_check=gate.vm_check,
                       parameters=candidate.parameters, certificate=str(cert), root=str(root.path),
+                      boot_guard=guard.__dict__ if guard else None,
                       trees={"source": str(trees.source), "dkms": str(trees.dkms)})
         for step in steps:
             stream.write(f"rdna1-kmgr: {step.name}" + (f": {' '.join(step.command)}" if step.command else "") + "\n")
@@ -472,8 +505,14 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
             abort_point(step.name)
         journal.append("commit", verified=verified)
     return {**summary, "dry_run": False, "verified": verified, "journal": str(journal.path),
-            "next_boot": next_boot_text(candidate, verified, root)}
+            "next_boot": next_boot_text(candidate, verified, root, guard)}
 
+
+def guard_settings(candidate: Candidate, root: TargetRoot,
+                   request: InstallRequest) -> tuple[boot_guard.Settings | None, str | None]:
+    """The boot guard this install sets up, or why there is none."""
+    return boot_guard.settings(root, candidate.parameters.get("rdna1_quirks"), request.confirm_after,
+                               request.confirm_target)
 
 def _loud_skip(gate: Gate) -> str:
     bar = "!" * 78
@@ -500,20 +539,32 @@ def _failure(step: str, err: BaseException) -> BaseException:
     return err
 
 
-def next_boot_text(candidate: Candidate, verified: dict, root: TargetRoot) -> list[str]:
+def next_boot_text(candidate: Candidate, verified: dict, root: TargetRoot,
+                   guard: boot_guard.Settings | None = None) -> list[str]:
     kernel = candidate.kernel
     params = " ".join(f"{k}={v}" for k, v in sorted(candidate.parameters.items())) or "its default parameters"
+    source = f"({root.modprobe_dir / MODPROBE_CONF})"
+    if guard is not None:
+        params, source = f"rdna1_quirks=0x{guard.mask:x}", "(from the kernel command line GRUB's boot guard writes)"
     carried = verified.get("initramfs_module")
     where = ("from the initramfs" if carried else
              "from /lib/modules once the root file system is mounted (the initramfs does not carry it)")
     lines = [
         f"Installed {candidate.package.ref}: {verified.get('module')} (sha256 {candidate.sha256[:12]}...).",
-        f"At the next boot of {kernel}, {candidate.module_name} is loaded {where}, with {params} "
-        f"({root.modprobe_dir / MODPROBE_CONF}).",
-        f"If that boot goes wrong: at the boot menu press `e`, add {ESCAPE_PARAMETER} to the line starting with "
-        "`linux` (stock amdgpu behaviour for that boot), boot with Ctrl-X or F10, then run "
-        f"`rdna1-kmgr rollback --kernel {kernel}` (as root).",
+        f"At the next boot of {kernel}, {candidate.module_name} is loaded {where}, with {params} {source}.",
     ]
+    if guard is not None:
+        lines += [
+            f"That boot is a trial: it confirms itself once {guard.target} is reached and it has been up "
+            f"{guard.confirm_after} s (or run `rdna1-kmgr confirm`).",
+            "If it never confirms (a hang, a freeze, the power button), the boots after it run amdgpu with "
+            f"{ESCAPE_PARAMETER} by themselves (GRUB decides before the kernel runs) and say so at login; "
+            f"`rdna1-kmgr retry` tries once more, `rdna1-kmgr rollback --kernel {kernel}` removes it.",
+        ]
+    else:
+        lines.append(f"If that boot goes wrong: at the boot menu press `e`, add {ESCAPE_PARAMETER} to the line "
+                     "starting with `linux` (stock amdgpu behaviour for that boot), boot with Ctrl-X or F10, then "
+                     f"run `rdna1-kmgr rollback --kernel {kernel}`.")
     if kernel == os.uname().release and (root.sys_module / candidate.module_name).is_dir():
         lines.append(f"The running kernel keeps the {candidate.module_name} it loaded at boot until you reboot.")
     return lines

@@ -2,7 +2,8 @@
 
 For each step of the install, newest first, that is not undone yet: reverse what is not a file (`dkms
 uninstall` when DKMS still lists the module installed), put every backed-up file back byte for byte (or remove
-it when it was absent before), remove the directories the step created, and record `undone`. Every action
+it when it was absent before), remove the directories the step created, run what regenerates from the
+restored files (the boot guard's `update-grub`), and record `undone`. Every action
 looks at the current state first, so a rollback killed anywhere, or an install killed anywhere (even inside a
 step), is finished by running rollback again.
 
@@ -50,6 +51,8 @@ def _undo_lines(step, keep_build: bool) -> list[str]:
             lines.append(f"    restore {entry['path']} from the journal's backup")
     for folder in sorted(record["dirs"], key=lambda d: d.count("/"), reverse=True):
         lines.append(f"    remove the directory {folder} (if empty)")
+    for command in undo.get("after", []):
+        lines.append(f"    {' '.join(command)}")
     return lines
 
 
@@ -151,6 +154,9 @@ def _undo(journal: Journal, step) -> list[str]:
         said.append(journal.restore(entry))
     for folder in remove_created_dirs(step.intent["dirs"]):
         said.append(f"removed the directory {folder}")
+    for command in undo.get("after", []):  # what regenerates from the restored files (GRUB's configuration)
+        _run(command, command[0])
+        said.append(" ".join(command))
     return [f"undo {step.step}: {line}" for line in said]
 
 

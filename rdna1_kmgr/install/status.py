@@ -20,7 +20,7 @@ from rdna1_kmgr.build import module_checks, module_elf, signing
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts
-from rdna1_kmgr.install import follow_record, user_profile
+from rdna1_kmgr.install import boot_guard, follow_record, user_profile
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
@@ -203,6 +203,7 @@ def run(cert: str | None = None) -> dict:
         "secure_boot": facts.secure_boot_state,
         "certificate": {"path": str(cert_path), "enrollment": enrollment},
         "kernels": [kernel_status(k, root, trees, cert_path, entries) for k in sorted(kernels)],
+        "boot_guard": boot_guard.describe(root),
         "profile": user_profile.status(),
     }
 
@@ -210,6 +211,11 @@ def run(cert: str | None = None) -> dict:
 def text_lines(result: dict) -> list[str]:
     lines = [f"secure boot   {result['secure_boot']}",
              f"certificate   {result['certificate']['path']}: {result['certificate']['enrollment']}"]
+    guard = result.get("boot_guard") or {}
+    if guard.get("installed"):
+        lines.append(f"boot guard    this boot: {guard['this_boot'] or 'not started by the guard'}; next boot: "
+                     f"{guard['next_boot']} (grubenv rdna1_kmgr={guard['state'] or 'unset'}, mask {guard['mask']})")
+        lines.append(f"              {guard['message']}")
     if not result["kernels"]:
         lines.append("no kernel has an rdna1-kmgr build or install")
     for k in result["kernels"]:

@@ -1,0 +1,355 @@
+"""The boot guard: the first boot with the patched code active is a trial; if it never confirms, the boots
+after it run amdgpu with its quirks off (stock behaviour), by themselves.
+
+The decision is GRUB's, made before the kernel runs: Debian's initramfs loads amdgpu before the root file
+system is mounted, so nothing in user space can change the quirks of that boot any more. GRUB reads its
+environment block (/boot/grub/grubenv, which GRUB itself can write at boot, the same way `grub-reboot`'s
+next_entry works) and puts `amdgpu.rdna1_quirks=` on every kernel command line; modprobe, in the initramfs
+and later, takes module parameters from there.
+
+    grubenv rdna1_kmgr   trial      the next boot is a trial: GRUB writes `trying`, then boots with the mask
+                         trying     a trial started and never confirmed: boots with rdna1_quirks=0
+                         confirmed  boots with the mask
+                         (unset)    as `trying`: the quirks stay off until `retry`
+    grubenv rdna1_kmgr_mask   the installed build's quirk mask
+
+What a boot is, user space reads from /proc/cmdline: `rdna1_kmgr.boot=trial|confirmed|fallback`.
+
+Files (install writes and journals them; rollback removes them, regenerates grub.cfg and unsets the
+variables):
+
+    /etc/grub.d/01_rdna1-kmgr                the GRUB script above (after 00_header's load_env)
+    /etc/default/grub.d/rdna1-kmgr.cfg       appends ${rdna1_kmgr_args} to GRUB_CMDLINE_LINUX
+    /etc/systemd/system/rdna1-kmgr-boot-check.service   every boot: on a fallback boot says so (console,
+                                             journal, /etc/issue.d: the login prompt, /run/motd.d)
+    /etc/systemd/system/rdna1-kmgr-confirm.{timer,service}   a trial boot up for CONFIRM_AFTER seconds with
+                                             the target reached and amdgpu loaded as installed confirms itself
+    and the two `wants` links systemctl enable would make.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdna1_kmgr.core import runner
+from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs
+from rdna1_kmgr.install.target_root import TargetRoot
+
+STATE = "rdna1_kmgr"
+MASK = "rdna1_kmgr_mask"
+BOOT_PARAMETER = "rdna1_kmgr.boot"
+CONFIRM_AFTER = 180  # seconds up before a trial boot confirms itself
+TARGETS = ("graphical.target", "multi-user.target")
+GRUB_SCRIPT = "etc/grub.d/01_rdna1-kmgr"
+GRUB_DEFAULTS = "etc/default/grub.d/rdna1-kmgr.cfg"
+UNITS = "etc/systemd/system"
+CHECK_UNIT = "rdna1-kmgr-boot-check.service"
+CONFIRM_UNIT = "rdna1-kmgr-confirm.service"
+CONFIRM_TIMER = "rdna1-kmgr-confirm.timer"
+# agetty reads /etc/issue.d next to /etc/issue (/run/issue.d only where /etc/issue is missing), so the login
+# prompt's line lives in /etc: install journals it (absent), rollback removes it, a boot that is no fallback too.
+ISSUE = "etc/issue.d/rdna1-kmgr.issue"
+MOTD = "run/motd.d/rdna1-kmgr"
+# The kernel's driver core says this when amdgpu's probe of a board fails.
+_PROBE_FAILED = re.compile(r"amdgpu[ :].*(probe of \S+ failed with error|Fatal error during GPU init)")
+
+_GRUB_SCRIPT = """\
+#!/bin/sh
+# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. The RDNA1 boot guard: GRUB starts a trial
+# boot once (it writes `trying` before the kernel runs); until a trial confirms, boots run amdgpu's quirks off.
+cat <<'EOF'
+if [ "${rdna1_kmgr}" = "trial" ]; then
+  set rdna1_kmgr=trying
+  save_env rdna1_kmgr
+  set rdna1_kmgr_args="amdgpu.rdna1_quirks=${rdna1_kmgr_mask} rdna1_kmgr.boot=trial"
+elif [ "${rdna1_kmgr}" = "confirmed" ]; then
+  set rdna1_kmgr_args="amdgpu.rdna1_quirks=${rdna1_kmgr_mask} rdna1_kmgr.boot=confirmed"
+else
+  set rdna1_kmgr_args="amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback"
+fi
+export rdna1_kmgr_args
+EOF
+"""
+
+_GRUB_DEFAULTS = """\
+# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. GRUB fills ${rdna1_kmgr_args} at boot
+# (see /etc/grub.d/01_rdna1-kmgr): the RDNA1 quirk mask of this boot.
+GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX \\${rdna1_kmgr_args}"
+"""
+
+
+@dataclass(frozen=True)
+class Settings:
+    mask: int
+    confirm_after: int = CONFIRM_AFTER
+    target: str = "multi-user.target"
+
+
+def settings(root: TargetRoot, mask: str | None, confirm_after: int,
+             target: str | None) -> tuple[Settings | None, str | None]:
+    """The guard an install sets up for a build with quirk mask `mask` ("0x3"), or why there is none."""
+    if confirm_after < 0:
+        raise UsageError(f"--confirm-after {confirm_after} is negative", "give seconds, 0 or more")
+    target = target or default_target(root)
+    if target not in TARGETS:
+        raise UsageError(f"--confirm-target {target!r} is not one the guard knows", f"use one of: {', '.join(TARGETS)}")
+    why = unavailable(root) or (None if mask else "the build's manifest names no quirk mask")
+    if why:
+        return None, why
+    return Settings(int(mask, 0), confirm_after, target), None
+
+
+def grubenv(root: TargetRoot) -> Path:
+    return root.boot_dir / "grub/grubenv"
+
+
+def unavailable(root: TargetRoot) -> str | None:
+    """Why this machine cannot have the guard (None: it can): GRUB must be its boot loader."""
+    if not root.is_system:
+        return "the target is not this machine's root file system"
+    if not (root.boot_dir / "grub/grub.cfg").is_file():
+        return f"GRUB is not the boot loader here ({root.boot_dir / 'grub/grub.cfg'} does not exist)"
+    missing = [tool for tool in ("update-grub", "grub-editenv") if runner.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} not found"
+    return None
+
+
+def default_target(root: TargetRoot) -> str:
+    """graphical.target when the machine boots to a desktop, else multi-user.target."""
+    for folder in ("etc/systemd/system", "lib/systemd/system", "usr/lib/systemd/system"):
+        link = root.path / folder / "default.target"
+        if link.is_symlink():
+            return "graphical.target" if Path(os.readlink(link)).name == "graphical.target" else "multi-user.target"
+    return "multi-user.target"
+
+
+def tool_path() -> str:
+    """The rdna1-kmgr the units run: the one running now (its venv's console script)."""
+    return str(Path(sys.executable).parent / "rdna1-kmgr")
+
+
+def files(root: TargetRoot, settings: Settings) -> dict[Path, str]:
+    """Every file the guard writes, with its content."""
+    tool = tool_path()
+    units = root.path / UNITS
+    return {
+        root.path / GRUB_SCRIPT: _GRUB_SCRIPT,
+        root.path / GRUB_DEFAULTS: _GRUB_DEFAULTS,
+        units / CHECK_UNIT: f"""\
+[Unit]
+Description=rdna1-kmgr boot guard: says whether this boot runs the RDNA1 quirks
+After=local-fs.target
+Before=getty-pre.target systemd-user-sessions.service
+Wants=getty-pre.target
+
+[Service]
+Type=oneshot
+ExecStart={tool} boot-check
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+""",
+        units / CONFIRM_TIMER: f"""\
+[Unit]
+Description=rdna1-kmgr boot guard: confirm a good trial boot once it has been up {settings.confirm_after} s
+
+[Timer]
+OnBootSec={settings.confirm_after}
+AccuracySec=1s
+
+[Install]
+WantedBy=timers.target
+""",
+        units / CONFIRM_UNIT: f"""\
+[Unit]
+Description=rdna1-kmgr boot guard: confirm this trial boot if it is good
+After={settings.target}
+
+[Service]
+Type=oneshot
+ExecStart={tool} confirm --auto --target {settings.target}
+StandardOutput=journal+console
+""",
+    }
+
+
+def runtime_files(root: TargetRoot) -> list[Path]:
+    """Files the boot-check writes on fallback boots: journaled (absent) at install so rollback removes them."""
+    return [root.path / ISSUE]
+
+
+def links(root: TargetRoot) -> dict[Path, str]:
+    """The `wants` links `systemctl enable` would make (made by hand: it works in a chroot too)."""
+    units = root.path / UNITS
+    return {units / "multi-user.target.wants" / CHECK_UNIT: f"/{UNITS}/{CHECK_UNIT}",
+            units / "timers.target.wants" / CONFIRM_TIMER: f"/{UNITS}/{CONFIRM_TIMER}"}
+
+
+def editenv(root: TargetRoot, *args: str) -> list[str]:
+    return ["grub-editenv", str(grubenv(root)), *args]
+
+
+def arm_commands(root: TargetRoot, settings: Settings) -> list[list[str]]:
+    """After the files: GRUB's configuration regenerated, the first trial armed."""
+    return [["update-grub"], editenv(root, "set", f"{STATE}=trial", f"{MASK}=0x{settings.mask:x}")]
+
+
+def undo_commands(root: TargetRoot) -> list[list[str]]:
+    """After rollback removed the files: GRUB's configuration without the guard, its variables gone."""
+    return [["update-grub"], editenv(root, "unset", STATE, MASK)]
+
+
+def install(root: TargetRoot, settings: Settings, write) -> None:
+    """Write the files and links (`write(path, text)` writes durably), then arm the first trial."""
+    for path, text in files(root, settings).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path, text, 0o755 if path.name == Path(GRUB_SCRIPT).name else 0o644)
+    for link, target in links(root).items():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target)
+    for command in arm_commands(root, settings):
+        runner.run(command, error=HostError, hint="the boot guard could not be set up")
+    if Path("/run/systemd/system").is_dir() and root.is_system:
+        runner.run(["systemctl", "daemon-reload"], check=False)
+
+
+# --- state ---------------------------------------------------------------------------------------------------
+
+
+def env_values(root: TargetRoot) -> dict[str, str]:
+    """GRUB's environment block as `grub-editenv list` reads it ({} when there is none)."""
+    if not grubenv(root).is_file():
+        return {}
+    result = runner.run(editenv(root, "list"), error=HostError, hint="check /boot/grub/grubenv")
+    return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+
+
+def this_boot(root: TargetRoot) -> str | None:
+    """trial, confirmed or fallback, from this boot's command line (None: the guard did not start it)."""
+    try:
+        words = root.proc_cmdline.read_text().split()
+    except OSError:
+        return None
+    found = [w.split("=", 1)[1] for w in words if w.startswith(BOOT_PARAMETER + "=")]
+    return found[-1] if found else None
+
+
+def installed(root: TargetRoot) -> bool:
+    return (root.path / GRUB_SCRIPT).is_file()
+
+
+def describe(root: TargetRoot) -> dict:
+    """The guard's state for `status`."""
+    if not installed(root):
+        return {"installed": False}
+    env = env_values(root)
+    state = env.get(STATE)
+    boot = this_boot(root)
+    next_boot = {"trial": "trial (quirks on, once)", "confirmed": "quirks on"}.get(state, "quirks off (stock behaviour)")
+    return {"installed": True, "state": state, "mask": env.get(MASK), "this_boot": boot, "next_boot": next_boot,
+            "message": message(boot, state)}
+
+
+def message(boot: str | None, state: str | None) -> str:
+    if boot == "fallback" and state == "trying":
+        return ("rdna1-kmgr: the last trial boot with the RDNA1 amdgpu quirks did not confirm, so this boot runs "
+                "amdgpu with rdna1_quirks=0 (stock behaviour). `rdna1-kmgr retry` tries once more at the "
+                "next boot; `rdna1-kmgr rollback` removes the patched driver.")
+    if boot == "fallback":
+        return ("rdna1-kmgr: this boot runs amdgpu with rdna1_quirks=0 (stock behaviour). "
+                "`rdna1-kmgr retry` makes the next boot a trial with the quirks on.")
+    if boot == "trial" and state == "confirmed":
+        return "rdna1-kmgr: this trial boot is confirmed: later boots run the RDNA1 amdgpu quirks on."
+    if boot == "trial":
+        return ("rdna1-kmgr: this is a trial boot with the RDNA1 amdgpu quirks on; it confirms itself once "
+                "it has been up a while, or run `rdna1-kmgr confirm`. If it does not, the next boot "
+                "runs them off.")
+    if boot == "confirmed":
+        return "rdna1-kmgr: the RDNA1 amdgpu quirks are on (confirmed)."
+    return "rdna1-kmgr: this boot was not started by the boot guard."
+
+
+# --- the commands ---------------------------------------------------------------------------------------------
+
+
+def _require_installed(root: TargetRoot) -> None:
+    if not installed(root):
+        raise UsageError("the boot guard is not installed here",
+                         "it comes with `rdna1-kmgr install` on a machine that boots with GRUB")
+
+
+def retry(root: TargetRoot, dry_run: bool = False) -> str:
+    """Arm one more trial: the next boot runs the quirks on, once."""
+    _require_installed(root)
+    command = editenv(root, "set", f"{STATE}=trial")
+    if dry_run:
+        return " ".join(command)
+    runner.run(command, error=HostError, hint="nothing was changed")
+    return "the next boot is a trial with the RDNA1 quirks on; it confirms itself, or the boot after it runs them off"
+
+
+def confirm(root: TargetRoot, auto: bool = False, target: str | None = None, dry_run: bool = False) -> str:
+    """Confirm this trial boot: every later boot runs the quirks on. `auto` first checks that it is good."""
+    _require_installed(root)
+    boot, env = this_boot(root), env_values(root)
+    if boot != "trial" or env.get(STATE) != "trying":
+        if auto:
+            return f"rdna1-kmgr: not a trial boot ({boot or 'not started by the guard'}): nothing to confirm"
+        raise UsageError(f"this boot is not a trial (it is {boot or 'not started by the boot guard'}, "
+                         f"state {env.get(STATE) or 'unset'})",
+                         "`rdna1-kmgr retry` makes the next boot a trial; confirm during that boot")
+    if auto:
+        problems = check_good(root, env.get(MASK), target or "multi-user.target")
+        if problems:
+            return ("rdna1-kmgr: this trial boot does not confirm (" + "; ".join(problems)
+                    + "): the next boot runs amdgpu with rdna1_quirks=0")
+    command = editenv(root, "set", f"{STATE}=confirmed")
+    if dry_run:
+        return " ".join(command)
+    runner.run(command, error=HostError, hint="nothing was changed")
+    return "rdna1-kmgr: trial boot confirmed: later boots run the RDNA1 amdgpu quirks on"
+
+
+def check_good(root: TargetRoot, mask: str | None, target: str) -> list[str]:
+    """What keeps this boot from counting as good (empty: it is good)."""
+    problems = []
+    params = root.sys_module / "amdgpu/parameters/rdna1_quirks"
+    if not params.is_file():
+        problems.append("amdgpu is not loaded with rdna1_quirks")
+    elif mask is not None and int(params.read_text().strip(), 0) != int(mask, 0):
+        problems.append(f"amdgpu runs rdna1_quirks={params.read_text().strip()}, not {mask}")
+    result = runner.run(["systemctl", "is-active", target], check=False)
+    if result.stdout.strip() != "active":
+        problems.append(f"{target} is {result.stdout.strip() or 'unknown'}")
+    failed = [r.message for r in kmsg.records(root.path) if _PROBE_FAILED.search(r.message)]
+    if failed:
+        problems.append(f"amdgpu probe failed: {failed[-1]}")
+    for device in sysfs.list_display_devices(root.path):
+        if rdna1_boards.is_rdna1(device.vendor, device.device) and device.driver != "amdgpu":
+            problems.append(f"{device.bdf} is not bound to amdgpu")
+    return problems
+
+
+def boot_check(root: TargetRoot) -> str:
+    """At every boot: what kind of boot this is; on a fallback boot, said at the login prompt and in motd."""
+    if not installed(root):
+        return "rdna1-kmgr: the boot guard is not installed"
+    boot, state = this_boot(root), env_values(root).get(STATE)
+    text = message(boot, state)
+    for rel in (ISSUE, MOTD):
+        path = root.path / rel
+        if boot == "fallback":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + "\n")
+        else:
+            path.unlink(missing_ok=True)
+    return text

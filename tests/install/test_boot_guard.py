@@ -1,0 +1,200 @@
+"""The boot guard on a whole Debian 12 system in QEMU (tests/wholesystem.py): GRUB, the initramfs, systemd.
+
+One system per module, driven through its boots in order, each test the next chapter of the same story:
+
+    1. install inside the system (the 6.1 build of the session, its DKMS tree copied in), power off
+    2. the trial boot: GRUB put the mask on the command line, amdgpu came from the initramfs with the quirks
+       on, the confirm timer confirmed it; then `retry` arms one more trial
+    3. that trial is killed (the VM destroyed) once amdgpu has loaded in the initramfs
+    4. the next boot, with no keyboard action: quirks off, and it says so (console, /run/issue.d, the journal,
+       `status`); `retry`
+    5. the trial again: quirks on; `confirm` by hand; `rollback`
+    6. stock amdgpu, and nothing of the tool in /etc, /boot, the initramfs or GRUB
+
+Boots run under TCG: ~1-3 min each here; the install boot longer (update-initramfs, update-grub).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wholesystem import STEP_DIR, System, new_system
+
+pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
+
+CONFIRM_AFTER = 20  # seconds: the confirm timer fires while the boot is still reaching its target under TCG
+AMDGPU_LOADED = "amdgpu kernel modesetting enabled"
+
+# What each step prints about the boot it runs in, as `FACT name=value` lines.
+FACTS = """
+echo "FACT cmdline=$(cat /proc/cmdline)"
+echo "FACT quirks=$(cat /sys/module/amdgpu/parameters/rdna1_quirks 2>/dev/null || echo none)"
+# the loaded module's GNU build id (the last 20 bytes of its note) and the one of the file modprobe resolves
+echo "FACT loaded_buildid=$(od -An -tx1 /sys/module/amdgpu/notes/.note.gnu.build-id | tr -d ' \n' | tail -c 40)"
+echo "FACT module_file=$(modinfo -k {kernel} -n amdgpu)"
+echo "FACT file_buildid=$(readelf -n $(modinfo -k {kernel} -n amdgpu) | sed -n 's/.*Build ID: //p')"
+echo "FACT grubenv=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+echo "FACT initramfs_amdgpu=$(lsinitramfs /boot/initrd.img-{kernel} | grep '/amdgpu.ko' | tr '\\n' ' ')"
+# amdgpu initialised before the initramfs mounted the root file system: loaded from the initramfs
+echo "FACT amdgpu_line=$(dmesg | grep -n '{loaded}' | head -1 | cut -d: -f1)"
+echo "FACT rootmount_line=$(dmesg | grep -n 'EXT4-fs (vda1): mounted' | head -1 | cut -d: -f1)"
+"""
+
+
+def facts(out: str) -> dict[str, str]:
+    found = {}
+    for line in out.splitlines():
+        if line.startswith("FACT "):
+            key, _, value = line[5:].partition("=")
+            found[key] = value.strip()
+    return found
+
+
+class Story:
+    def __init__(self, system: System, kernel: str, mask: str, stock_buildid: str):
+        self.system = system
+        self.kernel = kernel
+        self.mask = mask
+        self.stock_buildid = stock_buildid
+
+    def step(self, body: str, timeout: float = 900, **kw):
+        script = FACTS.format(kernel=self.kernel, loaded=AMDGPU_LOADED) + "set -e\n" + body
+        boot = self.system.boot(script, timeout=timeout, **kw)
+        assert not boot.timed_out, f"the boot did not finish in {timeout} s:\n{boot.tail()}"
+        assert boot.step_rc == 0, f"the step failed ({boot.step_rc}):\n{boot.step_out[-4000:]}\n{boot.tail(30)}"
+        return boot, facts(boot.step_out)
+
+    def assert_active_from_initramfs(self, found: dict) -> None:
+        assert int(found["quirks"], 0) == int(self.mask, 0), found
+        assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found
+        assert len(found["loaded_buildid"]) == 40, found
+        assert found["loaded_buildid"] == found["file_buildid"] != self.stock_buildid, found
+        assert "updates/dkms/amdgpu.ko" in found["initramfs_amdgpu"], found
+        assert int(found["amdgpu_line"]) < int(found["rootmount_line"]), found
+
+
+def copy_into(root: Path, path: Path) -> None:
+    """`path` of this machine to the same place in the image (a tree, a file or a link)."""
+    target = root / path.relative_to("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        target.unlink(missing_ok=True)
+        target.symlink_to(path.readlink())
+    elif path.is_dir():
+        shutil.copytree(path, target, symlinks=True, dirs_exist_ok=True)
+    else:
+        shutil.copy2(path, target)
+
+
+@pytest.fixture(scope="module")
+def story(built_module_61, wholesystem_image_61, tmp_path_factory) -> Story:
+    kernel = built_module_61["kernel"]
+    version = built_module_61["package_version"]
+    system = new_system(wholesystem_image_61, tmp_path_factory.mktemp("wholesystem"))
+    venv = Path(sys.prefix)
+    with system.files() as root:
+        # The tool as this session installed it (the image's python3 is the same bookworm 3.11).
+        copy_into(root, venv)
+        (root / "usr/local/sbin").mkdir(parents=True, exist_ok=True)
+        (root / "usr/local/sbin/rdna1-kmgr").unlink(missing_ok=True)
+        (root / "usr/local/sbin/rdna1-kmgr").symlink_to(venv / "bin/rdna1-kmgr")
+        # The module `build` made for this kernel: its DKMS package, built tree and signing certificate.
+        copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
+        copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)
+        copy_into(root, Path("/var/lib/dkms/mok.pub"))
+        stock_file = root / "lib/modules" / kernel / "kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko"
+        notes = subprocess.run(["readelf", "-n", str(stock_file)], capture_output=True, text=True, check=True).stdout
+        stock = notes.split("Build ID:")[1].split()[0]
+    manifest = json.loads((Path("/usr/src") / f"rdna1-amdgpu-{version}" / "rdna1-manifest.json").read_text())
+    return Story(system, kernel, f"0x{manifest['quirks_mask']:x}", stock)
+
+
+def test_boot_guard_install_arms_a_trial(story):
+    _, found = story.step(f"""
+rdna1-kmgr install --kernel {story.kernel} --skip-vm-check --yes --confirm-after {CONFIRM_AFTER} --json \
+    > /{STEP_DIR}/install.json
+cat /{STEP_DIR}/install.json
+rdna1-kmgr status
+echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+echo "FACT linux_lines=$(grep -cE '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg)"
+echo "FACT linux_lines_guarded=$(grep -E '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg | grep -c 'rdna1_kmgr_args')"
+""", timeout=1800)
+    assert found["quirks"] == "none" and "rdna1_kmgr" not in found["cmdline"], found  # stock, no guard yet
+    assert "rdna1_kmgr=trial" in found["grubenv_after"] and f"rdna1_kmgr_mask={story.mask}" in found["grubenv_after"]
+    assert int(found["linux_lines"]) >= 2 and found["linux_lines_guarded"] == found["linux_lines"], \
+        "every kernel line of grub.cfg (recovery ones too) carries ${rdna1_kmgr_args}"
+
+
+def test_boot_guard_trial_boot_confirms_itself(story):
+    boot, found = story.step("""
+for i in $(seq 150); do
+    grub-editenv /boot/grub/grubenv list | grep -q '^rdna1_kmgr=confirmed' && break
+    sleep 2
+done
+echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+journalctl -b --no-pager -u rdna1-kmgr-confirm.service -u rdna1-kmgr-boot-check.service
+rdna1-kmgr status
+rdna1-kmgr retry
+""")
+    assert "amdgpu.rdna1_quirks=" + story.mask in found["cmdline"] and "rdna1_kmgr.boot=trial" in found["cmdline"]
+    story.assert_active_from_initramfs(found)
+    assert "rdna1_kmgr=confirmed" in found["grubenv_after"], boot.step_out[-3000:]
+    assert "trial boot confirmed" in boot.step_out
+
+
+def test_boot_guard_killed_trial_is_followed_by_a_stock_boot(story):
+    killed = story.system.boot(None, timeout=600, kill_on=AMDGPU_LOADED)
+    assert killed.killed, f"amdgpu never loaded in the trial boot:\n{killed.tail()}"
+    assert "rdna1_kmgr.boot=trial" in killed.console and f"amdgpu.rdna1_quirks={story.mask}" in killed.console
+
+    boot, found = story.step("""
+cat /etc/issue.d/rdna1-kmgr.issue /run/motd.d/rdna1-kmgr
+journalctl -b --no-pager -u rdna1-kmgr-boot-check.service
+rdna1-kmgr status
+rdna1-kmgr retry
+# the manual confirm below must not race the timer: a test-only drop-in moves it out of the way
+mkdir -p /etc/systemd/system/rdna1-kmgr-confirm.timer.d
+printf '[Timer]\\nOnBootSec=\\nOnBootSec=3600\\n' > /etc/systemd/system/rdna1-kmgr-confirm.timer.d/test.conf
+""")
+    assert "amdgpu.rdna1_quirks=0 " in found["cmdline"] + " " and "rdna1_kmgr.boot=fallback" in found["cmdline"]
+    assert int(found["quirks"], 0) == 0, found
+    assert "did not confirm" in boot.step_out  # issue.d, motd, the journal and status all say it
+    assert boot.step_out.count("did not confirm") >= 4, boot.step_out[-3000:]
+    # agetty's banner: /etc/issue ("Debian GNU/Linux 12 <host> ttyS0"), then /etc/issue.d, then the prompt
+    prompt = boot.console.rindex("wholesystem login:")
+    banner = boot.console[boot.console.rindex("wholesystem ttyS0", 0, prompt):prompt]
+    assert "did not confirm" in banner, f"the login prompt does not say it:\n{banner}"
+
+
+def test_boot_guard_retry_is_active_again_and_confirms_by_hand(story):
+    _, found = story.step(f"""
+rdna1-kmgr confirm
+rm -r /etc/systemd/system/rdna1-kmgr-confirm.timer.d
+echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+rdna1-kmgr rollback --kernel {story.kernel} --yes
+""")
+    assert "rdna1_kmgr.boot=trial" in found["cmdline"]
+    story.assert_active_from_initramfs(found)
+    assert "rdna1_kmgr=confirmed" in found["grubenv_after"]
+
+
+def test_boot_guard_rollback_leaves_stock_and_nothing_of_the_tool(story):
+    _, found = story.step(f"""
+echo "FACT etc_boot=$(find /etc /boot -iname '*rdna1*' | tr '\\n' ' ')"
+echo "FACT grubcfg=$(grep -c rdna1 /boot/grub/grub.cfg)"
+echo "FACT initramfs_updates=$(lsinitramfs /boot/initrd.img-{story.kernel} | grep -c -e updates/dkms -e rdna1)"
+""")
+    assert "rdna1" not in found["cmdline"], found
+    assert found["quirks"] == "none"
+    assert found["loaded_buildid"] == found["file_buildid"] == story.stock_buildid, found
+    assert "/kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko" in found["module_file"]
+    assert int(found["amdgpu_line"]) < int(found["rootmount_line"]), "the stock amdgpu still comes from the initramfs"
+    assert found["etc_boot"] == "", found
+    assert found["grubcfg"] == "0" and "rdna1" not in found["grubenv"], found
+    assert found["initramfs_updates"] == "0", found

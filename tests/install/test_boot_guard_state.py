@@ -1,0 +1,83 @@
+"""The boot guard's reading of a boot and its refusals, on a scratch root (fast). The whole mechanism, GRUB and
+all, is proven in test_boot_guard.py on a whole system."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.install import boot_guard
+from rdna1_kmgr.install.target_root import TargetRoot
+
+CLI = Path(sys.executable).parent / "rdna1-kmgr"
+
+
+def scratch(tmp_path: Path, cmdline: str, guard: bool = True) -> TargetRoot:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cmdline").write_text(cmdline + "\n")
+    if guard:
+        script = tmp_path / boot_guard.GRUB_SCRIPT
+        script.parent.mkdir(parents=True)
+        script.write_text("#!/bin/sh\n")
+    return TargetRoot(tmp_path)
+
+
+@pytest.mark.parametrize("cmdline, kind", [
+    ("BOOT_IMAGE=/vmlinuz ro amdgpu.rdna1_quirks=0x3 rdna1_kmgr.boot=trial", "trial"),
+    ("ro amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback quiet", "fallback"),
+    ("ro quiet", None),
+])
+def test_boot_guard_reads_the_kind_of_boot_from_the_command_line(tmp_path, cmdline, kind):
+    assert boot_guard.this_boot(scratch(tmp_path, cmdline)) == kind
+
+
+def test_boot_guard_confirm_refuses_a_boot_that_is_no_trial(tmp_path):
+    root = scratch(tmp_path, "ro amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback")
+    with pytest.raises(UsageError, match="not a trial .*fallback"):
+        boot_guard.confirm(root)
+    # the timer's automatic run says so and changes nothing
+    assert "nothing to confirm" in boot_guard.confirm(root, auto=True)
+
+
+def test_boot_guard_fallback_boot_says_so_at_login(tmp_path):
+    root = scratch(tmp_path, "ro amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback")
+    said = boot_guard.boot_check(root)
+    assert "rdna1_quirks=0" in said and "retry" in said
+    for rel in (boot_guard.ISSUE, boot_guard.MOTD):
+        assert (tmp_path / rel).read_text().strip() == said
+
+
+def test_boot_guard_commands_without_a_guard_are_one_clear_error(tmp_path):
+    scratch(tmp_path, "ro", guard=False)
+    for command in (["confirm"], ["retry"]):
+        proc = subprocess.run([str(CLI), *command], capture_output=True, text=True,
+                              env={"RDNA1_KMGR_ROOT": str(tmp_path), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "boot guard is not installed" in proc.stderr
+
+
+def test_boot_guard_is_not_offered_where_grub_is_not_the_boot_loader(tmp_path):
+    assert "not this machine's root" in boot_guard.unavailable(TargetRoot(tmp_path))
+
+
+def test_boot_guard_confirm_target_follows_the_default_target(tmp_path):
+    units = tmp_path / "etc/systemd/system"
+    units.mkdir(parents=True)
+    assert boot_guard.default_target(TargetRoot(tmp_path)) == "multi-user.target"
+    (units / "default.target").symlink_to("/lib/systemd/system/graphical.target")
+    assert boot_guard.default_target(TargetRoot(tmp_path)) == "graphical.target"
+
+
+def test_boot_guard_grub_script_consumes_the_trial_before_the_kernel_runs(tmp_path):
+    """The generated GRUB code: `trial` is rewritten to `trying` and saved before a kernel line uses the mask;
+    anything but `confirmed` after that means quirks off."""
+    files = boot_guard.files(TargetRoot(tmp_path), boot_guard.Settings(mask=3))
+    script = files[tmp_path / boot_guard.GRUB_SCRIPT]
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    trial = out.index('= "trial"')
+    assert out.index("set rdna1_kmgr=trying", trial) < out.index("save_env rdna1_kmgr", trial) < out.index(
+        "rdna1_kmgr.boot=trial", trial)
+    assert 'amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback' in out and "export rdna1_kmgr_args" in out
+    assert "OnBootSec=180" in files[tmp_path / boot_guard.UNITS / boot_guard.CONFIRM_TIMER]
