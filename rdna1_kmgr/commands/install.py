@@ -5,8 +5,8 @@ import sys
 import click
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.module_install import InstallRequest, run
 
 
