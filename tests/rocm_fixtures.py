@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import _using_test_cache
+
 from rdna1_kmgr.source import cache_entry, debian_archive
 
 SUITE = "sid"

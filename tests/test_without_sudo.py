@@ -43,7 +43,7 @@ def test_install_sh_and_the_tool_run_as_root_without_sudo(no_sudo, tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cli = tmp_path / "bin" / "rdna1-kmgr"
     assert cli.resolve() == tmp_path / "prefix" / "bin" / "rdna1-kmgr"
-    assert f"install.sh: done: rdna1-kmgr, version" in proc.stdout
+    assert "install.sh: done: rdna1-kmgr, version" in proc.stdout
 
     state = {"RDNA1_KMGR_STATE": str(tmp_path / "state"), "RDNA1_KMGR_LOG": str(tmp_path / "log")}
     for args in (["--version"], ["detect", "--json"], ["status"], ["quirks"], ["build", "--dry-run"],

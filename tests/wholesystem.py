@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from conftest import persistent_cache_root
 
 RECIPE = 2  # bump when the image recipe changes: a new cached image is built

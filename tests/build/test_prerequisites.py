@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from apt_fixtures import apt_config
+
 from rdna1_kmgr.build import prerequisites
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.source import debian_archive

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from apt_fixtures import apt_config, build_repository
 from conftest import persistent_cache_root
-from rdna1_kmgr.source import kernel_source
 from ubuntu_fixtures import ubuntu_linux_source_deb, ubuntu_sysroot
+
+from rdna1_kmgr.source import kernel_source
 
 SUITES = ("noble", "noble-updates", "noble-security")
 ABI = "42"  # a made-up Ubuntu ABI: the fixture's build of the real Linux version Debian's tree has

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from rocm_fixtures import link_tree, unpacked, PACKAGES
+from rocm_fixtures import PACKAGES, link_tree, unpacked
 from sysfs_fixtures import rx5600xt
 from test_doctor_fixtures import by_check
 

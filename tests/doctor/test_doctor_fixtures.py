@@ -5,11 +5,11 @@ import os
 from pathlib import Path
 
 import pytest
+from sysfs_fixtures import rx5600xt
+from test_code_objects import GFX1030, HOST, bundle
 
 from rdna1_kmgr.doctor import report
 from rdna1_kmgr.render import quirk_catalog
-from sysfs_fixtures import rx5600xt
-from test_code_objects import GFX1030, HOST, bundle
 
 OWNER_UID = 1000
 
@@ -118,7 +118,7 @@ def test_large_and_small_bar(tmp_path):
     device = "sys/devices/pci0000:00/0000:0a:00.0"
     vram = 6 << 30
     large = board_root(tmp_path / "large").file(f"{device}/mem_info_vram_total", f"{vram}\n")
-    large.file(f"{device}/resource", f"0x0000007800000000 0x00000079ffffffff 0x000000000014220c\n")
+    large.file(f"{device}/resource", "0x0000007800000000 0x00000079ffffffff 0x000000000014220c\n")
     large.file(f"{device}/resource0_resize", "0000000000003f00\n")
     bar = by_check(run(large), "bar")[0]
     assert "large BAR (BAR0 8192 MiB, VRAM 6144 MiB, resizable)" in bar["seen"]

@@ -12,16 +12,15 @@ State (journal, verdicts, follow records) goes to a scratch RDNA1_KMGR_STATE tha
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import persistent_cache_root
 from install_checks import assert_same_system, ensure_image_installed, modinfo_resolves, system_hash, verdict_record
+
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import module_checks
 from rdna1_kmgr.follow import hooks

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from rdna1_kmgr.install import journal as jr
 from fake_kernel import make_tree
 from sysfs_fixtures import FakeSysroot
+
+from rdna1_kmgr.install import journal as jr
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 OLD, NEW = "6.1.0-56-amd64", "6.12.95+deb12-amd64"
@@ -174,7 +174,7 @@ def test_a_kernel_that_is_not_installed_stays_stock_with_the_reason_in_status(ho
     record = host.record(NEW)
     assert record["state"] == "stock" and record["stage"] == "image"
     assert host.pending == []
-    assert f"--- image" in Path(record["log"]).read_text()
+    assert "--- image" in Path(record["log"]).read_text()
     # By hand, without --hook, the same failure is an error line and a non-zero exit.
     by_hand = host.cli("follow", "--kernel", NEW)
     assert by_hand.returncode == 4

@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from wholesystem import STEP_DIR, System, new_system
 
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild]

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import distro
 import pytest
-
 from conftest import persistent_cache_root
+from sysfs_fixtures import FakeSysroot
+from test_module_install import AMD_TREE, CLI, pristine, verdict_record  # noqa: F401 (pristine: a fixture)
+
 from rdna1_kmgr.install import initramfs
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.source import apt_sources
-from sysfs_fixtures import FakeSysroot
-from test_module_install import AMD_TREE, CLI, pristine, verdict_record  # noqa: F401 (pristine: a fixture)
 from rdna1_kmgr.vm import verdict
 
 pytestmark = [pytest.mark.realsource,  # debootstraps from the system's archive (once per machine)

@@ -3,10 +3,15 @@ journaled like every install, replaced by another mask, undone by rollback; a ma
 refused with nothing changed. The scratch systems and their real dkms/depmod/initramfs come from
 test_module_install."""
 
-from rdna1_kmgr.render import quirk_catalog
 from test_module_install import (  # noqa: F401  (fixtures)
-    assert_same_system, fake_tools, one_error_line, pristine, system,
+    assert_same_system,
+    fake_tools,
+    one_error_line,
+    pristine,
+    system,
 )
+
+from rdna1_kmgr.render import quirk_catalog
 
 BITS = sorted(1 << q.bit for q in quirk_catalog.load_quirks().values())
 BUILT = sum(BITS)  # the stand-in build carries every quirk of the catalog

@@ -31,8 +31,15 @@ from pathlib import Path
 
 import pytest
 from dkms_helpers import installed_release, make_keys
-from install_checks import (assert_same_system, ensure_image_installed, initramfs_list, modinfo_resolves, system_hash,
-                            tree_digest, verdict_record)
+from install_checks import (
+    assert_same_system,
+    ensure_image_installed,
+    initramfs_list,
+    modinfo_resolves,
+    system_hash,
+    tree_digest,
+    verdict_record,
+)
 from sysfs_fixtures import FakeSysroot
 
 from rdna1_kmgr.build import dkms_package as dkms

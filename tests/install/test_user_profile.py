@@ -12,10 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sysfs_fixtures import FakeSysroot
 
 from rdna1_kmgr.install import user_profile
 from rdna1_kmgr.userspace import profiles
-from sysfs_fixtures import FakeSysroot
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 SYSTEM_LOCK = Path("/work/locks/system.lock")

@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import persistent_cache_root
+
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.source import cache_entry, kernel_source
 

@@ -5,8 +5,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from apt_fixtures import apt_config
+
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.source import apt_sources, debian_archive
 

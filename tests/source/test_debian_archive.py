@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from apt_fixtures import apt_config
+
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.source import debian_archive
 

@@ -2,11 +2,11 @@
 
 import pytest
 from packaging.version import Version
+from ubuntu_fixtures import ubuntu_sysroot
 
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.source import kernel_source, ubuntu_source
-from ubuntu_fixtures import ubuntu_sysroot
 
 
 def test_ubuntu_version_signature_is_parsed():

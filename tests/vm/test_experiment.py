@@ -89,7 +89,7 @@ def test_cells_are_every_mask_by_every_profile_from_the_data():
 
 def test_the_driver_classifies_every_kind_of_cell_and_starts_fresh_vms_after_hangs_and_crashes():
     cells = experiment.cells()
-    gemm0, igemm0 = f"0x0/conv-gemm", f"0x0/conv-implicit-gemm"
+    gemm0, igemm0 = "0x0/conv-gemm", "0x0/conv-implicit-gemm"
     stock = "0x0/as-installed"
     wrong = "0x0/no-override"
     crash = "0x0/small-bar"

@@ -14,10 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from conftest import persistent_cache_root
-from test_engine import (assert_nothing_left_running, dpkg_status, fake_modules_61, guest_kernel_61,  # noqa: F401
-                         rdna1_kmgr, vm_env)
+from test_engine import assert_nothing_left_running, dpkg_status, fake_modules_61, guest_kernel_61, rdna1_kmgr, vm_env  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 
