@@ -2,7 +2,7 @@
 
 The gate, checked before anything changes: a module `build` made for KREL, signed with a signature that
 verifies against the certificate; a passing VM verdict for exactly its sha256 (or --skip-vm-check, said
-loudly and recorded in the journal); with Secure Boot on, that certificate enrolled.
+loudly and recorded in the journal); with Secure Boot on, that certificate enrolled (install_gate.py).
 
 The steps, each journaled (intent and backups on disk first, then the step, then `done`):
 
@@ -37,8 +37,8 @@ from rdna1_kmgr.build.module_build import resolve_kernel
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file
-from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install import boot_guard, initramfs, rollback
+from rdna1_kmgr.install.install_gate import Gate, InstallRefused, check_gate, loud_skip
 from rdna1_kmgr.install.journal import (
     Journal,
     JournalError,
@@ -49,7 +49,6 @@ from rdna1_kmgr.install.journal import (
     write_durably,
 )
 from rdna1_kmgr.install.target_root import TargetRoot
-from rdna1_kmgr.vm import verdict
 
 MODPROBE_CONF = "rdna1-kmgr.conf"
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "boot-guard", "verify")
@@ -59,12 +58,6 @@ DEPMOD_OUTPUTS = ("modules.alias", "modules.alias.bin", "modules.builtin.alias.b
                   "modules.symbols.bin")
 DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
 ESCAPE_PARAMETER = "amdgpu.rdna1_quirks=0"
-
-
-class InstallRefused(KmgrError):
-    """The gate said no: no build, no passing verdict, a bad signature, Secure Boot without enrollment."""
-
-    exit_code = 8
 
 
 # --- what is installed -----------------------------------------------------------------------------------
@@ -129,74 +122,6 @@ def resolved_module(kernel: str, module: str, root: TargetRoot) -> Path | None:
     if result.returncode != 0 or not result.stdout.strip():
         return None
     return Path(result.stdout.strip().splitlines()[0])
-
-
-# --- the gate ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Gate:
-    certificate: Path
-    signer: str
-    vm_check: dict  # {"verdict": "pass", "record": ..., "mode": ...} or {"skipped": True, ...}
-    secure_boot: str
-
-    @property
-    def vm_skipped(self) -> bool:
-        return bool(self.vm_check.get("skipped"))
-
-
-def check_gate(candidate: Candidate, cert: Path, skip_vm_check: bool, root: TargetRoot) -> Gate:
-    if not cert.is_file():
-        raise InstallRefused(f"the signing certificate {cert} does not exist",
-                             "give the one the build used with --cert; nothing was changed")
-    try:
-        module_checks.verify_signature(candidate.module, cert)
-    except BuildError as err:
-        raise InstallRefused(f"the built module {candidate.module} is not validly signed: {err.what}",
-                             f"rebuild it with `rdna1-kmgr build --kernel {candidate.kernel}`, or give the "
-                             "certificate it was signed with as --cert; nothing was changed") from None
-    signer = " ".join(module_checks.modinfo_field(candidate.module, "signer"))
-    vm_check = _vm_check(candidate, skip_vm_check)
-    facts = host_facts.detect(root.path)
-    if facts.secure_boot_enabled:
-        enrolled = signing.enrollment(cert)
-        if enrolled != "enrolled":
-            raise InstallRefused(
-                f"Secure Boot is on and the signing certificate {cert} is {enrolled}: the firmware would "
-                "refuse the module",
-                f"run `rdna1-kmgr keys enroll --cert {cert}` as root, choose a one-time password, reboot, pick "
-                "'Enroll MOK' in the blue MOK Manager screen and type that password, then install again; "
-                "nothing was changed")
-    return Gate(cert, signer, vm_check, facts.secure_boot_state)
-
-
-def _vm_check(candidate: Candidate, skip: bool) -> dict:
-    """The passing verdict for exactly this module on this kernel; what stands in for it with --skip-vm-check."""
-    short = candidate.sha256[:12]
-    try:
-        record = verdict.read(candidate.sha256)
-    except (ValueError, OSError) as err:
-        problem = f"its VM verdict record is unreadable ({err})"
-        record = None
-    else:
-        problem = None
-        if record is None:
-            problem = f"there is no VM verdict for this module (sha256 {short}...)"
-        elif record.module_sha256 != candidate.sha256:
-            problem = f"the verdict record {verdict.record_path(candidate.sha256)} names another module " \
-                      f"(sha256 {record.module_sha256[:12]}...)"
-        elif record.kernel != candidate.kernel:
-            problem = f"its VM verdict is for kernel {record.kernel}, not {candidate.kernel}"
-        elif not record.passed:
-            problem = f"its VM verdict is {record.verdict}: {record.reason}"
-    if problem is None:
-        return {"verdict": record.verdict, "mode": record.mode, "record": str(verdict.record_path(candidate.sha256))}
-    if skip:
-        return {"skipped": True, "why": problem}
-    raise InstallRefused(f"refusing to install {candidate.package.ref} for {candidate.kernel}: {problem}",
-                         f"run `rdna1-kmgr vm-test --kernel {candidate.kernel}` first (or, at your own risk, "
-                         "--skip-vm-check); nothing was changed")
 
 
 def check_kernel_installed(kernel: str, root: TargetRoot) -> None:
@@ -466,7 +391,8 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     else:
         check_no_foreign_module(candidate, root, trees)
     tool.require_supported()
-    guard, no_guard = guard_settings(candidate, root, request)
+    guard, no_guard = boot_guard.settings(root, candidate.parameters.get("rdna1_quirks"), request.confirm_after,
+                                          request.confirm_target)
     verified: dict = {}
     steps = plan_steps(candidate, root, trees, tool, cert, verified.update, guard)
     lines = plan_lines(candidate, gate, steps, replacing)
@@ -476,7 +402,7 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
                "module_sha256": candidate.sha256, "vm_check": gate.vm_check, "parameters": candidate.parameters,
                "boot_guard": guard.__dict__ if guard else {"off": no_guard}, "plan": lines}
     if gate.vm_skipped:
-        stream.write(_loud_skip(gate))
+        stream.write(loud_skip(gate))
     if request.dry_run:
         return {**summary, "dry_run": True}
     if confirm is not None and not confirm(lines):
@@ -509,19 +435,6 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
         journal.append("commit", verified=verified)
     return {**summary, "dry_run": False, "verified": verified, "journal": str(journal.path),
             "next_boot": next_boot_text(candidate, verified, root, guard)}
-
-
-def guard_settings(candidate: Candidate, root: TargetRoot,
-                   request: InstallRequest) -> tuple[boot_guard.Settings | None, str | None]:
-    """The boot guard this install sets up, or why there is none."""
-    return boot_guard.settings(root, candidate.parameters.get("rdna1_quirks"), request.confirm_after,
-                               request.confirm_target)
-
-def _loud_skip(gate: Gate) -> str:
-    bar = "!" * 78
-    return (f"{bar}\nrdna1-kmgr: WARNING: --skip-vm-check: installing WITHOUT a passing VM verdict "
-            f"({gate.vm_check['why']}).\nrdna1-kmgr: This module was not proven in a VM; the journal records "
-            f"that it was skipped.\n{bar}\n")
 
 
 def _roll_back_failed(journal: Journal, step: str, err: BaseException, stream: TextIO) -> None:
