@@ -78,13 +78,14 @@ def verdict_record(sha256: str, kernel: str, result: str = "pass") -> verdict.Re
                           seconds=1.0, started="2025-01-01T00:00:00", tool_version="test")
 
 
-def ensure_image_installed(kernel: str) -> None:
-    """The kernel's image package installed, as on a user's machine (its postinst makes the initramfs)."""
+def ensure_image_installed(kernel: str) -> bool:
+    """The kernel's image package installed, as on a user's machine (its postinst makes the initramfs); True
+    when this call installed it (whoever did should purge it again: see purge_image)."""
     package = f"linux-image-{kernel}"
     query = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", package],
                            capture_output=True, text=True)
     if query.returncode == 0 and query.stdout.startswith("ii"):
-        return
+        return False
     if os.geteuid() != 0:
         pytest.skip(f"installing {package} needs root")
     proc = subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q",
@@ -93,6 +94,24 @@ def ensure_image_installed(kernel: str) -> None:
                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     if proc.returncode != 0:
         pytest.fail(f"apt-get install {package} failed: {proc.stderr[-2000:]}")
+    return True
+
+
+def purge_image(kernel: str, scratch: Path) -> None:
+    """Purge the image package a test installed, so that the machine is left as the tests found it (a kernel
+    whose image is not installed is what tests/vm/test_fresh_machine.py needs).
+
+    The kernel's postrm runs rdna1-kmgr's own hook, which drops what rdna1-kmgr keeps for a removed kernel,
+    the DKMS build included; here that build is the session's shared one, still wanted by later tests, so the
+    hook is pointed at scratch trees (dpkg passes the environment on to the kernel hooks)."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for name in ("RDNA1_KMGR_STATE", "RDNA1_KMGR_CACHE", "RDNA1_KMGR_LOG", "RDNA1_KMGR_DKMS_TREE",
+                 "RDNA1_KMGR_DKMS_SOURCE_TREE"):
+        env[name] = str(scratch / name.lower())
+        Path(env[name]).mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "purge", "-y", "-q", f"linux-image-{kernel}"],
+                          capture_output=True, text=True, timeout=1800, env=env)
+    assert proc.returncode == 0, f"apt-get purge linux-image-{kernel} failed: {proc.stderr[-2000:]}"
 
 
 def modinfo_resolves(kernel: str) -> Path:

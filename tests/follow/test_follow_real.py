@@ -19,7 +19,14 @@ from pathlib import Path
 
 import pytest
 from conftest import persistent_cache_root
-from install_checks import assert_same_system, ensure_image_installed, modinfo_resolves, system_hash, verdict_record
+from install_checks import (
+    assert_same_system,
+    ensure_image_installed,
+    modinfo_resolves,
+    purge_image,
+    system_hash,
+    verdict_record,
+)
 
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import module_checks
@@ -89,7 +96,7 @@ def machine(built_module_61, built_module_612, tmp_path_factory):
     old, new = built_module_61["kernel"], built_module_612["kernel"]
     policy = subprocess.run(["apt-cache", "policy", f"linux-image-{new}"], capture_output=True, text=True).stdout
     assert "Candidate: (none)" not in policy and "Candidate:" in policy, f"apt offers no linux-image-{new}"
-    ensure_image_installed(old)
+    old_installed_here = ensure_image_installed(old)
     state = tmp_path_factory.mktemp("follow-state")
     env = {k: v for k, v in os.environ.items()
            if k not in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_DKMS_TREE", "RDNA1_KMGR_DKMS_SOURCE_TREE", jr.ABORT_ENV)}
@@ -116,6 +123,8 @@ def machine(built_module_61, built_module_612, tmp_path_factory):
     wanted = [p for p in packages if had[p] and not package_installed(p)]
     if wanted:
         apt_get("install", "--no-install-recommends", *wanted)
+    if old_installed_here:
+        purge_image(old, tmp_path_factory.mktemp("purge"))
 
 
 @pytest.mark.realbuild

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from dkms_helpers import installed_release, make_keys
-from install_checks import (
+from install_checks import (purge_image, 
     assert_same_system,
     ensure_image_installed,
     initramfs_list,
@@ -846,7 +846,7 @@ class RealSystem:
 @pytest.fixture(scope="module")
 def real(built_module_61, tmp_path_factory) -> Iterator[RealSystem]:
     kernel = built_module_61["kernel"]
-    ensure_image_installed(kernel)
+    installed_here = ensure_image_installed(kernel)
     state = tmp_path_factory.mktemp("real-state")
     env = {k: v for k, v in os.environ.items()
            if k not in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_DKMS_TREE", "RDNA1_KMGR_DKMS_SOURCE_TREE", jr.ABORT_ENV)}
@@ -870,6 +870,8 @@ def real(built_module_61, tmp_path_factory) -> Iterator[RealSystem]:
     # whatever the tests' journal still holds. A no-op when every test cleaned up after itself.
     done = system.cli("rollback", "--kernel", kernel, "--yes", "--keep-build")
     assert done.returncode == 0, done.stderr
+    if installed_here:
+        purge_image(kernel, tmp_path_factory.mktemp("purge"))
 
 
 @pytest.mark.realbuild
