@@ -47,11 +47,9 @@ def hello_build(sandbox, word: str, keys=None, patch: str | None = None):
 def test_the_same_build_again_is_reused(sandbox):
     first = hello_build(sandbox, "greetings-reused")
     assert not first.reused and first.compiled >= 2 and first.log.is_file()
-    started = time.monotonic()
     again = hello_build(sandbox, "greetings-reused")
     assert again.reused and again.compiled == 0 and again.log is None
     assert again.module == first.module and again.report.sha256 == first.report.sha256
-    assert time.monotonic() - started < first.seconds
 
 
 def test_a_new_patch_set_replaces_the_older_build_for_that_kernel(sandbox):
@@ -324,11 +322,9 @@ def test_real_build_for_bookworm_backports_6_12(built_module_612, headers_612):
 @pytest.mark.realbuild
 def test_building_the_same_again_reuses_it(built_module_61, headers_61):
     from build_fixtures import run_build
-    started = time.monotonic()
     again = run_build(headers_61)
     assert again["reused"] is True
     assert again["sha256"] == built_module_61["sha256"] and again["module"] == built_module_61["module"]
-    assert time.monotonic() - started < 120
 
 
 def test_an_installed_build_failing_a_check_is_not_rebuilt_behind_installs_back(sandbox, monkeypatch):
