@@ -8,7 +8,6 @@ import hashlib
 import http.server
 import subprocess
 import threading
-import time
 from functools import partial
 from pathlib import Path
 

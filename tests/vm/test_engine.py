@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import fakeamdgpu
@@ -25,7 +24,6 @@ from conftest import _using_test_cache, persistent_cache_root
 
 from rdna1_kmgr.build import module_elf
 from rdna1_kmgr.cli import main
-from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.vm import engine, guest_kernel, guest_view, verdict
 
