@@ -137,7 +137,10 @@ def test_apt_installing_a_new_kernel_patches_it_and_purging_it_cleans_up(machine
     installed_old = system_hash(Path("/"), m.old)
     assert modinfo_resolves(m.old).parent == Path(f"/lib/modules/{m.old}/updates/dkms")
 
-    # A machine without 6.12 yet (the headers fixture installed it: take it away, before any hook is placed).
+    # A machine without 6.12 yet (the headers fixture installed it: take it away, before any hook is placed;
+    # install.sh placed them already, and their postrm would drop the fixture's 6.12 build with the kernel).
+    proc = m.cli("hooks", "remove")
+    assert proc.returncode == 0, proc.stderr
     purge = apt_get("purge", f"linux-image-{m.new}", f"linux-headers-{m.new}")
     assert purge.returncode == 0, purge.stderr[-2000:]
     proc = m.cli("hooks", "install")
