@@ -177,34 +177,3 @@ facts = [{ file = "drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd.c", function = "amdg
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "`kgd` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)" in result.stderr
     assert not (tmp_path / "out").exists()
-
-
-def modinfo(ko, field):
-    return subprocess.run(["modinfo", "-F", field, str(ko)], capture_output=True, text=True, check=True).stdout
-
-
-@pytest.mark.realbuild
-@pytest.mark.parametrize("source_fixture, headers_fixture", [
-    ("real_source_61", "headers_61"),
-    ("real_source_612", "headers_612"),
-])
-def test_patched_tree_builds_amdgpu_with_kbuild(request, tmp_path, source_fixture, headers_fixture):
-    source = request.getfixturevalue(source_fixture)
-    release = request.getfixturevalue(headers_fixture)
-    render(source, tmp_path / "out")
-    tree = patched_copy(source, tmp_path / "out", tmp_path / "linux")
-    amd = tree / AMD
-    jobs = str((os.cpu_count() or 1) + 1)
-    log = tmp_path / "build.log"
-    with log.open("w") as out:
-        done = subprocess.run(
-            ["make", "-C", f"/lib/modules/{release}/build", f"M={amd}/amdgpu", f"FULL_AMD_PATH={amd}",
-             f"-j{jobs}", "modules"],
-            stdout=out, stderr=subprocess.STDOUT)
-    assert done.returncode == 0, log.read_text()[-4000:]
-    ko = amd / "amdgpu/amdgpu.ko"
-    assert modinfo(ko, "vermagic").split()[0] == release
-    params = modinfo(ko, "parm")
-    assert re.search(r"^rdna1_quirks:.*\(uint\)$", params, re.M), params
-    assert re.search(r"^rdna1_selftest:.*\(bool\)$", params, re.M), params
-    assert "pci:v00001002d0000731Fsv*sd*bc*sc*i*" in modinfo(ko, "alias").split()
