@@ -42,8 +42,9 @@ class TargetRoot:
         return self.path / "lib/modules" / kernel
 
     def kernel_image_installed(self, kernel: str) -> bool:
-        """The kernel itself installed (its image in /boot), not only its headers."""
-        return (self.boot_dir / f"vmlinuz-{kernel}").is_file()
+        """The kernel itself installed (its image in /boot, or its modules), not only its headers: an initramfs
+        can be made for it."""
+        return (self.boot_dir / f"vmlinuz-{kernel}").is_file() or (self.modules_dir(kernel) / "kernel").is_dir()
 
     @property
     def modprobe_dir(self) -> Path:
