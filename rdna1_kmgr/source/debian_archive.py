@@ -205,7 +205,7 @@ class PrivateArchive:
     def _apt_cache(self, args: list[str]) -> str:
         proc = runner.run(["apt-cache", *self.apt_options(), *args], timeout=300, check=False)
         if proc.returncode != 0:
-            raise HostError(f"apt-cache {args[0]} failed for {self.suite}: {_last_line(proc.stderr)}",
+            raise HostError(f"apt-cache {args[0]} failed for {self.suite}: {runner.last_line(proc.stderr)}",
                             f"remove {self.root} to start the private archive afresh")
         return proc.stdout
 
@@ -225,7 +225,7 @@ def run_apt(command: list[str], doing: str, cwd: Path | None = None, show_output
     result = runner.run(command, cwd=cwd, env=env, timeout=3600, check=False,
                         on_line=forward if show_output else None)
     if result.returncode != 0:
-        raise HostError(f"{doing} failed: {_last_line(result.stderr)}", hint)
+        raise HostError(f"{doing} failed: {runner.last_line(result.stderr)}", hint)
 
 
 def current_kernel_abi(suite: str, flavour: str = "amd64") -> str:
@@ -285,8 +285,3 @@ def _let_apt_sandbox_write(folder: Path) -> None:
         pass  # no _apt user: apt downloads as root and says so
 
 
-def _last_line(text: str) -> str:
-    """apt's most telling line: its last error, else its last line of any kind."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("E:")]
-    return (errors or lines or ["no message"])[-1]
