@@ -283,5 +283,3 @@ def _let_apt_sandbox_write(folder: Path) -> None:
         os.chown(folder, pwd.getpwnam("_apt").pw_uid, grp.getgrnam("root").gr_gid)
     except KeyError:
         pass  # no _apt user: apt downloads as root and says so
-
-
