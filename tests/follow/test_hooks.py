@@ -108,8 +108,12 @@ def test_apt_reads_the_post_invoke_hook(host):
     if not shutil.which("apt-config"):
         pytest.skip("apt-config is not installed (not a Debian/Ubuntu host)")
     conf = host.root / "etc/apt/apt.conf.d/80rdna1-kmgr"
+    # apt-config alone: this file, not the machine's apt.conf.d (which may hold another install's hook).
+    alone = host.root / "apt-alone"
+    (alone / "parts").mkdir(parents=True)
+    (alone / "apt.conf").write_text(f'Dir::Etc::main "/dev/null";\nDir::Etc::parts "{alone / "parts"}";\n')
     dump = subprocess.run(["apt-config", "-c", str(conf), "dump", "DPkg::Post-Invoke"], capture_output=True,
-                          text=True, check=True).stdout
+                          text=True, check=True, env={**os.environ, "APT_CONFIG": str(alone / "apt.conf")}).stdout
     assert f"then {CLI} follow --pending --hook || true; fi" in dump
 
 
@@ -147,8 +151,12 @@ def test_the_post_invoke_command_does_nothing_fast_when_nothing_is_pending(host)
     if not shutil.which("apt-config"):
         pytest.skip("apt-config is not installed")
     conf = host.root / "etc/apt/apt.conf.d/80rdna1-kmgr"
+    # apt-config alone: this file, not the machine's apt.conf.d (which may hold another install's hook).
+    alone = host.root / "apt-alone"
+    (alone / "parts").mkdir(parents=True)
+    (alone / "apt.conf").write_text(f'Dir::Etc::main "/dev/null";\nDir::Etc::parts "{alone / "parts"}";\n')
     dump = subprocess.run(["apt-config", "-c", str(conf), "dump", "DPkg::Post-Invoke"], capture_output=True,
-                          text=True, check=True).stdout
+                          text=True, check=True, env={**os.environ, "APT_CONFIG": str(alone / "apt.conf")}).stdout
     (line,) = [ln for ln in dump.splitlines() if str(CLI) in ln]
     command = line.split(" ", 1)[1].rstrip(";").strip('"')  # DPkg::Post-Invoke:: "<command>";
     marker = host.state / "follow/pending"
