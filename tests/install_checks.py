@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rdna1_kmgr.follow import hooks
 from rdna1_kmgr.vm import verdict
 
 
@@ -117,3 +118,22 @@ def purge_image(kernel: str, scratch: Path) -> None:
 def modinfo_resolves(kernel: str) -> Path:
     out = subprocess.run(["modinfo", "-k", kernel, "-n", "amdgpu"], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
+
+
+def snapshot_hooks() -> dict[Path, bytes | str | None]:
+    """The kernel and apt hooks as they are on this machine, for restore_hooks once a test placed its own."""
+    saved = {}
+    for hook in hooks.HOOKS:
+        path = Path("/") / hook.where
+        saved[path] = os.readlink(path) if path.is_symlink() else path.read_bytes() if path.exists() else None
+    return saved
+
+
+def restore_hooks(saved: dict) -> None:
+    for path, was in saved.items():
+        path.unlink(missing_ok=True)
+        if isinstance(was, str):
+            path.symlink_to(was)
+        elif was is not None:
+            path.write_bytes(was)
+            path.chmod(0o755 if "/etc/kernel/" in str(path) else 0o644)

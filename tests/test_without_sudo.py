@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from install_checks import restore_hooks, snapshot_hooks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,11 +40,20 @@ def test_install_sh_and_the_tool_run_as_root_without_sudo(no_sudo, tmp_path):
     source = tmp_path / "src"
     subprocess.run(["cp", "-a", str(REPO), str(source)], check=True)
     env = {**env, "RDNA1_KMGR_PREFIX": str(tmp_path / "prefix"), "RDNA1_KMGR_BIN": str(tmp_path / "bin")}
-    proc = subprocess.run([str(source / "install.sh")], env=env, capture_output=True, text=True, timeout=1800)
+    # install.sh places the kernel and apt hooks for its prefix: the machine's own come back afterwards,
+    # or they would call this scratch prefix's command once it is gone.
+    saved_hooks = snapshot_hooks()
+    try:
+        proc = subprocess.run([str(source / "install.sh")], env=env, capture_output=True, text=True, timeout=1800)
+    finally:
+        placed = (Path("/etc/apt/apt.conf.d/80rdna1-kmgr").read_text()
+                  if Path("/etc/apt/apt.conf.d/80rdna1-kmgr").exists() else "")
+        restore_hooks(saved_hooks)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cli = tmp_path / "bin" / "rdna1-kmgr"
     assert cli.resolve() == tmp_path / "prefix" / "bin" / "rdna1-kmgr"
     assert "install.sh: done: rdna1-kmgr, version" in proc.stdout
+    assert str(tmp_path / "prefix" / "bin" / "rdna1-kmgr") in placed  # its hooks called its own command
 
     state = {"RDNA1_KMGR_STATE": str(tmp_path / "state"), "RDNA1_KMGR_LOG": str(tmp_path / "log")}
     for args in (["--version"], ["detect", "--json"], ["status"], ["quirks"], ["build", "--dry-run"],

@@ -24,13 +24,14 @@ from install_checks import (
     ensure_image_installed,
     modinfo_resolves,
     purge_image,
+    restore_hooks,
+    snapshot_hooks,
     system_hash,
     verdict_record,
 )
 
 from rdna1_kmgr.build import dkms_package as dkms
 from rdna1_kmgr.build import module_checks
-from rdna1_kmgr.follow import hooks
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.vm import verdict
 
@@ -69,24 +70,6 @@ class Machine:
 
     def dkms_entries(self, kernel: str) -> list[tuple[str, str]]:
         return [(e.version, e.state) for e in dkms.status(dkms.PACKAGE_NAME, dkms.Trees()) if e.kernel == kernel]
-
-
-def snapshot_hooks() -> dict[Path, bytes | str | None]:
-    saved = {}
-    for hook in hooks.HOOKS:
-        path = Path("/") / hook.where
-        saved[path] = os.readlink(path) if path.is_symlink() else path.read_bytes() if path.exists() else None
-    return saved
-
-
-def restore_hooks(saved: dict) -> None:
-    for path, was in saved.items():
-        path.unlink(missing_ok=True)
-        if isinstance(was, str):
-            path.symlink_to(was)
-        elif was is not None:
-            path.write_bytes(was)
-            path.chmod(0o755 if "/etc/kernel/" in str(path) else 0o644)
 
 
 @pytest.fixture(scope="module")
