@@ -39,13 +39,16 @@ REAL_FIXTURES = {"real_source_61", "real_source_612", "real_source_72", "headers
 # Tests that need a kernel whose image package is not installed run first: later tests install one (the real
 # install tests, and the 6.12 headers, which depend on their image) and purge what they installed only when done.
 RUN_FIRST = ("test_vm_test_yes_passes_for_a_kernel_whose_image_is_not_installed",)
+# The real kernel upgrade purges the 6.12 kernel, and with it the session's shared 6.12 DKMS build, as a
+# purge must: it runs after every other test that uses that build.
+RUN_LAST = ("test_apt_installing_a_new_kernel_patches_it_and_purging_it_cleans_up",)
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.realsource)
-    items.sort(key=lambda item: item.originalname not in RUN_FIRST)
+    items.sort(key=lambda item: (item.originalname not in RUN_FIRST, item.originalname in RUN_LAST))
 
 
 def persistent_cache_root() -> Path:

@@ -600,6 +600,7 @@ def test_the_real_amdgpu_module_passes_every_check(request, series, vm_env):
     built = request.getfixturevalue(f"built_module_{series}")
     request.getfixturevalue(f"guest_kernel_{series}")
     proc = rdna1_kmgr(["vm-test", "--kernel", built["kernel"], "--json"], vm_env)
+    assert proc.stdout, proc.stderr
     out = json.loads(proc.stdout)
     assert proc.returncode == 0, out.get("reason")
     assert out["module_sha256"] == built["sha256"] and out["module"] == built["module"]
