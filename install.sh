@@ -42,8 +42,13 @@ apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 $packag
 
 echo "install.sh: installing rdna1-kmgr into $prefix"
 [ -x "$prefix/bin/python" ] || /usr/bin/python3 -m venv "$prefix"
-spec=$here
-[ "$with_tests" = yes ] && spec="$here[test]"
+# From a copy: setuptools writes build/ and *.egg-info into what it builds, which, under sudo, would leave
+# root-owned folders in the user's checkout.
+copy=$(mktemp -d)
+trap 'rm -rf "$copy"' EXIT
+tar -C "$here" --exclude=./.git --exclude=./build -cf - . | tar -C "$copy" -xf -
+spec=$copy
+[ "$with_tests" = yes ] && spec="$copy[test]"
 "$prefix/bin/pip" install -q --disable-pip-version-check --upgrade "$spec"
 mkdir -p "$bindir"
 ln -sf "$prefix/bin/rdna1-kmgr" "$bindir/rdna1-kmgr"

@@ -43,6 +43,7 @@ def test_install_sh_and_the_tool_run_as_root_without_sudo(no_sudo, tmp_path):
     # install.sh places the kernel and apt hooks for its prefix: the machine's own come back afterwards,
     # or they would call this scratch prefix's command once it is gone.
     saved_hooks = snapshot_hooks()
+    checkout = sorted(os.listdir(source))
     try:
         proc = subprocess.run([str(source / "install.sh")], env=env, capture_output=True, text=True, timeout=1800)
     finally:
@@ -53,6 +54,7 @@ def test_install_sh_and_the_tool_run_as_root_without_sudo(no_sudo, tmp_path):
     cli = tmp_path / "bin" / "rdna1-kmgr"
     assert cli.resolve() == tmp_path / "prefix" / "bin" / "rdna1-kmgr"
     assert "install.sh: done: rdna1-kmgr, version" in proc.stdout
+    assert sorted(os.listdir(source)) == checkout  # no build/ or *.egg-info left in the checkout
     assert str(tmp_path / "prefix" / "bin" / "rdna1-kmgr") in placed  # its hooks called its own command
 
     state = {"RDNA1_KMGR_STATE": str(tmp_path / "state"), "RDNA1_KMGR_LOG": str(tmp_path / "log")}
