@@ -104,16 +104,21 @@ def test_hooks_install_places_every_hook_calling_this_installation_and_remove_ta
     assert not (host.root / "etc/kernel/postinst.d/rdna1-kmgr").exists()
 
 
+def post_invoke_dump(host) -> str:
+    """`apt-config dump DPkg::Post-Invoke` of the placed apt hook alone, not of the machine's apt.conf.d too
+    (which may hold another installation's hook)."""
+    alone = host.root / "apt-alone"
+    (alone / "parts").mkdir(parents=True, exist_ok=True)
+    (alone / "apt.conf").write_text(f'Dir::Etc::main "/dev/null";\nDir::Etc::parts "{alone / "parts"}";\n')
+    conf = host.root / "etc/apt/apt.conf.d/80rdna1-kmgr"
+    return subprocess.run(["apt-config", "-c", str(conf), "dump", "DPkg::Post-Invoke"], capture_output=True,
+                          text=True, check=True, env={**os.environ, "APT_CONFIG": str(alone / "apt.conf")}).stdout
+
+
 def test_apt_reads_the_post_invoke_hook(host):
     if not shutil.which("apt-config"):
         pytest.skip("apt-config is not installed (not a Debian/Ubuntu host)")
-    conf = host.root / "etc/apt/apt.conf.d/80rdna1-kmgr"
-    # apt-config alone: this file, not the machine's apt.conf.d (which may hold another install's hook).
-    alone = host.root / "apt-alone"
-    (alone / "parts").mkdir(parents=True)
-    (alone / "apt.conf").write_text(f'Dir::Etc::main "/dev/null";\nDir::Etc::parts "{alone / "parts"}";\n')
-    dump = subprocess.run(["apt-config", "-c", str(conf), "dump", "DPkg::Post-Invoke"], capture_output=True,
-                          text=True, check=True, env={**os.environ, "APT_CONFIG": str(alone / "apt.conf")}).stdout
+    dump = post_invoke_dump(host)
     assert f"then {CLI} follow --pending --hook || true; fi" in dump
 
 
@@ -150,13 +155,7 @@ def test_once_opted_in_the_postinst_hook_only_notes_the_kernel_and_returns(host)
 def test_the_post_invoke_command_does_nothing_fast_when_nothing_is_pending(host):
     if not shutil.which("apt-config"):
         pytest.skip("apt-config is not installed")
-    conf = host.root / "etc/apt/apt.conf.d/80rdna1-kmgr"
-    # apt-config alone: this file, not the machine's apt.conf.d (which may hold another install's hook).
-    alone = host.root / "apt-alone"
-    (alone / "parts").mkdir(parents=True)
-    (alone / "apt.conf").write_text(f'Dir::Etc::main "/dev/null";\nDir::Etc::parts "{alone / "parts"}";\n')
-    dump = subprocess.run(["apt-config", "-c", str(conf), "dump", "DPkg::Post-Invoke"], capture_output=True,
-                          text=True, check=True, env={**os.environ, "APT_CONFIG": str(alone / "apt.conf")}).stdout
+    dump = post_invoke_dump(host)
     (line,) = [ln for ln in dump.splitlines() if str(CLI) in ln]
     command = line.split(" ", 1)[1].rstrip(";").strip('"')  # DPkg::Post-Invoke:: "<command>";
     marker = host.state / "follow/pending"
