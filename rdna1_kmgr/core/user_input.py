@@ -20,6 +20,22 @@ def kernel_release(value: str) -> str:
     return value
 
 
+def named_by_release(folder: Path, suffix: str = "") -> list[tuple[str, Path]]:
+    """(release, entry) for each entry of `folder` named `<kernel release><suffix>`, sorted by name; anything
+    else there is not ours and is skipped. A folder that does not exist has none."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if not entry.name.endswith(suffix):
+            continue
+        try:
+            found.append((kernel_release(entry.name[:len(entry.name) - len(suffix)]), entry))
+        except UsageError:
+            continue
+    return found
+
+
 def pci_address(value: str) -> str:
     bdf = value.lower()
     if len(bdf) == 7:  # bus:dev.fn without the domain

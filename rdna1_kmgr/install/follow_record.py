@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.install.journal import make_dirs, write_durably
 
@@ -50,12 +49,7 @@ def read(kernel: str) -> dict | None:
 def kernels() -> list[str]:
     """Kernels with a record or a pending marker."""
     found = set(pending())
-    if follow_dir().is_dir():
-        for entry in follow_dir().glob("*.json"):
-            try:
-                found.add(user_input.kernel_release(entry.name[:-len(".json")]))
-            except KmgrError:  # not one of ours
-                continue
+    found.update(release for release, _ in user_input.named_by_release(follow_dir(), ".json"))
     return sorted(found)
 
 
@@ -77,16 +71,7 @@ def write(kernel: str, state: str, **fields) -> dict:
 
 
 def pending() -> list[str]:
-    folder = pending_dir()
-    if not folder.is_dir():
-        return []
-    found = []
-    for entry in sorted(folder.iterdir()):
-        try:
-            found.append(user_input.kernel_release(entry.name))
-        except KmgrError:
-            continue
-    return found
+    return [release for release, _ in user_input.named_by_release(pending_dir())]
 
 
 def forget(kernel: str) -> bool:

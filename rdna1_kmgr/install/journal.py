@@ -275,18 +275,8 @@ class Journal:
     @staticmethod
     def kernels() -> list[str]:
         """Kernel releases with an active journal."""
-        root = journal_root()
-        if not root.is_dir():
-            return []
-        found = []
-        for entry in sorted(root.iterdir()):
-            try:
-                release = user_input.kernel_release(entry.name)
-            except KmgrError:
-                continue  # not one of ours
-            if (entry / "journal.jsonl").is_file():
-                found.append(release)
-        return found
+        return [release for release, entry in user_input.named_by_release(journal_root())
+                if (entry / "journal.jsonl").is_file()]
 
     def exists(self) -> bool:
         return self.path.is_file()
