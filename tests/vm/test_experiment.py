@@ -175,15 +175,22 @@ def cpu_workload(python: str) -> dict:
     return {"device": "cpu", "args": ["--sweep", "smoke"], "pythons": [python]}
 
 
-@pytest.mark.vm
-def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(fake_modules_61, guest_kernel_61, vm_env,
-                                                                        monkeypatch):
+@pytest.fixture
+def guest_python(vm_env, monkeypatch) -> str:
+    """A Python with torch for the guest; this process's state, logs, cache and temporary folder are the run's
+    own, as vm_env makes them for the CLI (the experiment runs in-process here)."""
     python = torch_python()
     for key in ("RDNA1_KMGR_STATE", "RDNA1_KMGR_LOG", "RDNA1_KMGR_CACHE", "TMPDIR"):
         monkeypatch.setenv(key, vm_env[key])
+    return python
+
+
+@pytest.mark.vm
+def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(fake_modules_61, guest_kernel_61,
+                                                                        guest_python):
     cells = [c for c in experiment.cells() if (c.mask, c.profile.name) in
              ((0, "as-installed"), (ALL, "conv-implicit-gemm"))]
-    run_batch = experiment_guest.batch_runner(guest_kernel_61, fake_modules_61["good"], cpu_workload(python),
+    run_batch = experiment_guest.batch_runner(guest_kernel_61, fake_modules_61["good"], cpu_workload(guest_python),
                                               cell_timeout=900, accel="tcg", base_env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"})
     seen = []
 
@@ -206,15 +213,12 @@ def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(fake_mo
 
 
 @pytest.mark.vm
-def test_a_cell_over_its_limit_is_a_hang_and_the_next_cell_gets_a_fresh_vm(fake_modules_61, guest_kernel_61, vm_env,
-                                                                          monkeypatch):
-    python = torch_python()
-    for key in ("RDNA1_KMGR_STATE", "RDNA1_KMGR_LOG", "RDNA1_KMGR_CACHE", "TMPDIR"):
-        monkeypatch.setenv(key, vm_env[key])
+def test_a_cell_over_its_limit_is_a_hang_and_the_next_cell_gets_a_fresh_vm(fake_modules_61, guest_kernel_61,
+                                                                          guest_python):
     cells = [c for c in experiment.cells() if c.mask == 0][:2]
     # One second is not even enough to import torch under TCG: the guest kills the workload, calls it a
     # hang and stops; the host boots a fresh VM for the second cell.
-    run_batch = experiment_guest.batch_runner(guest_kernel_61, fake_modules_61["good"], cpu_workload(python),
+    run_batch = experiment_guest.batch_runner(guest_kernel_61, fake_modules_61["good"], cpu_workload(guest_python),
                                               cell_timeout=1, accel="tcg")
     results = experiment.run(cells, run_batch)
     assert [r.outcome for r in results] == ["hang", "hang"]
