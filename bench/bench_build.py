@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdna1_kmgr.build import module_build, signing
+from rdna1_kmgr.modbuild import module_build, signing
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.source import kernel_source

@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdna1_kmgr.build import built_module
-from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.modbuild import built_module
+from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.vm import engine
 
 TARGET_SECONDS = 30.0

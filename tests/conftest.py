@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.build import prerequisites
+from rdna1_kmgr.modbuild import prerequisites
 from rdna1_kmgr.source import debian_archive, kernel_source
 
 # built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
@@ -114,7 +114,7 @@ def real_source_72() -> Path:
 
 def installed_headers(suite: str) -> str:
     """The kernel release `suite`'s linux-headers-amd64 points to today, with its headers, DKMS and the build
-    tools installed on this machine (through rdna1_kmgr.build.prerequisites, installing what is missing)."""
+    tools installed on this machine (through rdna1_kmgr.modbuild.prerequisites, installing what is missing)."""
     with _using_test_cache():
         krel = debian_archive.current_kernel_abi(suite)
         apt = prerequisites.Apt()

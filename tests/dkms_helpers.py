@@ -10,8 +10,8 @@ from pathlib import Path
 import hellomod
 import pytest
 
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import signing
 
 
 def installed_releases() -> list[str]:

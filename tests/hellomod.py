@@ -10,7 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from rdna1_kmgr.build.dkms_package import ModuleSpec
+from rdna1_kmgr.modbuild.dkms_package import ModuleSpec
 
 LOCATION = "drivers/misc/rdna1hello"
 MODULE = ModuleSpec(name="rdna1hello", location=LOCATION, make_vars=(("RDNA1HELLO_ROOT", "drivers/misc"),))

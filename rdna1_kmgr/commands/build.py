@@ -4,8 +4,8 @@ import sys
 
 import click
 
-from rdna1_kmgr.build.build_plan import plan
-from rdna1_kmgr.build.module_build import BuildRequest, default_jobs, run
+from rdna1_kmgr.modbuild.build_plan import plan
+from rdna1_kmgr.modbuild.module_build import BuildRequest, default_jobs, run
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from rdna1_kmgr.build import signing
+from rdna1_kmgr.modbuild import signing
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json

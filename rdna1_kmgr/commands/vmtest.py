@@ -4,8 +4,8 @@ import os
 
 import click
 
-from rdna1_kmgr.build import built_module
-from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.modbuild import built_module
+from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.commands.passthrough import dispatch as passthrough_dispatch
 from rdna1_kmgr.commands.passthrough import passthrough_options, run_gpu
 from rdna1_kmgr.core import user_input

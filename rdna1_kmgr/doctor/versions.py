@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rdna1_kmgr.build.dkms_package import PACKAGE_NAME
+from rdna1_kmgr.modbuild.dkms_package import PACKAGE_NAME
 from rdna1_kmgr.doctor.finding import Finding
 from rdna1_kmgr.source.debian_archive import parse_record
 

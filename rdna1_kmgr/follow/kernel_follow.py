@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TextIO
 
-from rdna1_kmgr.build import build_plan, built_module, module_build
-from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.modbuild import build_plan, built_module, module_build
+from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import log_dir

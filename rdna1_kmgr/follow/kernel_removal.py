@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.install import follow_record, modprobe_conf

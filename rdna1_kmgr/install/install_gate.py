@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_checks, signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_checks, signing
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install import modprobe_conf

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from rdna1_kmgr.build import built_module, module_checks, signing
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build.module_build import resolve_kernel
+from rdna1_kmgr.modbuild import built_module, module_checks, signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file

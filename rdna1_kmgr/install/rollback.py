@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Callable, TextIO
 
-from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import modprobe_conf

@@ -15,8 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_checks, module_elf, signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_checks, module_elf, signing
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts

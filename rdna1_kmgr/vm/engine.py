@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.build import module_elf
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir

@@ -13,7 +13,7 @@ import os
 import pwd
 from pathlib import Path
 
-from rdna1_kmgr.build.built_module import BuiltModule
+from rdna1_kmgr.modbuild.built_module import BuiltModule
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import environment_files

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdna1_kmgr.build import module_elf
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.vm import engine, experiment, guest_kernel, guest_view, verdict

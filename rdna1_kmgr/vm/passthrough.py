@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rdna1_kmgr.build import module_elf
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
 from rdna1_kmgr.host import host_facts, kmsg, sysfs

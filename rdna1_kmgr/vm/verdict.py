@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rdna1_kmgr.build import module_elf
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.core.paths import state_dir
 

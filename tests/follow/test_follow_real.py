@@ -30,8 +30,8 @@ from install_checks import (
     verdict_record,
 )
 
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_checks
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_checks
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.vm import verdict
 

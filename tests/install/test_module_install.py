@@ -42,9 +42,9 @@ from install_checks import (purge_image,
 )
 from sysfs_fixtures import FakeSysroot
 
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_build as kbuild
-from rdna1_kmgr.build import module_checks, signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_build as kbuild
+from rdna1_kmgr.modbuild import module_checks, signing
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.vm import verdict
 

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import _using_test_cache, persistent_cache_root
 
-from rdna1_kmgr.build import module_elf
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.vm import engine, guest_kernel, guest_view, verdict

@@ -55,7 +55,7 @@ def venv_with_rdna1_kmgr(where: Path) -> Path:
     checkout (copied first, so pip leaves no build/ folder in it)."""
     source = where.parent / (where.name + "-src")
     def left_out(folder: str, names: list[str]) -> set[str]:
-        # pip's leftovers at the top of a checkout (rdna1_kmgr/build/ is a package and stays)
+        # pip's leftovers at the top of a checkout (rdna1_kmgr/modbuild/ is a package and stays)
         top = {".git", "build"} if Path(folder) == REPO else set()
         return {n for n in names if n in top or n == "__pycache__" or n.endswith(".egg-info")}
 

@@ -17,8 +17,8 @@ import pytest
 from conftest import persistent_cache_root
 from test_engine import assert_nothing_left_running, guest_kernel_61, rdna1_kmgr, vm_env  # noqa: F401 (fixtures)
 
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_build
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_build
 from rdna1_kmgr.render import quirk_catalog
 
 # The line of crat-mem that keeps the total size: without it the self-test's memory-info cases must fail.

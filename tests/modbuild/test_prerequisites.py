@@ -1,4 +1,4 @@
-"""rdna1_kmgr.build.prerequisites: build prerequisites through the distribution's package manager.
+"""rdna1_kmgr.modbuild.prerequisites: build prerequisites through the distribution's package manager.
 
 The flow (ask, --yes, --no-install) is tested with a recording manager; apt's side with the real dpkg-query,
 apt-cache and apt-get of this Debian machine, and for real by the headers fixtures (conftest.py), which
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from apt_fixtures import apt_config
 
-from rdna1_kmgr.build import prerequisites
+from rdna1_kmgr.modbuild import prerequisites
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.source import debian_archive
 

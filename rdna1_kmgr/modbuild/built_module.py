@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core.errors import BuildError, UsageError
 
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from dkms_helpers import installed_release, kbuild, make_keys, sign_file_for
 
-from rdna1_kmgr.build import module_checks, signing
+from rdna1_kmgr.modbuild import module_checks, signing
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
 from rdna1_kmgr.host import host_facts

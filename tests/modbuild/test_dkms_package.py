@@ -16,8 +16,8 @@ import hellomod
 import pytest
 from dkms_helpers import installed_releases, make_keys, make_sandbox
 
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_checks
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_checks
 from rdna1_kmgr.core.errors import BuildError
 
 

@@ -15,8 +15,8 @@ import hellomod
 import pytest
 from dkms_helpers import make_keys, make_sandbox
 
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build import module_build, module_checks
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_build, module_checks
 from rdna1_kmgr.core.errors import BuildError
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")

@@ -13,9 +13,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rdna1_kmgr.build import compile_probes, prerequisites, signing
-from rdna1_kmgr.build import dkms_package as dkms
-from rdna1_kmgr.build.module_build import (
+from rdna1_kmgr.modbuild import compile_probes, prerequisites, signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild.module_build import (
     AMD_TREE,
     BuildRequest,
     Kernel,

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from rdna1_kmgr.build import compile_probes, module_checks, prerequisites, signing
-from rdna1_kmgr.build import dkms_package as dkms
+from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rdna1_kmgr.build import compile_probes
+from rdna1_kmgr.modbuild import compile_probes
 from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.render import quirk_catalog
 

@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.build.module_checks import read_module
+from rdna1_kmgr.modbuild.module_checks import read_module
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import sha256_file
 

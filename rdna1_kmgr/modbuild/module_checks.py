@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.build.signing import certificate_pem
+from rdna1_kmgr.modbuild.signing import certificate_pem
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.core.files import sha256_file
