@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rdna1_kmgr.doctor import compute_hangs
 from rdna1_kmgr.doctor.finding import Finding
 from rdna1_kmgr.host import kmsg
 from rdna1_kmgr.host.host_facts import HostFacts
@@ -71,8 +72,12 @@ def _driver(board: PciDevice, sysroot: Path) -> Finding:
     mask = quirk_mask(sysroot)
     if mask is None:
         return Finding("board", "info", f"{name}: stock amdgpu (no rdna1_quirks parameter)",
-                       "the rdna1-kmgr quirks are not in this driver", "if compute misbehaves, run the "
-                       "experiment (`rdna1-kmgr vm-test --gpu auto --matrix`) before installing a build", facts)
+                       "the rdna1-kmgr quirks are not in this driver; on kernels that check the CWSR size, 2026 "
+                       "ROCm needs cwsr-size (see queue)",
+                       "if compute misbehaves, the cheap checks first: a PyTorch with this board's code (torch), "
+                       "no HSA_OVERRIDE_GFX_VERSION (gfx-override), device access (access), the queue finding, "
+                       "then a small Conv2d on the host against the CPU; the passthrough experiment "
+                       "(`rdna1-kmgr vm-test --gpu auto --matrix`) only after those", facts)
     facts["rdna1_quirks"] = mask
     return Finding("board", "ok", f"{name}: rdna1-kmgr amdgpu, rdna1_quirks=0x{mask:x} ({describe_mask(mask)})",
                    "the quirks in effect are the bits of this mask", "", facts)
@@ -84,12 +89,13 @@ def _probe_errors(sysroot: Path) -> list[Finding]:
         on_host = sysroot.resolve() == Path("/")
         return [Finding("probe-errors", "warn", f"the kernel log could not be read ({sysroot / 'dev/kmsg'})", "",
                         "run as root to read it" if on_host else "")]
-    errors = [r.message for r in records if _PROBE_ERROR.search(r.message)]
+    errors = [r.message for r in records if _PROBE_ERROR.search(r.message) and not compute_hangs.is_hang(r.message)]
     if not errors:
         return [Finding("probe-errors", "ok", f"no amdgpu errors in the kernel log ({len(records)} records)")]
     return [Finding("probe-errors", "problem", f"{len(errors)} amdgpu error line(s) in the kernel log, last: "
                     f"{errors[-1]}", "a board whose probe failed has no KFD node", "read them with "
-                    "`dmesg | grep amdgpu`; firmware (firmware-amd-graphics) is the usual cause",
+                    "`dmesg | grep amdgpu`; at probe, missing or old firmware (firmware-amd-graphics) is a common "
+                    "cause; hangs and resets are reported apart (compute-hangs)",
                     {"lines": errors[-20:]})]
 
 
@@ -109,11 +115,13 @@ def _bar(board: PciDevice, sysroot: Path) -> Finding:
     shown = f"BAR0 {bar0 >> 20} MiB" + (f", VRAM {vram >> 20} MiB" if vram else "") + (", resizable" if resizable else "")
     if vram and bar0 >= vram:
         return Finding("bar", "info", f"{board.bdf}: large BAR ({shown})",
-                       "all VRAM is host-visible, so KFD reports it as FB_PUBLIC and ROCm places host-accessed "
-                       "buffers there; crat-mem (kernel) and ROC_ENABLE_LARGE_BAR=0 (user space) undo that",
-                       "the experiment tries both", facts)
+                       "all VRAM is host-visible and KFD reports it as FB_PUBLIC; no public evidence ties this "
+                       "to Conv2d results. crat-mem (opt-in) changes only what ROCm user space is told; "
+                       "ROC_ENABLE_LARGE_BAR exists only in CLR, which takes large-BAR from ROCr's own answer; "
+                       "the stock driver's small-BAR switch is amdgpu.vis_vramlimit=256",
+                       "nothing, unless the experiment on this board says otherwise", facts)
     return Finding("bar", "info", f"{board.bdf}: small BAR ({shown})",
-                   "KFD reports VRAM as FB_PRIVATE already; crat-mem changes nothing here", "", facts)
+                   "KFD reports VRAM as FB_PRIVATE already; crat-mem would do nothing here", "", facts)
 
 
 def _iommu(board: PciDevice, facts: HostFacts, sysroot: Path) -> Finding:

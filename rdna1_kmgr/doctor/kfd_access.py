@@ -60,12 +60,12 @@ def read_nodes(sysroot: Path) -> list[KfdNode]:
             continue
         banks = []
         for bank in sorted((entry / "mem_banks").glob("*/properties")):
-            banks.append(_properties(bank).get("heap_type", -1))
-        nodes.append(KfdNode(int(entry.name), _properties(entry / "properties"), tuple(banks)))
+            banks.append(read_properties(bank).get("heap_type", -1))
+        nodes.append(KfdNode(int(entry.name), read_properties(entry / "properties"), tuple(banks)))
     return nodes
 
 
-def _properties(path: Path) -> dict[str, int]:
+def read_properties(path: Path) -> dict[str, int]:
     """A KFD properties file: `name value` per line, values decimal."""
     values = {}
     try:
@@ -184,8 +184,7 @@ def findings(sysroot: Path, nodes: list[KfdNode], user: User | None, board_prese
         result.append(Finding("kfd", level, f"KFD node {node.index}: {processor} (gfx_target_version "
                               f"{node.properties.get('gfx_target_version')}), VRAM heaps: {heaps}",
                               "ROCm loads code for the processor KFD reports (unless HSA_OVERRIDE_GFX_VERSION "
-                              "says otherwise); heap FB_PUBLIC means a large BAR as ROCm sees it, which "
-                              "crat-mem (or ROC_ENABLE_LARGE_BAR=0) turns off",
+                              "says otherwise); heap FB_PUBLIC means a large BAR as ROCm sees it (see bar)",
                               "" if level == "ok" else "this is not the RX 5600 XT's gfx1010", facts))
     result += _access(sysroot, gpus, user)
     return result

@@ -1,13 +1,17 @@
-"""`doctor` as a whole: every check in the order a user would follow them, as findings and as text."""
+"""`doctor` as a whole: every check in the order a user would follow them (the board, then what is cheap to
+put right: device access, the override, PyTorch and its ROCm, the queue check, the environment; the
+experiment last), as findings and as text."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from rdna1_kmgr.doctor import board, gfx_override, kfd_access, profile_check, rocm_libraries, torch_builds, versions
+from rdna1_kmgr.doctor import (board, compute_hangs, gfx_override, kfd_access, miopen_settings, mixed_stacks,
+                               pcie_atomics, profile_check, queue_cwsr, rocm_libraries, therock_wheels,
+                               torch_builds, versions)
 from rdna1_kmgr.doctor.finding import LEVELS, Finding
-from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.host import host_facts, kmsg
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of
 from rdna1_kmgr.userspace import environment_files
 from rdna1_kmgr.userspace.profiles import OVERRIDE
@@ -27,17 +31,32 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     found += kfd_access.findings(sysroot, nodes, user, device is not None)
 
     home = user.home if user is not None else None
-    assignments = environment_files.assignments(sysroot, home, lambda name: name == OVERRIDE,
-                                                dict(os.environ) if on_host else None)
+    environ = dict(os.environ) if on_host else None
     checked = ("this process's environment, " if on_host else "") + "system files" + \
               (f" and {user.name}'s shell files" if user else "")
-    override, loads = gfx_override.findings(assignments, processor, checked)
+    override, loads = gfx_override.findings(
+        environment_files.assignments(sysroot, home, lambda name: name == OVERRIDE, environ), processor, checked)
     found += override
 
-    installs = rocm_libraries.find_installs(rocm_libraries.lib_dirs(sysroot), tuple({processor, loads}))
-    found += rocm_libraries.findings(installs, processor, loads)
+    processors = tuple(sorted({processor, loads}))
     sites = torch_builds.sites_of(sysroot, home, pythons or [])
-    found += torch_builds.findings(torch_builds.find(sites, tuple({processor, loads})), sites, processor, loads)
+    builds = torch_builds.find(sites, processors)
+    found += torch_builds.findings(builds, sites, processor, loads, sysroot)
+    bundled = [i for b in builds for i in b.bundled]
+    installs = rocm_libraries.find_installs(rocm_libraries.lib_dirs(sysroot), processors)
+    found += rocm_libraries.findings(installs, processor, loads, bundled)
+
+    sdks = [s for s in (therock_wheels.find(site) for site in sites) if s is not None]
+    found += queue_cwsr.findings(device is not None, facts.kernel_release, sysroot, board.quirk_mask(sysroot),
+                                 _runtimes(sysroot, sdks))
+    own = sorted({str(i.lib_dir) for i in bundled})
+    found += mixed_stacks.findings(environment_files.assignments(sysroot, home, mixed_stacks.wanted, environ),
+                                   own, checked)
+    found += miopen_settings.findings(environment_files.assignments(sysroot, home, miopen_settings.wanted, environ),
+                                      loads, checked)
+    records = kmsg.records(sysroot)
+    found += pcie_atomics.findings(sysroot, [n for n in nodes if n.is_gpu], records, device is not None)
+    found += compute_hangs.findings(records, bool(records))
     found += versions.findings(sysroot, facts.kernel_release)
     found += profile_check.findings(sysroot, home)
     return {
@@ -49,6 +68,17 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
         "summary": {level: sum(f.level == level for f in found) for level in LEVELS},
         "findings": [f.to_json() for f in found],
     }
+
+
+def _runtimes(sysroot: Path, sdks: list[therock_wheels.RocmSdk]) -> list[queue_cwsr.RocmRuntime]:
+    """Every ROCm user space whose libhsakmt may create the queues: TheRock's rocm-sdk-core wheels, AMD's
+    /opt/rocm* trees and the distribution's HSA runtime package."""
+    found = [queue_cwsr.RocmRuntime(f"rocm-sdk-core in {s.site}", s.core_version) for s in sdks if s.core_version]
+    found += [queue_cwsr.RocmRuntime(path, version) for path, version in versions.opt_rocm(sysroot).items()
+              if version != "?"]
+    found += [queue_cwsr.RocmRuntime(f"package {name}", version.split(":")[-1])
+              for name, version in versions.installed_packages(sysroot).items() if name.startswith("libhsa-runtime64")]
+    return found
 
 
 def _board_processor(device, nodes: list[kfd_access.KfdNode]) -> str:

@@ -3,7 +3,13 @@
 A library family is data: its shared-object names, the folders of code objects it loads at run time and
 what the board loses without it. For each place a family is installed, the shared objects are read for
 offload bundles and the data folders for code-object files (their names say the target, which is how ROCm
-picks them; the files that name the board's processor are opened to confirm it).
+picks them; the files that name the board's processor are opened to confirm it). A library TheRock split
+(a `.rocm_kpack_ref` marker, kpack.py) has its kernels in `.kpack` archives beside its package: those whose
+table of contents names the library count as its code.
+
+hipBLASLt is built for no gfx101X target: TheRock excludes it (ROCm/TheRock cmake/therock_amdgpu_targets.cmake,
+gfx1010's EXCLUDE_TARGET_PROJECTS, issue #1062), and Debian's libhipblaslt ships no gfx1010 file (the
+doctor's Debian test lists the package).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rdna1_kmgr.doctor import code_objects
+from rdna1_kmgr.doctor import code_objects, kpack
 from rdna1_kmgr.doctor.code_objects import CodeObjects
 from rdna1_kmgr.doctor.finding import Finding
 
@@ -35,8 +41,8 @@ FAMILIES = (
            "Conv2d: MIOpen compiles its kernels for the board at run time (needs ROCm's compiler support for "
            "gfx1010); precompiled kernel databases only spare that time", needed=False, prebuilt=False),
     Family("hipblaslt", "hipBLASLt", ("libhipblaslt.so",), ("hipblaslt",),
-           "nothing essential: PyTorch uses hipBLASLt only on the processors it was built for and rocBLAS "
-           "otherwise", needed=False),
+           "int8 and FP8 matrix products (torch._int_mm, torch._scaled_mm) fail; fp32, fp16 and bf16 products "
+           "go through rocBLAS, which PyTorch uses where hipBLASLt has no code", needed=False),
     Family("hip", "HIP runtime", ("libamdhip64.so",), (),
            "everything: it is the runtime every ROCm library and PyTorch calls", needed=True, prebuilt=False),
 )
@@ -55,18 +61,25 @@ class Install:
     files: CodeObjects = field(default_factory=CodeObjects)  # code-object and database files, by name
     confirmed: dict = field(default_factory=dict)  # processor -> files whose content was read and agrees
     mismatched: list[str] = field(default_factory=list)  # files whose name and content disagree
+    split: bool = False  # a library carries TheRock's kpack marker: its kernels live in archives
+    archives: list = field(default_factory=list)  # kpack.KpackArchive whose TOC names one of the libraries
+
+    def archive_targets(self) -> set[str]:
+        return {a for archive in self.archives for a in archive.arches}
 
     def has(self, processor: str) -> bool:
-        return self.code.has(processor) or self.files.has(processor)
+        return (self.code.has(processor) or self.files.has(processor)
+                or any(code_objects.runs_on(t, processor) for t in self.archive_targets()))
 
     def targets(self) -> list[str]:
-        return sorted(set(self.code.targets) | set(self.files.targets))
+        return sorted(set(self.code.targets) | set(self.files.targets) | self.archive_targets())
 
     def to_json(self) -> dict:
         return {"family": self.family.id, "lib_dir": str(self.lib_dir),
                 "libraries": [str(p) for p in self.libraries], "in_libraries": self.code.to_json(),
                 "code_object_files": dict(sorted(self.files.targets.items())), "confirmed": self.confirmed,
-                "mismatched": self.mismatched}
+                "mismatched": self.mismatched, "kpack_split": self.split,
+                "kpack_archives": [a.to_json() for a in self.archives]}
 
 
 def lib_dirs(sysroot: Path) -> list[Path]:
@@ -92,8 +105,24 @@ def find_installs(folders: list[Path], processors: tuple[str, ...]) -> list[Inst
                 install.code.add(code_objects.scan_binary(library))
             for data in family.data:
                 _read_data_folder(install, (folder / data), processors)
+            _read_archives(install, processors)
             installs.append(install)
     return installs
+
+
+def _read_archives(install: Install, processors: tuple[str, ...]) -> None:
+    """The kpack archives of a split library: those its marker points at for `processors` and those of its
+    package's .kpack folder, kept when their table of contents names one of the libraries."""
+    markers = [m for m in (kpack.marker(lib) for lib in install.libraries) if m is not None]
+    if not markers:
+        return
+    install.split = True
+    paths = {p for m in markers for proc in processors for p in m.candidates(proc) if p.is_file()}
+    paths |= {p.resolve() for p in (install.lib_dir.parent / ".kpack").glob("*.kpack")}
+    for path in sorted(paths):
+        archive = kpack.read_archive(path)
+        if archive.error is None and any(archive.holds_kernels_of(lib) for lib in install.libraries):
+            install.archives.append(archive)
 
 
 def _libraries(folder: Path, family: Family) -> list[Path]:
@@ -125,18 +154,24 @@ def _read_data_folder(install: Install, folder: Path, processors: tuple[str, ...
                 install.mismatched.append(str(path))
 
 
-def findings(installs: list[Install], board: str, loads: str) -> list[Finding]:
+def findings(installs: list[Install], board: str, loads: str, bundled: list[Install] = ()) -> list[Finding]:
     """One finding per installed family and place; `board` is the processor, `loads` the one ROCm loads
-    code for (another one under HSA_OVERRIDE_GFX_VERSION)."""
+    code for (another one under HSA_OVERRIDE_GFX_VERSION). `bundled`: the copies Python packages bring
+    (PyTorch's torch/lib, TheRock's _rocm_sdk_* trees), reported with their PyTorch."""
     result = []
     for family in FAMILIES:
         places = [i for i in installs if i.family is family]
-        if not places:
+        own = sorted({str(i.lib_dir) for i in bundled if i.family is family})
+        if not places and own:
+            result.append(Finding(family.id, "info", f"{family.name}: not installed system-wide; PyTorch brings "
+                                  f"its own ({', '.join(own)}), read with it below", "", ""))
+        elif not places:
             result.append(Finding(family.id, "warn" if family.needed else "info",
                                   f"{family.name}: not installed (looked in {', '.join(LIB_GLOBS)})",
                                   f"without it {family.lacking}" if family.needed else "",
-                                  "install ROCm's or the distribution's package if PyTorch is to use this "
-                                  "machine's ROCm" if family.needed else ""))
+                                  "nothing to do if PyTorch brings its own ROCm (TheRock's wheels do); install "
+                                  "ROCm's or the distribution's package only for programs that use the "
+                                  "system's" if family.needed else ""))
         for install in places:
             result.append(install_finding(install, board, loads))
     return result
@@ -149,7 +184,7 @@ def install_finding(install: Install, board: str, loads: str) -> Finding:
     targets = install.targets()
     counts = _counts(install, loads)
     if not family.prebuilt and not targets:
-        return Finding(family.id, "info", f"{where}: no prebuilt GPU code (compiled at run time)",
+        return Finding(family.id, "info", f"{where}: found; no prebuilt GPU code (compiled at run time)",
                        f"for {family.name}, {family.lacking}", "", facts)
     others = " ".join(t for t in targets if not code_objects.runs_on(t, loads)) or "none"
     if install.has(loads):
@@ -164,9 +199,14 @@ def install_finding(install: Install, board: str, loads: str) -> Finding:
     if loads != board:
         todo = (f"this library has {'' if install.has(board) else 'no '}{board} code of the board's own; "
                 f"{'remove HSA_OVERRIDE_GFX_VERSION (see gfx-override)' if install.has(board) else 'use a build for ' + board}")
+    elif install.split:
+        todo = (f"install the device wheels for {board} (see rocm-sdk and torch: TheRock's split libraries keep "
+                "their kernels in the device wheels' .kpack archives)" if family.needed else "")
     else:
-        todo = (f"use a {family.name} built for {board} (Debian's packages are; AMD's ship {board} in rocBLAS "
-                f"only)" if family.needed else "")
+        todo = (f"use a {family.name} with {board} code: TheRock's multi-arch wheels (device-{board}) carry it; "
+                f"AMD's /opt/rocm 6.3 and 6.4 no longer ship {board} rocBLAS files; Debian's librocblas (trixie, "
+                "sid) does" if family.needed else
+                f"nothing to install: no {family.name} has {board} code" if family.id == "hipblaslt" else "")
     return Finding(family.id, level, seen, why, todo, facts)
 
 
@@ -179,4 +219,7 @@ def _counts(install: Install, processor: str) -> str:
     if files:
         confirmed = install.confirmed.get(processor, 0)
         parts.append(f"{files} code-object files" + (f", {confirmed} opened and confirmed" if confirmed else ""))
+    archives = [a for a in install.archives if any(code_objects.runs_on(t, processor) for t in a.arches)]
+    if archives:
+        parts.append("kernels in " + ", ".join(f"{a.path.parent.name}/{a.path.name}" for a in archives))
     return "; ".join(parts)

@@ -3,8 +3,12 @@
 Found by file, never by running an interpreter: torch/version.py says the version and the HIP it was built
 against (None for a CPU or CUDA build), torch/lib/libtorch_hip.so carries the kernels as offload bundles,
 and a ROCm wheel brings its own rocBLAS/MIOpen/hipBLASLt in torch/lib. pytorch.org's ROCm wheels carry no
-gfx1010 code ("HIP error: invalid device function" on RDNA1, pytorch/pytorch#132570); AMD's newer
-TheRock builds enable gfx101X.
+gfx1010 code ("HIP error: invalid device function" on RDNA1, pytorch/pytorch#132570). TheRock's multi-arch
+wheels (gfx101X re-enabled by ROCm/TheRock#4159) split it: libtorch_hip.so is host-only with a
+`.rocm_kpack_ref` marker, the kernels are in `torch/.kpack/torch_<gfx>.kpack` from the device wheel
+`amd-torch-device-<gfx>`, and ROCm comes as the rocm-sdk wheels beside it (therock_wheels.py). A missing
+device wheel makes every operator fail with "device kernel image is invalid" (kpack_load_code_object), as a
+public TheRock install recipe warns for the torch[device-*] extra combined with pip --overrides.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.doctor import code_objects, rocm_libraries
+from rdna1_kmgr.doctor import code_objects, kpack, rocm_libraries, therock_wheels
 from rdna1_kmgr.doctor.finding import Finding
 
 SYSTEM_SITES = ("usr/lib/python3/dist-packages", "usr/lib/python3*/site-packages", "usr/local/lib/python3*/dist-packages",
@@ -31,10 +35,20 @@ class TorchBuild:
     cuda: str | None
     kernels: code_objects.CodeObjects = field(default_factory=code_objects.CodeObjects)
     bundled: list[rocm_libraries.Install] = field(default_factory=list)
+    marker: kpack.KpackRef | None = None  # libtorch_hip is host-only (TheRock's kpack split)
+    archives: list[kpack.KpackArchive] = field(default_factory=list)  # torch/.kpack
+    versions: dict = field(default_factory=dict)  # the site's distributions, from dist-info
+    sdk: therock_wheels.RocmSdk | None = None
+
+    def archives_for(self, processor: str) -> list[kpack.KpackArchive]:
+        return [a for a in self.archives if any(code_objects.runs_on(t, processor) for t in a.arches)]
 
     def to_json(self) -> dict:
         return {"site": str(self.site), "version": self.version, "hip": self.hip, "cuda": self.cuda,
-                "libtorch_hip": self.kernels.to_json(), "bundled": [i.to_json() for i in self.bundled]}
+                "libtorch_hip": self.kernels.to_json(), "bundled": [i.to_json() for i in self.bundled],
+                "kpack_marker": self.marker.to_json() if self.marker else None,
+                "kpack_archives": [a.to_json() for a in self.archives],
+                "rocm_sdk": self.sdk.to_json() if self.sdk else None}
 
 
 def sites_of(sysroot: Path, home: Path | None, named: list[str]) -> list[Path]:
@@ -82,8 +96,12 @@ def find(sites: list[Path], processors: tuple[str, ...]) -> list[TorchBuild]:
         lib = site / "torch" / "lib"
         for library in sorted(lib.glob("libtorch_hip*.so*")):
             build.kernels.add(code_objects.scan_binary(library))
-        if lib.is_dir():
-            build.bundled = rocm_libraries.find_installs([lib], processors)
+            build.marker = build.marker or kpack.marker(library)
+        build.archives = kpack.archives_in(site / "torch" / ".kpack")
+        build.versions = therock_wheels.dist_versions(site)
+        build.sdk = therock_wheels.find(site)
+        folders = ([lib] if lib.is_dir() else []) + (build.sdk.lib_dirs() if build.sdk else [])
+        build.bundled = rocm_libraries.find_installs(folders, processors)
         builds.append(build)
     return builds
 
@@ -96,7 +114,8 @@ def _version_fields(text: str) -> dict[str, str | None]:
     return fields
 
 
-def findings(builds: list[TorchBuild], sites: list[Path], board: str, loads: str) -> list[Finding]:
+def findings(builds: list[TorchBuild], sites: list[Path], board: str, loads: str,
+             sysroot: Path = Path("/")) -> list[Finding]:
     if not builds:
         return [Finding("torch", "info", f"no PyTorch found ({len(sites)} site-packages folders read)", "",
                         "name a venv or interpreter with --python if PyTorch lives elsewhere",
@@ -109,8 +128,15 @@ def findings(builds: list[TorchBuild], sites: list[Path], board: str, loads: str
             kind = f"a CUDA {build.cuda} build" if build.cuda else "a CPU-only build"
             result.append(Finding("torch", "warn", f"{where}: {kind}, no HIP",
                                   "it cannot use an AMD GPU at all",
-                                  f"install a ROCm build of PyTorch that carries {board} code (pytorch.org's ROCm "
-                                  "wheels do not; AMD's TheRock builds enable gfx101X)", facts))
+                                  f"install a ROCm build of PyTorch that carries {board} code: pytorch.org's ROCm "
+                                  "wheels do not; TheRock's multi-arch wheels do (`pip install --index-url "
+                                  f"{therock_wheels.INDEX} \"torch[device-{board}]\"`)", facts))
+            continue
+        if build.marker is not None:
+            result.append(_split_finding(build, where, sysroot, board, loads))
+            if build.sdk is not None:
+                result += therock_wheels.findings(build.sdk, sysroot, board, loads)
+            result += [rocm_libraries.install_finding(i, board, loads) for i in build.bundled]
             continue
         targets = " ".join(sorted(build.kernels.targets)) or "none readable"
         unread = f"; {len(build.kernels.unreadable)} compressed bundle(s) unread" if build.kernels.unreadable else ""
@@ -124,9 +150,35 @@ def findings(builds: list[TorchBuild], sites: list[Path], board: str, loads: str
             level = "problem"
             seen = f"{where} (HIP {build.hip}): libtorch_hip has NO {loads} code (it has: {targets}){unread}"
             why = "every GPU operator fails with \"HIP error: invalid device function\""
-            todo = (f"install a ROCm build of PyTorch that carries {board} code (AMD's TheRock builds enable "
-                    "gfx101X); do not reach for HSA_OVERRIDE_GFX_VERSION")
+            todo = (f"install TheRock's multi-arch PyTorch, which carries {board} code: `pip install --index-url "
+                    f"{therock_wheels.INDEX} \"torch[device-{board}]\" \"torchvision[device-{board}]\"` "
+                    "(in a venv); do not reach for HSA_OVERRIDE_GFX_VERSION")
         result.append(Finding("torch", level, seen, why, todo, facts))
         for install in build.bundled:
             result.append(rocm_libraries.install_finding(install, board, loads))
     return result
+
+
+def _split_finding(build: TorchBuild, where: str, sysroot: Path, board: str, loads: str) -> Finding:
+    """A TheRock torch: host-only libtorch_hip, the kernels in torch/.kpack from amd-torch-device-<gfx>."""
+    facts = build.to_json()
+    wheel = therock_wheels.device_wheel("amd-torch", loads)
+    device = build.versions.get(wheel)
+    torch = build.versions.get("torch", build.version)
+    found = build.archives_for(loads)
+    carried = " ".join(sorted({a for archive in build.archives for a in archive.arches})) or "none"
+    pip = therock_wheels.pip_line(build.site, sysroot, loads, {"torch": torch, **build.versions})
+    if found and device is not None and device != torch:
+        return Finding("torch", "problem", f"{where}: {wheel} {device} does not match torch {torch}",
+                       "device wheels are locked to their host wheel's exact version: the archive belongs to "
+                       "another libtorch_hip", f"reinstall both at one version: `{pip}`", facts)
+    if found:
+        names = ", ".join(f"torch/.kpack/{a.path.name}" for a in found)
+        version = f" ({wheel} {device})" if device else ""
+        return Finding("torch", "ok", f"{where} (HIP {build.hip}): {loads} kernels in {names}{version}", "", "",
+                       facts)
+    return Finding("torch", "problem", f"{where} (HIP {build.hip}): libtorch_hip is host-only (kpack marker) and "
+                   f"torch/.kpack has no {loads} archive ({wheel} {'not installed' if device is None else device}; "
+                   f"archives for: {carried})",
+                   "every GPU operator fails with \"HIP error: device kernel image is invalid\" "
+                   "(kpack_load_code_object failed)", f"install the device wheels: `{pip}`", facts)

@@ -64,8 +64,8 @@ def findings(sysroot: Path, kernel: str) -> list[Finding]:
         result.append(Finding("versions", level, f"ROCm: {'; '.join(stacks)} with kernel {kernel}",
                               "more than one ROCm stack: a program may load a library of one and the runtime of "
                               "the other (LD_LIBRARY_PATH, ld.so.conf decide)" if len(stacks) > 1 else
-                              "gfx1010 regressed in ROCm 5.3 (ROCm/legacy-rocm-build#2527); rocBLAS has built it "
-                              "since 4.3 and Debian builds the whole stack for it",
+                              "gfx1010 regressed in ROCm 5.3 (ROCm/legacy-rocm-build#2527); which libraries of "
+                              "it carry gfx1010 code is read from the files (rocblas, miopen, hipblaslt, hip)",
                               "keep one stack, or pin LD_LIBRARY_PATH per program" if len(stacks) > 1 else "", facts))
     if out_of_tree:
         # DKMS keeps a folder per package it manages: ours is rdna1-amdgpu, AMD's amdgpu-dkms is amdgpu.

@@ -1,0 +1,97 @@
+"""MIOpen's environment as set on this system, read as MIOpen reads it, for a gfx1010 board.
+
+Read in MIOpen (ROCm/MIOpen, the 2024 tree; newer MIOpen lives in ROCm/rocm-libraries and was not read):
+
+- a boolean variable is false for 0, no, off, false, disable(d) and true for 1, yes, on, true, enable(d);
+  anything else is an error (src/include/miopen/env.hpp). `MIOPEN_DEBUG_CONV_<FAMILY>` switches a
+  family off only when false (`env::disabled`, src/conv/solver_finders.cpp): `=1` enables nothing
+  that was not on already, so "one family alone" needs the others at 0;
+- the naive solvers, MIOpen's last resort, are registered in the direct family (src/solver.cpp,
+  ConvDirectNaiveConv*), so `MIOPEN_DEBUG_CONV_DIRECT=0` removes the fallback: problems no other solver
+  takes then fail with "No suitable algorithm";
+- the "deprecated" solvers, which include the non-XDLOPS implicit-GEMM ones, run only on gfx803, gfx900,
+  gfx906, gfx908, gfx90a and gfx103x unless MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS is true
+  (`ThisSolverIsDeprecatedStatic`, src/solver.cpp); composable-kernel solvers list their processors
+  (`is_ck_supported_hardware`, src/include/miopen/solver/ck_utility_common.hpp) and gfx1010 is not among them
+  (the newer static_ck_common.hpp could not be read here). On a native gfx1010, implicit GEMM therefore has
+  little or nothing to offer; what the owner's notes measured with it ran with HSA_OVERRIDE_GFX_VERSION=10.3.0,
+  where MIOpen sees a gfx1030;
+- MIOPEN_FIND_MODE picks how hard MIOpen searches (NORMAL, FAST, HYBRID, DYNAMIC_HYBRID and their numbers).
+"""
+
+from __future__ import annotations
+
+from rdna1_kmgr.doctor.finding import Finding
+from rdna1_kmgr.doctor.gfx_override import effective
+from rdna1_kmgr.userspace import environment_files
+from rdna1_kmgr.userspace.profiles import SOLVER_PREFIX
+
+FALSE = ("0", "no", "off", "false", "disable", "disabled")
+TRUE = ("1", "yes", "on", "true", "enable", "enabled")
+FIND_MODES = ("1", "2", "3", "4", "5", "NORMAL", "FAST", "HYBRID", "DYNAMIC_HYBRID", "DEFAULT")
+DEPRECATED = "MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS"
+GATED_TO = "gfx803, gfx900, gfx906, gfx908, gfx90a and gfx103x"
+
+
+def wanted(name: str) -> bool:
+    return name.startswith("MIOPEN_")
+
+
+def in_force(found: list[environment_files.Assignment]) -> dict[str, environment_files.Assignment]:
+    """Each variable's assignment in force (the process's own, else the last file line), unset ones left out."""
+    result = {}
+    for name in sorted({a.name for a in found}):
+        chosen = effective([a for a in found if a.name == name])
+        if chosen is not None:
+            result[name] = chosen
+    return result
+
+
+def findings(found: list[environment_files.Assignment], loads: str, checked: str) -> list[Finding]:
+    active = in_force(found)
+    facts = {"in_force": {k: a.to_json() for k, a in active.items()}}
+    if not active:
+        return [Finding("miopen-settings", "ok", f"no MIOPEN_* variable is set ({checked})",
+                        "MIOpen picks among every solver that supports the board", "", facts)]
+    result = []
+    for name, a in active.items():
+        value = (a.value or "").strip()
+        where = f"{name}={value} in {a.where()}"
+        if name.startswith(SOLVER_PREFIX) or name in (DEPRECATED, "MIOPEN_DEBUG_GCN_ASM_KERNELS"):
+            if value.lower() not in FALSE + TRUE:
+                result.append(Finding("miopen-settings", "problem", where, "MIOpen stops with \"Invalid value "
+                                      "for env variable\" at its first convolution", f"set 0 or 1 in {a.where()}",
+                                      a.to_json()))
+                continue
+        if name == SOLVER_PREFIX + "DIRECT" and value.lower() in FALSE:
+            result.append(Finding("miopen-settings", "problem", where, "the naive solvers, MIOpen's fallback "
+                                  "for what no other solver takes, belong to the direct family: without them "
+                                  "such convolutions fail with \"No suitable algorithm\"",
+                                  f"remove it from {a.where()} (an experiment control, not a setting to keep)",
+                                  a.to_json()))
+        elif name.startswith(SOLVER_PREFIX) and value.lower() in TRUE:
+            gated = ""
+            if name == SOLVER_PREFIX + "IMPLICIT_GEMM" and loads == "gfx1010":
+                gated = (f"; on gfx1010 MIOpen runs its deprecated implicit-GEMM solvers only on {GATED_TO}, "
+                         "and its composable-kernel ones not at all: the setting the owner's notes measured "
+                         "worked under HSA_OVERRIDE_GFX_VERSION=10.3.0")
+            result.append(Finding("miopen-settings", "warn", f"{where}: does nothing",
+                                  "MIOpen only reads 0 as switching a family off; 1 does not make a family the "
+                                  "only one" + gated, f"remove it from {a.where()}, or set the families you do "
+                                  "not want to 0", a.to_json()))
+        elif name.startswith(SOLVER_PREFIX):
+            result.append(Finding("miopen-settings", "info", f"{where}: that family is off",
+                                  "MIOpen chooses among the other families", "", a.to_json()))
+        elif name == "MIOPEN_FIND_MODE":
+            known = value.upper() in FIND_MODES
+            result.append(Finding("miopen-settings", "info" if known else "warn", where,
+                                  "how long MIOpen searches for a solver on first use" if known else
+                                  f"not one of MIOpen's find modes ({', '.join(FIND_MODES)})",
+                                  "" if known else f"correct it in {a.where()}", a.to_json()))
+        elif name == DEPRECATED and value.lower() in TRUE and loads == "gfx1010":
+            result.append(Finding("miopen-settings", "info", where, f"MIOpen's deprecated solvers, kept for "
+                                  f"{GATED_TO}, also run on gfx1010: untested there by MIOpen; the experiment's "
+                                  "deprecated-solvers profile measures it", "", a.to_json()))
+        else:
+            result.append(Finding("miopen-settings", "info", where, "", "", a.to_json()))
+    return result
