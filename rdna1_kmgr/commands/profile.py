@@ -15,14 +15,15 @@ def profile():
 @profile.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def list_profiles(as_json):
-    """Every profile and what it sets and unsets."""
+    """Every profile and what it sets and unsets; experiment controls are marked."""
     catalog = profiles.load()
     if as_json:
         emit_json({name: p.to_json() for name, p in catalog.items()})
         return
     for p in catalog.values():
         changes = " ".join([f"unset {u}" for u in p.unset] + [f"{k}={v}" for k, v in p.set.items()])
-        click.echo(f"{p.name:20} {p.summary}" + (f"\n{'':20} {changes}" if changes else ""))
+        click.echo(f"{p.name:20} {p.summary}" + (f"\n{'':20} {changes}" if changes else "")
+                   + (f"\n{'':20} experiment only (not installed): {p.experiment_only}" if p.experiment_only else ""))
 
 
 @profile.command("install")
@@ -30,7 +31,8 @@ def list_profiles(as_json):
 @click.option("--dry-run", is_flag=True, help="Print the exact plan; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def install(name, dry_run, as_json):
-    """Write profile NAME to /etc/environment.d and /etc/profile.d (journaled; replaces an installed one)."""
+    """Write profile NAME to /etc/environment.d and /etc/profile.d (journaled; replaces an installed one).
+    Experiment controls (override-1030, small-bar) are refused with the reason."""
     result = user_profile.install(name, dry_run=dry_run)
     if as_json:
         emit_json(result)

@@ -13,7 +13,10 @@ OURS = {f"/{user_profile.ENVIRONMENT_D}", f"/{user_profile.PROFILE_D}"}
 
 
 def _profile_variable(name: str) -> bool:
-    return name.startswith(profiles.SOLVER_PREFIX) or name == "ROC_ENABLE_LARGE_BAR"
+    """A variable some profile sets (the override aside: gfx-override reports it wherever it is)."""
+    if name == profiles.OVERRIDE:
+        return False
+    return name.startswith(profiles.SOLVER_PREFIX) or any(name in p.set for p in profiles.load().values())
 
 
 def findings(sysroot: Path, home: Path | None) -> list[Finding]:

@@ -55,7 +55,7 @@ def plan(profile: profiles.Profile, root: TargetRoot) -> list[str]:
 
 
 def install(name: str, dry_run: bool = False) -> dict:
-    profile = profiles.get(name)
+    profile = profiles.installable(name)
     if profile.changes_nothing:
         raise UsageError(f"profile {name!r} changes nothing", "choose a profile that sets or unsets something")
     root = TargetRoot.from_env()

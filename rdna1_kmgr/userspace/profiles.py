@@ -1,4 +1,5 @@
-"""The user-space profiles of profiles.toml: what each one sets and unsets in ROCm's environment."""
+"""The user-space profiles of profiles.toml: what each one sets and unsets in ROCm's environment, and which
+are experiment controls that `profile install` refuses."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from importlib import resources
 
 from rdna1_kmgr.core.errors import UsageError
 
-# MIOpen's convolution solver families, each switched by MIOPEN_DEBUG_CONV_<FAMILY>.
+# MIOpen's convolution solver families, each switched off by MIOPEN_DEBUG_CONV_<FAMILY>=0 (1 does nothing).
 SOLVER_FAMILIES = ("GEMM", "IMPLICIT_GEMM", "DIRECT", "WINOGRAD", "FFT")
+# Never switched off by a profile: it holds MIOpen's naive solvers, the fallback (src/solver.cpp).
+FALLBACK_FAMILY = "DIRECT"
 SOLVER_PREFIX = "MIOPEN_DEBUG_CONV_"
 OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
 # Variables a profile may touch: what the experiment varies, nothing that could reach a shell unquoted.
@@ -24,6 +27,7 @@ class Profile:
     summary: str
     set: dict[str, str] = field(default_factory=dict)
     unset: tuple[str, ...] = ()
+    experiment_only: str = ""  # why `profile install` refuses it (a control of the experiment); "" installable
 
     @property
     def changes_nothing(self) -> bool:
@@ -36,7 +40,8 @@ class Profile:
         return result
 
     def to_json(self) -> dict:
-        return {"name": self.name, "summary": self.summary, "set": dict(self.set), "unset": list(self.unset)}
+        return {"name": self.name, "summary": self.summary, "set": dict(self.set), "unset": list(self.unset),
+                "experiment_only": self.experiment_only or None}
 
 
 def load() -> dict[str, Profile]:
@@ -51,12 +56,13 @@ def _profile(name: str, table: dict) -> Profile:
     if solver is not None:
         if solver not in SOLVER_FAMILIES:
             raise ValueError(f"profiles.toml: {name}: unknown solver family {solver!r}")
-        values.update({SOLVER_PREFIX + family: "1" if family == solver else "0" for family in SOLVER_FAMILIES})
+        values.update({SOLVER_PREFIX + family: "0" for family in SOLVER_FAMILIES
+                       if family not in (solver, FALLBACK_FAMILY)})
     for key, value in values.items():
         if not _NAME.match(key) or not _VALUE.match(value):
             raise ValueError(f"profiles.toml: {name}: {key}={value!r} is not a ROCm variable and a plain value")
     unset = tuple(table.get("unset", ()))
-    return Profile(name, table["summary"], values, unset)
+    return Profile(name, table["summary"], values, unset, str(table.get("experiment_only", "")))
 
 
 def get(name: str) -> Profile:
@@ -64,3 +70,13 @@ def get(name: str) -> Profile:
     if name not in catalog:
         raise UsageError(f"unknown profile {name!r}", f"choose one of: {', '.join(catalog)}")
     return catalog[name]
+
+
+def installable(name: str) -> Profile:
+    """The profile `profile install` may write; an experiment control is refused with its reason."""
+    profile = get(name)
+    if profile.experiment_only:
+        others = ", ".join(n for n, p in load().items() if not p.experiment_only and not p.changes_nothing)
+        raise UsageError(f"profile {name!r} is an experiment control and is not installed: "
+                         f"{profile.experiment_only}", f"install one of: {others}")
+    return profile

@@ -69,20 +69,20 @@ def shell_environment(script: Path, start: dict[str, str]) -> dict[str, str]:
 
 def test_install_then_rollback_leaves_etc_bit_identical(scratch):
     before = etc_state(scratch / "etc")
-    cli("profile", "install", "conv-implicit-gemm")
-    profile = profiles.get("conv-implicit-gemm")
+    cli("profile", "install", "conv-gemm")
+    profile = profiles.get("conv-gemm")
 
     shell = shell_environment(scratch / user_profile.PROFILE_D, {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"})
     assert "HSA_OVERRIDE_GFX_VERSION" not in shell
-    assert shell["MIOPEN_DEBUG_CONV_IMPLICIT_GEMM"] == "1"
-    for family in profiles.SOLVER_FAMILIES:
-        if family != "IMPLICIT_GEMM":
-            assert shell[profiles.SOLVER_PREFIX + family] == "0"
+    # MIOpen reads only 0 as "off": the kept families are left unset, the naive fallback (direct) is kept
+    assert profiles.SOLVER_PREFIX + "GEMM" not in shell and profiles.SOLVER_PREFIX + "DIRECT" not in shell
+    for family in ("IMPLICIT_GEMM", "WINOGRAD", "FFT"):
+        assert shell[profiles.SOLVER_PREFIX + family] == "0"
     env_d = (scratch / user_profile.ENVIRONMENT_D).read_text().splitlines()
     assert sorted(line for line in env_d if not line.startswith("#")) == sorted(f"{k}={v}" for k, v in profile.set.items())
 
     status = json.loads(cli("status", "--json").stdout)["profile"]
-    assert status["installed"] == "conv-implicit-gemm" and status["state"] == "installed"
+    assert status["installed"] == "conv-gemm" and status["state"] == "installed"
     assert etc_state(scratch / "etc") != before
 
     rolled = cli("rollback", "--yes")
@@ -93,9 +93,21 @@ def test_install_then_rollback_leaves_etc_bit_identical(scratch):
 
 def test_dry_run_prints_the_plan_and_changes_nothing(scratch, tmp_path):
     before = etc_state(scratch / "etc")
-    plan = cli("profile", "install", "small-bar", "--dry-run").stdout
-    assert f"create {scratch / user_profile.ENVIRONMENT_D}" in plan and "ROC_ENABLE_LARGE_BAR=0" in plan
+    plan = cli("profile", "install", "find-fast", "--dry-run").stdout
+    assert f"create {scratch / user_profile.ENVIRONMENT_D}" in plan and "MIOPEN_FIND_MODE=FAST" in plan
     assert etc_state(scratch / "etc") == before and not (tmp_path / "state/journal").exists()
+
+
+@pytest.mark.parametrize("name,reason", [("override-1030", "RDNA2 code on RDNA1 hardware"),
+                                         ("small-bar", "no evidence it changes Conv2d")])
+def test_experiment_controls_are_refused_with_their_reason(scratch, tmp_path, name, reason):
+    before = etc_state(scratch / "etc")
+    proc = cli("profile", "install", name, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert f"profile '{name}' is an experiment control" in proc.stderr and reason in proc.stderr
+    assert "install one of: " in proc.stderr and "override-1030" not in proc.stderr.split("install one of: ")[1]
+    assert etc_state(scratch / "etc") == before and not (tmp_path / "state").exists()
+    assert "experiment only" in cli("profile", "list").stdout
 
 
 def test_a_second_install_replaces_the_first_and_one_rollback_restores_the_original(scratch):
@@ -109,11 +121,11 @@ def test_a_second_install_replaces_the_first_and_one_rollback_restores_the_origi
 
 
 def test_doctor_checks_the_installed_profile(scratch):
-    cli("profile", "install", "conv-fft")
-    assert user_profile.status()["installed"] == "conv-fft"
+    cli("profile", "install", "no-winograd")
+    assert user_profile.status()["installed"] == "no-winograd"
     from rdna1_kmgr.doctor import profile_check
     found = profile_check.findings(scratch, None)
-    assert [f.level for f in found] == ["ok"] and "conv-fft" in found[0].seen
+    assert [f.level for f in found] == ["ok"] and "no-winograd" in found[0].seen
     (scratch / user_profile.ENVIRONMENT_D).unlink()  # changed by hand
     assert profile_check.findings(scratch, None)[0].level == "warn"
 
@@ -150,10 +162,10 @@ def test_on_this_machines_etc(tmp_path, monkeypatch):
         before = {d: etc_state(Path(d)) for d in ("/etc/environment.d", "/etc/profile.d")}
         had_env_d = Path("/etc/environment.d").exists()
         try:
-            cli("profile", "install", "conv-implicit-gemm")
-            login = subprocess.run(["bash", "-lc", "echo $MIOPEN_DEBUG_CONV_IMPLICIT_GEMM$MIOPEN_DEBUG_CONV_GEMM"],
+            cli("profile", "install", "conv-direct")
+            login = subprocess.run(["bash", "-lc", "echo $MIOPEN_DEBUG_CONV_GEMM/$MIOPEN_DEBUG_CONV_DIRECT"],
                                    capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": "/root"})
-            assert login.stdout.strip() == "10"
+            assert login.stdout.strip() == "0/"
         finally:
             cli("rollback", "--yes")
         assert {d: etc_state(Path(d)) for d in before} == before

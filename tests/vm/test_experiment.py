@@ -81,18 +81,18 @@ def test_cells_are_every_mask_by_every_profile_from_the_data():
     assert sorted({c.mask for c in cells}) == sorted(expected_masks)
     assert len(cells) == len(expected_masks) * len(names)
     assert {c.profile.name for c in cells} == set(names)
-    assert {"as-installed", "no-override", "small-bar", "conv-gemm", "conv-implicit-gemm", "conv-direct",
-            "conv-winograd", "conv-fft"} <= set(names)
-    alone = profiles.get("conv-winograd").set
-    assert alone["MIOPEN_DEBUG_CONV_WINOGRAD"] == "1" and alone["MIOPEN_DEBUG_CONV_GEMM"] == "0"
+    assert {"as-installed", "no-override", "find-fast", "conv-gemm", "conv-direct", "no-winograd", "no-asm",
+            "deprecated-solvers", "override-1030", "small-bar"} <= set(names)
+    direct = profiles.get("conv-direct").set
+    assert direct["MIOPEN_DEBUG_CONV_GEMM"] == "0" and "MIOPEN_DEBUG_CONV_DIRECT" not in direct
 
 
 def test_the_driver_classifies_every_kind_of_cell_and_starts_fresh_vms_after_hangs_and_crashes():
     cells = experiment.cells()
-    gemm0, igemm0 = "0x0/conv-gemm", "0x0/conv-implicit-gemm"
+    gemm0, igemm0 = "0x0/conv-gemm", "0x0/conv-direct"
     stock = "0x0/as-installed"
     wrong = "0x0/no-override"
-    crash = "0x0/small-bar"
+    crash = "0x0/find-fast"
     script = {
         stock: entry(stock, rc=None, output="timed out after 600 s"),  # hangs inside the guest
         wrong: entry(wrong, report=report_of(cases=4, off=2)),
@@ -120,10 +120,10 @@ def test_the_driver_classifies_every_kind_of_cell_and_starts_fresh_vms_after_han
     # Fewest quirks first, then the profile that changes least: the first mask-0 profile that passes.
     assert best.cell.id == igemm0
     lines = [line.strip() for line in experiment.recommendation_lines(best)]
-    assert "sudo rdna1-kmgr install --quirks 0x0" in lines and "sudo rdna1-kmgr profile install conv-implicit-gemm" in lines
+    assert "sudo rdna1-kmgr install --quirks 0x0" in lines and "sudo rdna1-kmgr profile install conv-direct" in lines
     table = experiment.table(list(results.values()))
     assert table[0].split() == ["mask", "quirks", "profile", "result", "max", "error", "time"]
-    row = next(line for line in table if "conv-implicit-gemm" in line and line.startswith("0x0 "))
+    row = next(line for line in table if "conv-direct" in line and line.startswith("0x0 "))
     assert "pass" in row and "2.00e-05" in row and "12.5 s" in row
 
 
@@ -189,7 +189,7 @@ def guest_python(vm_env, monkeypatch) -> str:
 def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(fake_modules_61, guest_kernel_61,
                                                                         guest_python):
     cells = [c for c in experiment.cells() if (c.mask, c.profile.name) in
-             ((0, "as-installed"), (ALL, "conv-implicit-gemm"))]
+             ((0, "as-installed"), (ALL, "conv-direct"))]
     run_batch = experiment_guest.batch_runner(guest_kernel_61, fake_modules_61["good"], cpu_workload(guest_python),
                                               cell_timeout=900, accel="tcg", base_env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"})
     seen = []
