@@ -1,0 +1,103 @@
+"""doctor on TheRock's multi-arch PyTorch (torch[device-gfx1010]) laid out as TheRock documents it, written at
+test time (therock_fixtures.py): the kernels in the kpack archives, the ROCm SDK wheels' versions, a missing
+or mismatched device wheel with the exact pip line, rocBLAS and the HIP runtime found in _rocm_sdk_*."""
+
+import struct
+
+from test_doctor_fixtures import board_root, by_check, run
+from therock_fixtures import dist_info, elf_library, kpack_archive, msgpack, therock_venv
+
+from rdna1_kmgr.doctor import kpack, msgpack_data
+
+INDEX = "https://rocm.nightlies.amd.com/whl-multi-arch/"  # TheRock's RELEASES.md
+
+
+def venv_root(tmp_path, **kwargs):
+    tree = board_root(tmp_path)
+    site = therock_venv(tmp_path / "root/home/owner/venv", **kwargs)
+    return tree, site
+
+
+def test_the_kpack_format_as_documented_is_read(tmp_path):
+    path = kpack_archive(tmp_path / "blas_lib_gfx1010.kpack", "blas_lib", "gfx1010",
+                         ["rocblas/lib/librocblas.so.5", "rocblas/lib/librocblas.so.5#1"])
+    archive = kpack.read_archive(path)
+    assert (archive.group, archive.family, archive.arches, archive.kernels) == ("blas_lib", "gfx1010", ("gfx1010",), 2)
+    assert archive.holds_kernels_of(tmp_path / "librocblas.so.5") and not archive.holds_kernels_of(tmp_path / "libMIOpen.so")
+    (tmp_path / "bad.kpack").write_bytes(b"PK\x03\x04" + bytes(60))
+    assert "no KPAK header" in kpack.read_archive(tmp_path / "bad.kpack").error
+    ref = kpack.marker(elf_library(tmp_path / "lib/libx.so", {"kpack_search_paths": ["../.kpack/x_@GFXARCH@.kpack"],
+                                                              "kernel_name": "x/lib/libx.so"}))
+    assert ref.search_paths == ("../.kpack/x_@GFXARCH@.kpack",) and ref.kernel_name == "x/lib/libx.so"
+    assert ref.candidates("gfx1010") == [(tmp_path / ".kpack/x_gfx1010.kpack").resolve()]
+    assert kpack.marker(elf_library(tmp_path / "lib/plain.so")) is None
+
+
+def test_msgpack_reader_against_the_spec_bytes():
+    raw = msgpack({"a": [1, 300, 70000]}) + b"trailing"
+    assert msgpack_data.decode(raw) == {"a": [1, 300, 70000]}
+    # negative numbers and floats, written by hand from the specification
+    assert msgpack_data.decode(b"\xff") == -1 and msgpack_data.decode(b"\xd1" + struct.pack(">h", -200)) == -200
+    assert msgpack_data.decode(b"\xcb" + struct.pack(">d", 1.5)) == 1.5
+    assert msgpack_data.decode(msgpack({"long": "x" * 40, "t": [True, None, b"\x00\x01"]})) == \
+        {"long": "x" * 40, "t": [True, None, b"\x00\x01"]}
+
+
+def test_therock_torch_with_its_device_wheel_is_ok_and_rocblas_and_hip_are_found(tmp_path):
+    tree, site = venv_root(tmp_path)
+    result = run(tree)
+    torch = by_check(result, "torch")
+    assert torch[0]["level"] == "ok", torch[0]
+    assert "gfx1010 kernels in torch/.kpack/torch_gfx1010.kpack" in torch[0]["seen"]
+    assert "amd-torch-device-gfx1010 2.11.0+rocm7.13.0a20260601" in torch[0]["seen"]
+    sdk = by_check(result, "rocm-sdk")
+    assert [f["level"] for f in sdk] == ["ok"]
+    assert "rocm-sdk-core 7.13.0a20260601" in sdk[0]["seen"] and "rocm-sdk-device-gfx1010 7.13.0a20260601" in sdk[0]["seen"]
+    assert "gfx1010 gfx1100" in sdk[0]["seen"]
+
+    rocblas = [f for f in by_check(result, "rocblas") if f["seen"].startswith("rocBLAS in ")]
+    assert [f["level"] for f in rocblas] == ["ok"] and "blas_lib_gfx1010.kpack" in rocblas[0]["seen"]
+    assert rocblas[0]["facts"]["confirmed"]["gfx1010"] == 1  # the Tensile .co opened and agreeing
+    hip = [f for f in by_check(result, "hip") if f["seen"].startswith("HIP runtime in ")]
+    assert hip and hip[0]["seen"].startswith(f"HIP runtime in {site / '_rocm_sdk_core/lib'}")
+    # no system ROCm: not "not installed", but PyTorch's own
+    system = [f for f in by_check(result, "rocblas") if "not installed system-wide" in f["seen"]]
+    assert system and system[0]["level"] == "info"
+    hipblaslt = [f for f in by_check(result, "hipblaslt") if f["seen"].startswith("hipBLASLt in ")][0]
+    assert hipblaslt["level"] == "warn" and "NO gfx1010 code" in hipblaslt["seen"]
+    assert "torch._int_mm" in hipblaslt["why"] and "rocBLAS" in hipblaslt["why"]
+    assert result["summary"]["problem"] == 0, [f for f in result["findings"] if f["level"] == "problem"]
+
+
+def test_a_missing_device_wheel_is_a_problem_with_the_exact_pip_line(tmp_path):
+    tree, site = venv_root(tmp_path, device=None)
+    result = run(tree)
+    pip = (f'/home/owner/venv/bin/python -m pip install --index-url {INDEX} '
+           f'"torch[device-gfx1010]==2.11.0+rocm7.13.0a20260601" "torchvision[device-gfx1010]==0.26.0+rocm7.13.0a20260601"')
+    torch = by_check(result, "torch")[0]
+    assert torch["level"] == "problem"
+    assert "torch/.kpack has no gfx1010 archive (amd-torch-device-gfx1010 not installed; archives for: gfx1100)" in torch["seen"]
+    assert "device kernel image is invalid" in torch["why"] and "kpack_load_code_object" in torch["why"]
+    assert pip in torch["todo"]
+    sdk = by_check(result, "rocm-sdk")[0]
+    assert sdk["level"] == "problem" and "rocm-sdk-device-gfx1010 is NOT installed" in sdk["seen"]
+    assert pip in sdk["todo"]
+    rocblas = [f for f in by_check(result, "rocblas") if f["seen"].startswith("rocBLAS in ")][0]
+    assert rocblas["level"] == "problem" and "device wheels" in rocblas["todo"]
+
+
+def test_a_device_wheel_of_another_version_is_a_problem(tmp_path):
+    tree, site = venv_root(tmp_path)
+    for info in site.glob("amd_torch_device_gfx1010-*.dist-info"):
+        (info / "METADATA").unlink()
+        info.rmdir()
+    dist_info(site, "amd-torch-device-gfx1010", "2.10.0+rocm7.12.0")
+    torch = by_check(run(tree), "torch")[0]
+    assert torch["level"] == "problem" and "amd-torch-device-gfx1010 2.10.0+rocm7.12.0 does not match torch" in torch["seen"]
+
+
+def test_an_archive_that_is_not_kpack_is_not_counted(tmp_path):
+    tree, site = venv_root(tmp_path, device=None)
+    (site / "torch/.kpack/torch_gfx1010.kpack").write_bytes(b"not an archive")
+    torch = by_check(run(tree), "torch")[0]
+    assert torch["level"] == "problem" and "archives for: gfx1100" in torch["seen"]
