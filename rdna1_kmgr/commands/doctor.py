@@ -16,7 +16,8 @@ from rdna1_kmgr.doctor.report import run, text_lines
 @click.option("--user", "user_name", metavar="NAME",
               help="Check device access and shell files for this user (default: SUDO_USER, else you).")
 def doctor(as_json, sysroot, pythons, user_name):
-    """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION, gfx1010 code in ROCm and PyTorch. Reads only."""
+    """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION, gfx1010 code in PyTorch and ROCm (TheRock's
+    split wheels too), the CWSR queue check, mixed stacks, MIOpen settings, PCIe atomics, hangs. Reads only."""
     result = run(user_input.existing_dir(sysroot, "sysroot"), list(pythons), user_name)
     if as_json:
         emit_json(result)

@@ -57,12 +57,12 @@ def findings(found: list[environment_files.Assignment], loads: str, checked: str
     for name, a in active.items():
         value = (a.value or "").strip()
         where = f"{name}={value} in {a.where()}"
-        if name.startswith(SOLVER_PREFIX) or name in (DEPRECATED, "MIOPEN_DEBUG_GCN_ASM_KERNELS"):
-            if value.lower() not in FALSE + TRUE:
-                result.append(Finding("miopen-settings", "problem", where, "MIOpen stops with \"Invalid value "
-                                      "for env variable\" at its first convolution", f"set 0 or 1 in {a.where()}",
-                                      a.to_json()))
-                continue
+        boolean = name.startswith(SOLVER_PREFIX) or name in (DEPRECATED, "MIOPEN_DEBUG_GCN_ASM_KERNELS")
+        if boolean and value.lower() not in FALSE + TRUE:
+            result.append(Finding("miopen-settings", "problem", where, "MIOpen stops with \"Invalid value "
+                                  "for env variable\" at its first convolution", f"set 0 or 1 in {a.where()}",
+                                  a.to_json()))
+            continue
         if name == SOLVER_PREFIX + "DIRECT" and value.lower() in FALSE:
             result.append(Finding("miopen-settings", "problem", where, "the naive solvers, MIOpen's fallback "
                                   "for what no other solver takes, belong to the direct family: without them "

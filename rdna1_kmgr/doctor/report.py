@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rdna1_kmgr.doctor import (board, compute_hangs, gfx_override, kfd_access, miopen_settings, mixed_stacks,
-                               pcie_atomics, profile_check, queue_cwsr, rocm_libraries, therock_wheels,
-                               torch_builds, versions)
+from rdna1_kmgr.doctor import board, compute_hangs, gfx_override, kfd_access, miopen_settings, mixed_stacks
+from rdna1_kmgr.doctor import pcie_atomics, profile_check, queue_cwsr, rocm_libraries, therock_wheels
+from rdna1_kmgr.doctor import torch_builds, versions
 from rdna1_kmgr.doctor.finding import LEVELS, Finding
 from rdna1_kmgr.host import host_facts, kmsg
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of

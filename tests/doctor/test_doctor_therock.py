@@ -5,7 +5,13 @@ or mismatched device wheel with the exact pip line, rocBLAS and the HIP runtime 
 import struct
 
 from test_doctor_fixtures import board_root, by_check, run
-from therock_fixtures import dist_info, elf_library, kpack_archive, msgpack, therock_venv
+from therock_fixtures import (
+    dist_info,
+    elf_library,
+    kpack_archive,
+    msgpack,
+    therock_venv,
+)
 
 from rdna1_kmgr.doctor import kpack, msgpack_data
 
@@ -63,14 +69,14 @@ def test_therock_torch_with_its_device_wheel_is_ok_and_rocblas_and_hip_are_found
     # no system ROCm: not "not installed", but PyTorch's own
     system = [f for f in by_check(result, "rocblas") if "not installed system-wide" in f["seen"]]
     assert system and system[0]["level"] == "info"
-    hipblaslt = [f for f in by_check(result, "hipblaslt") if f["seen"].startswith("hipBLASLt in ")][0]
+    hipblaslt = next(f for f in by_check(result, "hipblaslt") if f["seen"].startswith("hipBLASLt in "))
     assert hipblaslt["level"] == "warn" and "NO gfx1010 code" in hipblaslt["seen"]
     assert "torch._int_mm" in hipblaslt["why"] and "rocBLAS" in hipblaslt["why"]
     assert result["summary"]["problem"] == 0, [f for f in result["findings"] if f["level"] == "problem"]
 
 
 def test_a_missing_device_wheel_is_a_problem_with_the_exact_pip_line(tmp_path):
-    tree, site = venv_root(tmp_path, device=None)
+    tree, _site = venv_root(tmp_path, device=None)
     result = run(tree)
     pip = (f'/home/owner/venv/bin/python -m pip install --index-url {INDEX} '
            f'"torch[device-gfx1010]==2.11.0+rocm7.13.0a20260601" "torchvision[device-gfx1010]==0.26.0+rocm7.13.0a20260601"')
@@ -82,7 +88,7 @@ def test_a_missing_device_wheel_is_a_problem_with_the_exact_pip_line(tmp_path):
     sdk = by_check(result, "rocm-sdk")[0]
     assert sdk["level"] == "problem" and "rocm-sdk-device-gfx1010 is NOT installed" in sdk["seen"]
     assert pip in sdk["todo"]
-    rocblas = [f for f in by_check(result, "rocblas") if f["seen"].startswith("rocBLAS in ")][0]
+    rocblas = next(f for f in by_check(result, "rocblas") if f["seen"].startswith("rocBLAS in "))
     assert rocblas["level"] == "problem" and "device wheels" in rocblas["todo"]
 
 
