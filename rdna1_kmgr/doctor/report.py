@@ -96,11 +96,11 @@ def text_lines(result: dict) -> list[str]:
     lines = [f"doctor for {result['board_processor']}" + (f" (board {result['board']})" if result["board"] else
              " (no board here)") + f"; ROCm loads {result['rocm_loads']} code; user {result['user'] or '?'}"]
     for finding in result["findings"]:
-        lines.append(f"{marks[finding['level']]} {finding['check']:13} {finding['seen']}")
+        lines.append(f"{marks[finding['level']]} {finding['check']:15} {finding['seen']}")
         if finding["why"] and finding["level"] in ("warn", "problem", "info"):
-            lines.append(f"{'':22}why: {finding['why']}")
+            lines.append(f"{'':24}why: {finding['why']}")
         if finding["todo"]:
-            lines.append(f"{'':22}do:  {finding['todo']}")
+            lines.append(f"{'':24}do:  {finding['todo']}")
     summary = result["summary"]
     lines.append(f"{summary['problem']} problem(s), {summary['warn']} warning(s), {summary['ok']} ok, "
                  f"{summary['info']} note(s)")

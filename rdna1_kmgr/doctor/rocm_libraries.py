@@ -164,7 +164,7 @@ def findings(installs: list[Install], board: str, loads: str, bundled: list[Inst
         own = sorted({str(i.lib_dir) for i in bundled if i.family is family})
         if not places and own:
             result.append(Finding(family.id, "info", f"{family.name}: not installed system-wide; PyTorch brings "
-                                  f"its own ({', '.join(own)}), read with it below", "", ""))
+                                  f"its own ({', '.join(own)}), reported with it", "", ""))
         elif not places:
             result.append(Finding(family.id, "warn" if family.needed else "info",
                                   f"{family.name}: not installed (looked in {', '.join(LIB_GLOBS)})",
