@@ -31,6 +31,8 @@ def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, .
     for name in manifest["series"]:
         click.echo(f"  {name}")
     click.echo(f"devices: {' '.join(manifest['devices'])}; self-test cases: {manifest['selftest_cases']}")
+    for left in manifest["left_out"]:
+        click.echo(f"quirk {left['id']} left out: {left['why']}")
     for q in manifest["quirks"]:
         click.echo(f"quirk {q['id']}: variant {q['variant']}, because this tree's")
         for fact in q["facts"]:
@@ -45,7 +47,8 @@ def quirks(as_json: bool):
     found = sorted(quirk_catalog.load_quirks().values(), key=lambda q: q.bit)
     if as_json:
         emit_json([
-            dict(id=q.id, summary=q.summary,
+            dict(id=q.id, summary=q.summary, changes=q.changes, evidence=list(q.evidence),
+                 needed_when=[str(f) for f in q.needed_when],
                  bits=[dict(bit=b.bit, id=b.id, mask=format_id(1 << b.bit), title=b.title, default=b.default,
                             risk=b.risk) for b in q.bits],
                  variants=[dict(id=v.id, kernels=v.kernels, facts=[str(f) for f in v.facts]) for v in q.variants])
@@ -56,6 +59,10 @@ def quirks(as_json: bool):
         click.echo(f"{q.id}: {q.summary}")
         for b in q.bits:
             click.echo(f"    bit {b.bit} {b.id} ({'on' if b.default else 'off'} by default): {b.title}")
+        click.echo(f"    changes: {q.changes}")
+        click.echo("    evidence owners need it: " + ("; ".join(q.evidence) if q.evidence else "none (opt-in)"))
+        for fact in q.needed_when:
+            click.echo(f"    needed only where {fact}")
         for v in q.variants:
             click.echo(f"    {v.id} (first seen in Linux {v.kernels}) when:")
             for fact in v.facts:

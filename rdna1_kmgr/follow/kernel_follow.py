@@ -101,7 +101,10 @@ def current_install(exclude: str | None = None) -> Installed | None:
     except (OSError, ValueError) as err:
         raise HostError(f"the render manifest of the installed {package.ref} ({manifest_path}) is unreadable: {err}",
                         f"rebuild and reinstall it for {kernel}, or give the quirks to `rdna1-kmgr build`") from None
-    quirks = [q["id"] if isinstance(q, dict) else q for q in manifest.get("quirks", [])]
+    # what the owner asked the build for (None: the default, every quirk that fits the kernel); a manifest from
+    # before that was recorded names the quirks it carried
+    asked = manifest["asked_quirks"] if "asked_quirks" in manifest else manifest.get("quirks", [])
+    quirks = [q["id"] if isinstance(q, dict) else q for q in asked or []]
     devices = [int(d, 16) for d in manifest.get("devices", [])]
     return Installed(kernel, package, trees, quirks, devices)
 

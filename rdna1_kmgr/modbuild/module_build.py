@@ -361,6 +361,8 @@ def _run(request: BuildRequest, kernel: Kernel, system: SystemIdentity, keys: si
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
+        for left in manifest["left_out"]:
+            stream.write(f"rdna1-kmgr: quirk {left['id']} left out: {left['why']}\n")
         # what the driver tree could not show, confirmed against the headers before the long compile
         if compile_probes.confirm(kernel.release, manifest.get("kernel_names", {})):
             stream.write(f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "

@@ -164,7 +164,7 @@ def _header(number: int, total: int, edit_set: quirk_catalog.EditSet, note: str)
 def count_selftest_cases(c_text: str) -> int:
     """Rows of the self-test's case tables (`amdgpu_rdna1_*_cases[] = { ... };`), one check each."""
     total = 0
-    for table in re.finditer(r"amdgpu_rdna1_\w+_cases\[\] = \{\n(.*?)\n\};", c_text, re.S):
+    for table in re.finditer(r"amdgpu_rdna1_\w+_cases\[\](?: __initconst)? = \{\n(.*?)\n\};", c_text, re.S):
         total += sum(1 for line in table.group(1).splitlines() if line.startswith("\t{ "))
     return total
 
@@ -206,8 +206,9 @@ def _core_files(env, quirks, variants, context) -> dict[str, str]:
             macro=q.macro,
             symbol=q.symbol,
             declarations=part(q, q.declarations).strip("\n"),
-            driver_code=file_part(q, q.driver_code).rstrip("\n"),
-            selftest_code=file_part(q, q.selftest_code).rstrip("\n"),
+            # each piece after exactly one blank line, whatever its template starts with
+            driver_code="\n" + file_part(q, q.driver_code).strip("\n"),
+            selftest_code="\n" + file_part(q, q.selftest_code).strip("\n"),
         )
         for q in quirks
     ]
@@ -227,9 +228,8 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
     if version < quirk_catalog.OLDEST_KERNEL:
         raise SourceError(f"Linux {version} is older than the oldest supported kernel", f"use {quirk_catalog.OLDEST_KERNEL} or newer")
     devices = check_devices(devices)
-    quirks = quirk_catalog.select(quirk_catalog.load_quirks(), quirk_ids)
     tree = SourceTree(source_root)
-    variants = {q.id: q.variant_for(tree.read) for q in quirks}
+    quirks, variants, left_out = _quirks_for(tree, quirk_ids)
     bits = sorted((b for q in quirks for b in q.bits), key=lambda b: b.bit)
     context = dict(
         renderer_version=__version__,
@@ -273,6 +273,10 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         devices=[format_id(d) for d in devices],
         quirks=[dict(id=q.id, bits=[b.id for b in q.bits], variant=variants[q.id].id,
                      facts=[str(f) for f in variants[q.id].facts]) for q in quirks],
+        # quirks of the catalog this kernel does not get, each with why (one line); what was asked for
+        # (None: the default, every quirk that fits), so that `follow` asks a new kernel the same
+        left_out=[dict(id=q.id, why=why) for q, why in left_out],
+        asked_quirks=list(quirk_ids) if quirk_ids else None,
         bits=[dict(bit=b.bit, id=b.id, title=b.title, default=b.default) for b in bits],
         # what the module applies on a listed board when rdna1_quirks is not given
         quirks_mask=context["default_bits"],
@@ -285,6 +289,35 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         patchset_sha256=hashlib.sha256("".join(p.sha256 for p in patches).encode()).hexdigest(),
     )
     return patches, manifest
+
+
+def _quirks_for(tree: SourceTree, quirk_ids: list[str] | None):
+    """The quirks this tree gets, each one's variant, and the ones left out with why.
+
+    A quirk whose `needed_when` facts fail has nothing to fix on this kernel: left out, asked for or not,
+    never a refusal. Otherwise a default-on quirk, or one asked for by id, must fit a variant (else the
+    refusal names the failed facts); an opt-in quirk of the default selection that fits none is left out.
+    """
+    quirks, variants, left_out = [], {}, []
+    for quirk in quirk_catalog.select(quirk_catalog.load_quirks(), quirk_ids):
+        why = quirk.not_needed(tree.read)
+        if why:
+            left_out.append((quirk, f"nothing to fix on this kernel: {why}"))
+            continue
+        try:
+            variants[quirk.id] = quirk.variant_for(tree.read)
+        except SourceError as err:
+            if quirk_ids or quirk.default_on:
+                raise
+            left_out.append((quirk, f"opt-in and fits no variant of this source ({err.what})"))
+            continue
+        quirks.append(quirk)
+    if not quirks:
+        raise SourceError(
+            "no quirk to render for this kernel: " + "; ".join(f"{q.id}: {why}" for q, why in left_out),
+            "this kernel needs no patched amdgpu; run `rdna1-kmgr doctor` for what else to check",
+        )
+    return quirks, variants, left_out
 
 
 def _variant_note(quirk: quirk_catalog.Quirk, variant: quirk_catalog.Variant, version) -> str:

@@ -13,6 +13,8 @@ The schema (kmod/README.md says the same with an example):
               whole top-level line, e.g. in a Makefile). `statement` is the LIST of the forms that
               statement has had across the supported kernels (a lone string is one form); the earliest
               form found in the body is the anchor.
+needed_when   (quirk.toml only) facts that say the kernel has what the quirk fixes; where one fails the quirk is
+              left out with one line (nothing to fix), never refused. evidence: links; changes: one line.
 [[variants]]  (quirk.toml only) id, edits (ids of [[edits]]), vars (for the templates), facts (a list of
               source facts, see source_facts.py: {file, function, contains|lacks|parameters}), kernels
               (a hint for messages only: the releases the variant was written for; it decides nothing).
@@ -98,6 +100,17 @@ class Quirk:
     edits: dict[str, Edit]
     variants: tuple[Variant, ...]
     bits: tuple[QuirkBit, ...]
+    needed_when: tuple[Fact, ...] = ()  # the kernel has what this quirk fixes
+    evidence: tuple[str, ...] = ()  # public sources showing owners need it (links)
+    changes: str = ""  # what it changes, in one line
+
+    @property
+    def default_on(self) -> bool:
+        return any(b.default for b in self.bits)
+
+    def not_needed(self, read) -> str | None:
+        """Why this kernel has nothing for the quirk to fix (its first needed_when fact that fails), or None."""
+        return next((why for why in (fact.check(read) for fact in self.needed_when) if why), None)
 
     @property
     def bit(self) -> int:
@@ -183,6 +196,9 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
             edits=edits,
             variants=variants,
             bits=_bits(raw, meta),
+            needed_when=tuple(Fact.parse(f, f"{meta}: needed_when") for f in raw.get("needed_when", ())),
+            evidence=tuple(raw.get("evidence", ())),
+            changes=raw.get("changes", ""),
         )
     bits = [b.bit for q in quirks.values() for b in q.bits]
     if len(bits) != len(set(bits)):

@@ -60,6 +60,8 @@ def test_every_patch_passes_the_kernel_s_own_checkpatch(request, tmp_path, fixtu
     for name in manifest["series"]:
         # No error and no warning at all; the only thing left out is the sign-off (see the README).
         assert checkpatch(script, out / name, "--no-signoff") == [], name
+        # nor a CHECK of --strict (what drm maintainers run)
+        assert checkpatch(script, out / name, "--no-signoff", "--strict") == [], name
         # Without --no-signoff the one complaint is that sign-off: a person's DCO, which a generated patch
         # cannot give.
         assert [line.split(": ", 1)[1] for line in checkpatch(script, out / name)] == [
@@ -94,9 +96,12 @@ def test_the_objects_the_series_touches_build_clean_with_w1(request, tmp_path, s
     release = request.getfixturevalue(headers_fixture)
     out = tmp_path / "out"
     render(source, out)
-    touched = sorted({m for m in re.findall(rf"^\+\+\+ b/{AMD}/amdgpu/(\w+)\.c$",
-                                             "".join(p.read_text() for p in out.glob("*.patch")), re.M)})
+    # amdkfd's files are objects of amdgpu.ko too, named from the amdgpu folder (the Makefile's ../amdkfd)
+    touched = sorted({("" if folder == "amdgpu" else "../amdkfd/") + name
+                      for folder, name in re.findall(rf"^\+\+\+ b/{AMD}/(amdgpu|amdkfd)/(\w+)\.c$",
+                                                     "".join(p.read_text() for p in out.glob("*.patch")), re.M)})
     assert "amdgpu_rdna1" in touched and "amdgpu_amdkfd" in touched
+    assert ("../amdkfd/kfd_queue" in touched) == (source_fixture == "real_source_612")  # cwsr-size from 6.12 on
     objects = [f"{name}.o" for name in touched]
     patched = w1_warnings(patched_copy(source, out, tmp_path / "patched"), release, objects)
     # the same objects of the stock tree (with only the out-of-tree build fix) say what upstream already warns

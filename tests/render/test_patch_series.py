@@ -47,11 +47,16 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
     assert manifest["kernel_version"] == "6.1.192"
     assert manifest["devices"] == ["0x731F"]
     assert [q["id"] for q in manifest["quirks"]] == ["crat-mem", "coarse-mtype"]
-    # only the bits with no known harm are on by default; the coarse-mtype classes wait for the experiment
+    # 6.1's KFD does not check the CWSR size: cwsr-size (the one default-on bit) has nothing to fix and is left
+    # out with why; crat-mem and the coarse-mtype classes are opt-in (no evidence yet): no bit on by default
     assert [(b["bit"], b["id"], b["default"]) for b in manifest["bits"]] == [
-        (1, "crat-mem", True), (2, "coarse-mtype-vram", False), (3, "coarse-mtype-host", False)]
-    assert manifest["quirks_mask"] == 0x2 and manifest["all_bits_mask"] == 0xE
-    assert manifest["active_by_default"] == ["crat-mem"]
+        (1, "crat-mem", False), (2, "coarse-mtype-vram", False), (3, "coarse-mtype-host", False)]
+    assert manifest["quirks_mask"] == 0 and manifest["all_bits_mask"] == 0xE
+    assert manifest["active_by_default"] == []
+    assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"]
+    assert manifest["left_out"][0]["why"].startswith("nothing to fix on this kernel: ")
+    assert "kfd_queue.c" in manifest["left_out"][0]["why"]
+    assert manifest["asked_quirks"] is None
 
     apply_series(out, tree)
     amdgpu = tree / AMD / "amdgpu"
@@ -163,7 +168,7 @@ def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_
     # get_vm_pte without the UC override while KFD no longer picks UC: a shape no release had
     tree = make_tree(tmp_path / "linux", "5.14.0", "6.1", kfd="default")
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"), out,
                    "quirk coarse-mtype: no variant fits",
                    "kfd-picks-mtype (first seen in Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
                    "gmc-picks-mtype (first seen in Linux about 6.8 - 6.17 (6.12 read and built)): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
@@ -176,7 +181,7 @@ def test_no_crat_mem_variant_fits_a_driver_whose_memory_info_takes_neither_kgd_n
     amdkfd = tree / AMD / "amdgpu/amdgpu_amdkfd.c"
     amdkfd.write_text(amdkfd.read_text().replace("struct amdgpu_device *adev,", "struct amdgpu_device *dev,"))
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "crat-mem"), out,
                    "quirk crat-mem: no variant fits",
                    "kgd (first seen in Linux 5.10 - 5.16): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `kgd`",
                    "largebar-param (first seen in Linux 5.17 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
@@ -202,7 +207,7 @@ def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
     # get_vm_pte and KFD both half way to 6.18: no kernel has it
     tree = make_tree(tmp_path / "linux", "6.18.0", "6.18", gmc="mapping+vm_flags", kfd="vm+mem")
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
+    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"), out,
                    "quirk coarse-mtype: the facts of several variants hold",
                    "gmc-picks-mtype (gmc_v10_0.c: gmc_v10_0_get_vm_pte() contains `AMDGPU_GEM_CREATE_COHERENT`, ",
                    "vm-flags (gmc_v10_0.c: gmc_v10_0_get_vm_pte() takes `vm_flags`, ")
@@ -308,11 +313,12 @@ def test_one_quirk_only(tree, tmp_path):
     result = run_cli("render", "--source", tree, "--out", out, "--quirk", "crat-mem", "--json")
     manifest = json.loads(result.stdout)
     assert manifest["series"] == ["0001-out-of-tree.patch", "0002-rdna1-core.patch", "0003-crat-mem.patch"]
-    assert manifest["quirks_mask"] == 2
+    assert manifest["quirks_mask"] == 0 and manifest["all_bits_mask"] == 2  # opt-in: carried, off by default
+    assert manifest["asked_quirks"] == ["crat-mem"]
     apply_series(out, tree)
     assert "amdgpu_rdna1_pte_mtype" not in (tree / GMC).read_text()
     core = (tree / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
-    assert "COARSE_MTYPE" not in core and "default 0x2)" in core
+    assert "COARSE_MTYPE" not in core and "default 0x0)" in core
 
 
 def test_a_class_id_selects_its_quirk(tree, tmp_path):
@@ -344,7 +350,29 @@ def assert_refused(result, out, *words):
 def test_source_without_the_hooked_function_is_refused_with_nothing_written(tmp_path):
     tree = make_tree(tmp_path / "linux", "6.12.95", omit="gmc_v10_0_get_vm_pte")
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out), out, "gmc_v10_0.c", "gmc_v10_0_get_vm_pte")
+    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"), out, "gmc_v10_0.c",
+                   "gmc_v10_0_get_vm_pte")
+
+
+def test_an_opt_in_quirk_that_fits_no_variant_is_left_out_with_one_line_and_the_rest_renders(tmp_path):
+    tree = make_tree(tmp_path / "linux", "6.1.192", "6.1", omit="gmc_v10_0_get_vm_pte")
+    out = tmp_path / "out"
+    result = run_cli("render", "--source", tree, "--out", out)
+    assert result.exit_code == 0, result.stderr
+    said = [line for line in result.stdout.splitlines() if "left out" in line]
+    assert said[0].startswith("quirk coarse-mtype left out: opt-in and fits no variant of this source (")
+    assert "gmc_v10_0_get_vm_pte() not found" in said[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [q["id"] for q in manifest["quirks"]] == ["crat-mem"]
+    assert [q["id"] for q in manifest["left_out"]] == ["coarse-mtype", "cwsr-size"]
+    apply_series(out, tree)
+
+
+def test_a_kernel_with_nothing_any_asked_quirk_fixes_is_refused_in_one_line(tmp_path):
+    tree = make_tree(tmp_path / "linux", "6.1.192", "6.1")
+    out = tmp_path / "out"
+    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "cwsr-size"), out,
+                   "no quirk to render for this kernel: cwsr-size: nothing to fix on this kernel")
 
 
 def test_source_without_the_hooked_statement_is_refused(tmp_path):
@@ -395,11 +423,18 @@ def test_rerender_replaces_an_earlier_render(tree, tmp_path):
 def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     result = run_cli("quirks", "--json")
     catalog = json.loads(result.stdout)
-    assert [q["id"] for q in catalog] == ["crat-mem", "coarse-mtype"]
+    assert [q["id"] for q in catalog] == ["crat-mem", "coarse-mtype", "cwsr-size"]
     bits = {b["id"]: b for q in catalog for b in q["bits"]}
+    # on by default only where there is public evidence that owners need it (issue: the cwsr-size quirk)
     assert {i: (b["mask"], b["default"]) for i, b in bits.items()} == {
-        "crat-mem": ("0x0002", True), "coarse-mtype-vram": ("0x0004", False), "coarse-mtype-host": ("0x0008", False)}
+        "crat-mem": ("0x0002", False), "coarse-mtype-vram": ("0x0004", False), "coarse-mtype-host": ("0x0008", False),
+        "cwsr-size": ("0x0010", True)}
     assert all(b["risk"] for b in bits.values())
+    evidence = {q["id"]: q["evidence"] for q in catalog}
+    assert evidence["crat-mem"] == evidence["coarse-mtype"] == []
+    assert any("rocm-systems/pull/6125" in link for link in evidence["cwsr-size"])
+    assert any("rocm-systems/pull/11299" in link for link in evidence["cwsr-size"])
+    assert all(q["changes"] for q in catalog)
     assert all(v["facts"] for q in catalog for v in q["variants"])
     crat = {v["id"]: v["facts"] for v in catalog[0]["variants"]}
     assert crat["largebar-debug-mask"] == ["amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `xcp`",

@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 from conftest import persistent_cache_root
-from test_engine import assert_nothing_left_running, guest_kernel_61, rdna1_kmgr, vm_env  # noqa: F401 (fixtures)
+from test_engine import (  # noqa: F401 (fixtures)
+    assert_nothing_left_running,
+    guest_kernel_61,
+    guest_kernel_612,
+    rdna1_kmgr,
+    vm_env,
+)
 
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build
@@ -47,19 +53,20 @@ def test_the_selftest_covers_every_case_the_render_defines(built_module_61, gues
     assert manifest["selftest_cases"] >= 80  # 6.1: 12 crat-mem, 65 KFD-allocation and 10 GEM_VA cases
     load = selftest_load(out)
     # loaded without rdna1_quirks: the default mask, the bits with no known harm
-    assert load["after"]["parameters"]["rdna1_quirks"] == str(manifest["quirks_mask"]) == "2"
+    # loaded without rdna1_quirks: the default mask, cwsr-size only, which 6.1 leaves out (nothing to fix)
+    assert load["after"]["parameters"]["rdna1_quirks"] == str(manifest["quirks_mask"]) == "0"
+    assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"]
     assert_nothing_left_running(vm_env)
 
 
-@pytest.mark.vm
-@pytest.mark.realbuild
-def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(built_module_61, guest_kernel_61, vm_env,
-                                                                    tmp_path, monkeypatch):
+def broken_build(built: dict, template: str, line: str, replacement: str, vm_env, tmp_path, monkeypatch) -> dict:
+    """`built`'s kernel built again from a copy of kmod/ with one line of `template` replaced, in the test's own
+    DKMS trees and the session's kbuild tree (only what the change touches compiles again); vm-test's JSON."""
     kmod = tmp_path / "kmod"
     shutil.copytree(quirk_catalog.kmod_root(), kmod)
-    crat = kmod / "quirks/crat-mem/crat_mem.c.j2"
-    assert FOLD in crat.read_text()
-    crat.write_text(crat.read_text().replace(FOLD, ""))
+    path = kmod / template
+    assert line in path.read_text()
+    path.write_text(path.read_text().replace(line, replacement))
     monkeypatch.setattr(quirk_catalog, "kmod_root", lambda: kmod)
     for name, folder in (("RDNA1_KMGR_DKMS_SOURCE_TREE", "usr-src"), ("RDNA1_KMGR_DKMS_TREE", "dkms")):
         (tmp_path / folder).mkdir()
@@ -68,15 +75,17 @@ def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(built_module_6
     monkeypatch.setenv("RDNA1_KMGR_CACHE", str(persistent_cache_root()))
     monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
 
-    broken = module_build.run(module_build.BuildRequest(kernel=built_module_61["kernel"], yes=True),
-                              stream=io.StringIO())
-    assert broken["sha256"] != built_module_61["sha256"]
+    broken = module_build.run(module_build.BuildRequest(kernel=built["kernel"], yes=True), stream=io.StringIO())
+    assert broken["sha256"] != built["sha256"]
     # the shared kbuild tree: the changed core and what links it, not the whole driver again
     assert broken["compiled_objects"] <= 5, broken["compiled_objects"]
-
     proc = rdna1_kmgr(["vm-test", "--module", broken["module"], "--json"], vm_env)
     out = json.loads(proc.stdout)
-    assert proc.returncode == 5 and out["verdict"] == "fail"
+    assert proc.returncode == 5 and out["verdict"] == "fail", out.get("reason")
+    return out
+
+
+def assert_every_quirk_forced_off(out: dict, quirk: str) -> None:
     assert out["reason"].startswith("selftest: ")
     assert out["reason"].endswith("the module switched every quirk off (rdna1_quirks=0)")
     assert out["selftest"]["failed"] > 0
@@ -85,8 +94,52 @@ def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(built_module_6
     assert load["rc"] == 0 and load["after"]["initstate"] == "live"
     assert load["after"]["parameters"]["rdna1_quirks"] == "0"
     said = [line for line in load["log"] if "rdna1-kmgr selftest" in line]
-    assert len(said) == 1 and re.search(r"\d+ passed, [1-9]\d* failed \(first: crat-mem case \d+\): quirks forced "
+    assert len(said) == 1 and re.search(rf"\d+ passed, [1-9]\d* failed \(first: {quirk} case \d+\): quirks forced "
                                         r"off, rdna1_quirks=0", said[0]), said
     # everything else about the load is healthy: the failure is the quirk, not the module
     assert {c["name"] for c in out["checks"] if not c["ok"]} == {"selftest"}
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(built_module_61, guest_kernel_61, vm_env,
+                                                                    tmp_path, monkeypatch):
+    out = broken_build(built_module_61, "quirks/crat-mem/crat_mem.c.j2", FOLD, "", vm_env, tmp_path, monkeypatch)
+    assert_every_quirk_forced_off(out, "crat-mem")
+    assert_nothing_left_running(vm_env)
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_the_612_selftest_runs_the_cwsr_size_cases_and_the_default_mask_is_cwsr_size(
+        built_module_612, guest_kernel_612, vm_env):
+    manifest_path = Path(built_module_612["package_source"]) / dkms.MANIFEST_NAME
+    proc = rdna1_kmgr(["vm-test", "--module", built_module_612["module"], "--manifest", str(manifest_path),
+                       "--json"], vm_env)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0, out.get("reason")
+    manifest = json.loads(manifest_path.read_text())
+    assert "cwsr-size" in [q["id"] for q in manifest["quirks"]]
+    assert out["selftest"] == {"passed": manifest["selftest_cases"], "failed": 0,
+                               "required": manifest["selftest_cases"]}
+    # 6.12: 12 crat-mem, 125 coarse-mtype, 14 cwsr-size (2 boards x 7: both layouts, a third size, bit off,
+    # an unlisted board); at least the cwsr-size ones on top of what 6.12 had before
+    assert manifest["selftest_cases"] >= 137 + 14
+    load = selftest_load(out)
+    # the default mask is the one bit with evidence that owners need it: cwsr-size, bit 4
+    assert load["after"]["parameters"]["rdna1_quirks"] == str(manifest["quirks_mask"]) == str(1 << 4)
+    assert_nothing_left_running(vm_env)
+
+
+# The decision's one line: accept ROCm's size only when the mapping has exactly that size.
+ACCEPT = "\treturn rocm && mapped == rocm ? rocm : stock;\n"
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_a_cwsr_acceptance_widened_to_any_size_fails_the_selftest_and_forces_the_quirks_off(
+        built_module_612, guest_kernel_612, vm_env, tmp_path, monkeypatch):
+    out = broken_build(built_module_612, "quirks/cwsr-size/cwsr_size.c.j2", ACCEPT, "\treturn mapped;\n",
+                       vm_env, tmp_path, monkeypatch)
+    assert_every_quirk_forced_off(out, "cwsr-size")
     assert_nothing_left_running(vm_env)
