@@ -115,6 +115,16 @@ def kfd_nodes(base: str = "/sys/class/kfd/kfd/topology/nodes") -> list:
     return nodes
 
 
+def bar0_bytes(path: str):
+    """The size of BAR 0 (the VRAM aperture of an AMD GPU) from sysfs `resource` ("start end flags" a line)."""
+    first = (read_text(path) or "").splitlines()[:1]
+    try:
+        start, end = (int(v, 16) for v in first[0].split()[:2])
+    except (IndexError, ValueError):
+        return None
+    return end - start + 1 if end > start else None
+
+
 def pci_devices_with(vendor_device: str) -> list:
     """The guest's PCI devices with that vendor:device, and the driver each is bound to."""
     vendor, device = vendor_device.split(":")
@@ -124,7 +134,8 @@ def pci_devices_with(vendor_device: str) -> list:
         ids = (read_text(f"{base}/{bdf}/vendor"), read_text(f"{base}/{bdf}/device"))
         if ids == (f"0x{vendor}", f"0x{device}"):
             link = f"{base}/{bdf}/driver"
-            found.append({"bdf": bdf, "driver": os.path.basename(os.readlink(link)) if os.path.islink(link) else None})
+            found.append({"bdf": bdf, "driver": os.path.basename(os.readlink(link)) if os.path.islink(link) else None,
+                          "bar0_bytes": bar0_bytes(f"{base}/{bdf}/resource")})
     return found
 
 

@@ -143,7 +143,7 @@ def check_gpu(result: dict, gpu: GpuTarget, load: dict | None) -> list[Check]:
     checks = [_gpu_driver(facts, gpu), _probe_line(facts, gpu, load)]
     node = _kfd_node(facts, gpu)
     checks.append(node[0])
-    checks.append(_vram_heap(node[1], gpu))
+    checks.append(_vram_heap(node[1], gpu, facts.get("devices") or []))
     if gpu.workload:
         checks.append(_workload(facts.get("workload")))
     return checks
@@ -189,8 +189,10 @@ def _kfd_node(facts, gpu) -> tuple[Check, dict | None]:
                                     f"({seen} node(s) seen)"), None
 
 
-def _vram_heap(node, gpu) -> Check:
-    """With crat-mem on, VRAM is one FB_PRIVATE heap with no flags (the quirk's whole point)."""
+def _vram_heap(node, gpu, devices) -> Check:
+    """With crat-mem on, VRAM is one FB_PRIVATE heap with no flags (the quirk's whole point). On a board whose
+    BAR is smaller than its VRAM the stock driver reports exactly that by itself: the check says the quirk did
+    nothing there rather than crediting it."""
     if node is None:
         return Check("vram-heap", False, "no KFD node for the GPU")
     vram = [b["properties"] for b in node.get("mem_banks", []) if b["properties"].get("heap_type") != HEAP_SYSTEM]
@@ -204,8 +206,15 @@ def _vram_heap(node, gpu) -> Check:
     if len(vram) != 1 or bad:
         return Check("vram-heap", False, f"{CRAT_MEM} is active but VRAM bank(s) are: {shown} "
                                          f"(expected one bank, heap_type {HEAP_FB_PRIVATE} FB_PRIVATE, flags 0)")
-    return Check("vram-heap", True, f"one VRAM bank, heap_type 2 (FB_PRIVATE), size_in_bytes "
-                                    f"{vram[0].get('size_in_bytes')}, flags 0")
+    size = vram[0].get("size_in_bytes") or 0
+    bar = next((d.get("bar0_bytes") for d in devices if d.get("bar0_bytes")), None)
+    if bar and bar < size:
+        return Check("vram-heap", True, f"{CRAT_MEM} did nothing: the BAR ({bar >> 20} MiB) is smaller than VRAM "
+                                        f"({size >> 20} MiB), so the stock driver already reports one FB_PRIVATE "
+                                        f"heap (heap_type 2, size_in_bytes {size}, flags 0)")
+    return Check("vram-heap", True, f"one VRAM bank, heap_type 2 (FB_PRIVATE), size_in_bytes {size}, flags 0 "
+                                    f"({CRAT_MEM} took effect: the BAR covers VRAM)" if bar else
+                                    f"one VRAM bank, heap_type 2 (FB_PRIVATE), size_in_bytes {size}, flags 0")
 
 
 def _workload(workload) -> Check:

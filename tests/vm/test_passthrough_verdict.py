@@ -27,9 +27,9 @@ CONV2D = Path(__file__).resolve().parents[2] / "qemu" / "guest" / "conv2d.py"
 COLLECT = Path(__file__).resolve().parents[2] / "qemu" / "guest" / "collect.py"
 
 
-def gpu_facts(heap_type: int = 2, flags: int = 0) -> dict:
+def gpu_facts(heap_type: int = 2, flags: int = 0, bar0_bytes: int | None = None) -> dict:
     return {
-        "devices": [{"bdf": "0000:01:00.0", "driver": "amdgpu"}],
+        "devices": [{"bdf": "0000:01:00.0", "driver": "amdgpu", "bar0_bytes": bar0_bytes}],
         "kfd_nodes": [
             {"node": "0", "properties": {"cpu_cores_count": 1, "simd_count": 0, "vendor_id": 0, "device_id": 0},
              "mem_banks": [{"bank": "0", "properties": {"heap_type": 0, "size_in_bytes": 2147483648, "flags": 0}}]},
@@ -407,3 +407,12 @@ def test_conv2d_without_a_gpu_reports_that_it_could_not_run():
         assert workload["runs"][0]["report"]["error"].startswith("cannot import torch")
     check = verdict._workload(workload)
     assert not check.ok and "the workload could not run: torch" in check.detail and "sees no GPU" in check.detail
+
+
+def test_crat_mem_on_a_small_bar_board_is_said_to_have_done_nothing():
+    # an RX 5600 XT's stock 256 MiB BAR before 6 GiB of VRAM: KFD reports FB_PRIVATE with or without the quirk
+    small = judge(passthrough_result(bar0_bytes=256 << 20))["vram-heap"]
+    assert small.ok and small.detail.startswith("crat-mem did nothing: the BAR (256 MiB) is smaller than VRAM (6128 MiB)")
+    # a full BAR (resized by amdgpu): the FB_PRIVATE heap is the quirk's doing
+    full = judge(passthrough_result(bar0_bytes=8 << 30))["vram-heap"]
+    assert full.ok and "crat-mem took effect" in full.detail
