@@ -32,7 +32,7 @@ TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"
 DEFAULT_TEST_CACHE = "/var/cache/rdna1-kmgr-tests"
 
 # Fixtures that reach the Debian archive (and, for headers, install packages on this machine).
-REAL_FIXTURES = {"real_source_61", "real_source_612", "real_source_72", "headers_61", "headers_612",
+REAL_FIXTURES = {"real_source_510", "real_source_61", "real_source_612", "real_source_72", "headers_61", "headers_612",
                  "persistent_cache", "debian_rocm"}
 
 
@@ -90,6 +90,14 @@ def current_debian_source(package: str, suite: str) -> Path:
         if version is None:
             pytest.fail(f"Debian {suite} no longer has {package}; update the fixture to a series it has")
         return kernel_source.fetch_debian_source(version, suite)
+
+
+@pytest.fixture(scope="session")
+def real_source_510() -> Path:
+    """linux-source-5.10 from bullseye-security (5.10.2xx, Debian 11's kernel), asked of the archive the system
+    fetches its own security suite from, through a private apt state (the system's sources stay as they are).
+    No headers fixture: for rendering and applying patches only."""
+    return current_debian_source("linux-source-5.10", "bullseye-security")
 
 
 @pytest.fixture(scope="session")

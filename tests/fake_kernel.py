@@ -170,18 +170,30 @@ LARGEBAR_MEMBER = {
     "debug_mask": "\tbool                            debug_largebar;\n",
 }
 
-# what KFD keeps a device's local_mem_info in: struct kfd_dev, or struct kfd_node per partition (6.5 or so)
+# what KFD keeps a device's local_mem_info in: nothing before about 6.0 (kfd_dev_is_large_bar() asks
+# amdgpu_amdkfd_get_local_mem_info() into a local), then struct kfd_dev, or struct kfd_node per partition
+# (6.5 or so)
 KFD_NODE = {
     "kfd_dev": """struct kfd_dev {
 	struct amdgpu_device *adev;
 	struct kfd_local_mem_info local_mem_info;
 };
 """,
-    # midway through the kgd_dev removal (5.16 - 5.17): both
+    # 5.10 - 5.16: the device as a struct kgd_dev, no copy of the memory info
+    "kfd_dev-kgd": """struct kfd_dev {
+	struct kgd_dev *kgd;
+	bool use_iommu_v2;
+};
+""",
+    # midway through the kgd_dev removal (5.16 - 5.17): both, no copy of the memory info yet
     "kfd_dev+kgd": """struct kfd_dev {
 	struct kgd_dev *kgd;
 	struct amdgpu_device *adev;
-	struct kfd_local_mem_info local_mem_info;
+};
+""",
+    # 5.17 - about 5.19: adev, no copy of the memory info yet
+    "kfd_dev-local": """struct kfd_dev {
+	struct amdgpu_device *adev;
 };
 """,
     "kfd_node": """struct kfd_node {
@@ -212,7 +224,7 @@ INIT_REGISTER = {
 OLD = dict(gmc="mapping", kfd="picks", ext=False, mem_info="adev", largebar="param", node="kfd_dev",
            probe="flags", init="return")
 SHAPES = {
-    "5.10": {**OLD, "mem_info": "kgd", "probe": "driver_data"},
+    "5.10": {**OLD, "mem_info": "kgd", "probe": "driver_data", "node": "kfd_dev-kgd"},
     "6.1": OLD,
     "6.2": {**OLD, "gmc": "mapping-uc", "kfd": "default"},
     "6.12": {**OLD, "gmc": "mapping-uc", "kfd": "default", "ext": True, "mem_info": "xcp", "largebar": "debug_mask",
@@ -318,7 +330,7 @@ struct amdgpu_device {
         f"{AMD}/amdkfd/kfd_priv.h": (
             "#ifndef KFD_PRIV_H_INCLUDED\n#define KFD_PRIV_H_INCLUDED\n\n"
             "extern int debug_largebar;\n\n" + KFD_NODE[forms["node"]] + "\n"
-            "bool kfd_dev_is_large_bar(struct " + forms["node"].split("+")[0] + " *dev);\n\n#endif\n"
+            "bool kfd_dev_is_large_bar(struct " + re.split(r"[+-]", forms["node"])[0] + " *dev);\n\n#endif\n"
         ),
     }
     for rel, text in files.items():

@@ -13,7 +13,9 @@ cheap, so the renderer does it first:
   the series' own files (amdgpu_rdna1.{c,h}); names in the series' own name space (amdgpu_rdna1_*,
   AMDGPU_RDNA1_*, rdna1_*, RDNA1_*: its tables, struct tags, module parameters) are its own;
 - names the quirk core declares it takes from the kernel's own headers (common.toml `kernel_names`, e.g.
-  FIELD_PREP from <linux/bitfield.h>) are taken on trust: a driver tree does not carry those headers;
+  FIELD_PREP from <linux/bitfield.h>, PCI_VENDOR_ID_ATI from <linux/pci_ids.h>) are taken on trust: a driver
+  tree does not carry those headers, and many never spell them (`build` confirms them with a compile probe);
+- the paths of `#include <...>` lines are not names;
 - in a hook placed inside a function, a lower-case name that is neither called nor a member must occur
   in that very function (it is one of its locals or parameters).
 
@@ -52,9 +54,13 @@ _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
 _TOKEN = re.compile(r"(?<![\w#])(?<!# )([A-Za-z_]\w*)(?!\w)(?!\s*##)(\s*\()?")
 
 
+# `#include <linux/bitfield.h>`: a header's path, not names (a driver tree need not spell "bitfield")
+_SYSTEM_INCLUDE = re.compile(r"^([ \t]*#[ \t]*include[ \t]*)<[^>\n]*>", re.M)
+
+
 def code_of(text: str) -> str:
-    """C text without comments, string and character literals (each replaced by a space)."""
-    return _LITERALS.sub(" ", text)
+    """C text without comments, string and character literals and <header> paths (each replaced by a space)."""
+    return _SYSTEM_INCLUDE.sub(r"\1 ", _LITERALS.sub(" ", text))
 
 
 def declared(code: str) -> set[str]:

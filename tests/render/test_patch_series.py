@@ -85,7 +85,8 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
     assert "module_param_named(rdna1_quirks," in core and "module_param_named(rdna1_selftest," in core
     assert "static uint amdgpu_rdna1_quirks = AMDGPU_RDNA1_DEFAULT;" in core
     header = (amdgpu / "amdgpu_rdna1.h").read_text()
-    assert "#define AMDGPU_RDNA1_DEFAULT\t(AMDGPU_RDNA1_CRAT_MEM)" in header
+    # no bit of this kernel's series is on by default (cwsr-size, the default-on one, is left out)
+    assert "#define AMDGPU_RDNA1_DEFAULT\t(0)" in header
     assert re.search(r"amdgpu_rdna1_ids\[\] = \{\n\t0x731F,\n\};", core)
     assert manifest["selftest_cases"] == count_selftest_cases(core) > 0
 
@@ -113,7 +114,8 @@ def test_each_patch_sha256_is_in_the_manifest(tree, tmp_path):
 # a fact that chose each crat-mem variant, as the manifest and the patch header say it
 CRAT_FACT = {
     "kgd": "amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `kgd`",
-    "largebar-param": "amdgpu.h lacks `debug_largebar`",
+    "largebar-param": "kfd_priv.h contains `struct kfd_local_mem_info local_mem_info;`",
+    "largebar-param-local": "kfd_priv.h lacks `struct kfd_local_mem_info local_mem_info;`",
     "largebar-param-xcp": "amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `xcp`",
     "largebar-debug-mask": "amdgpu.h contains `debug_largebar`",
 }
@@ -149,8 +151,12 @@ def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype
     assert ("(struct kgd_dev *)ctx->adev" in core) == (crat_variant == "kgd")
     assert ("ctx->adev->debug_largebar" in core) == (crat_variant == "largebar-debug-mask")
     assert ("amdgpu_amdkfd_get_local_mem_info(ctx->adev, info, NULL);" in core) == (crat_variant == "largebar-debug-mask")
-    # EXT_COHERENT allocations are kept UC only where KFD knows them
-    assert ("KFD_IOC_ALLOC_MEM_FLAGS_EXT_COHERENT" in core) == (mtype_variant in ("gmc-picks-mtype", "vm-flags"))
+    # EXT_COHERENT allocations are kept UC only where KFD knows them; a kernel without the flag (6.2 - 6.7)
+    # never sees its name, in the hook's code or the self-test
+    ext = mtype_variant in ("gmc-picks-mtype", "vm-flags")
+    assert ("RDNA1_KFD(EXT_COHERENT)" in core) == ("AMDGPU_GEM_CREATE_EXT_COHERENT" in core) == ext
+    # the 5.10 - 5.16 KFD keeps no copy of the memory info: the self-test asks into a local as it does
+    assert ("&node->local_mem_info" in core) == (crat_variant != "kgd")
     # the manifest and the patch say which facts chose the variant
     facts = {q["id"]: q["facts"] for q in manifest["quirks"]}
     assert CRAT_FACT[crat_variant] in facts["crat-mem"]
@@ -184,7 +190,8 @@ def test_no_crat_mem_variant_fits_a_driver_whose_memory_info_takes_neither_kgd_n
     assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "crat-mem"), out,
                    "quirk crat-mem: no variant fits",
                    "kgd (first seen in Linux 5.10 - 5.16): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `kgd`",
-                   "largebar-param (first seen in Linux 5.17 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
+                   "largebar-param-local (first seen in Linux 5.17 - about 5.19): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
+                   "largebar-param (first seen in Linux about 6.0 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
                    "largebar-param-xcp (first seen in Linux about 6.5 - 6.10 (rendered, not built here)): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`",
                    "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`")
 
@@ -213,9 +220,10 @@ def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
                    "vm-flags (gmc_v10_0.c: gmc_v10_0_get_vm_pte() takes `vm_flags`, ")
 
 
-@pytest.mark.parametrize("mem_info, variant", [("kgd", "kgd"), ("adev", "largebar-param")])
+@pytest.mark.parametrize("mem_info, variant", [("kgd", "kgd"), ("adev", "largebar-param-local")])
 def test_a_driver_midway_through_the_kgd_removal_gets_the_variant_of_its_memory_info(tmp_path, mem_info, variant):
-    # struct kfd_dev has both kgd and adev: what decides is what amdgpu_amdkfd_get_local_mem_info() takes
+    # struct kfd_dev has both kgd and adev (and no copy of the memory info yet): what decides is what
+    # amdgpu_amdkfd_get_local_mem_info() takes
     tree = make_tree(tmp_path / "linux", "5.16.0", "5.10", mem_info=mem_info, node="kfd_dev+kgd")
     out = tmp_path / "out"
     result = run_cli("render", "--source", tree, "--out", out, "--json")
@@ -224,7 +232,8 @@ def test_a_driver_midway_through_the_kgd_removal_gets_the_variant_of_its_memory_
     apply_series(out, tree)
     core = (tree / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
     assert ("node->kgd = (struct kgd_dev *)ctx->adev;" in core) == (variant == "kgd")
-    assert ("node->adev = ctx->adev;" in core) == (variant == "largebar-param")
+    assert ("node->adev = ctx->adev;" in core) == (variant == "largebar-param-local")
+    assert "&node->local_mem_info" not in core and "struct kfd_local_mem_info mem_info, *info = &mem_info;" in core
 
 
 @pytest.mark.parametrize("forms", [dict(probe="driver_data"), dict(init="unwind")])
@@ -438,7 +447,8 @@ def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     assert all(v["facts"] for q in catalog for v in q["variants"])
     crat = {v["id"]: v["facts"] for v in catalog[0]["variants"]}
     assert crat["largebar-debug-mask"] == ["amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `xcp`",
-                                           "amdgpu.h contains `debug_largebar`", "kfd_priv.h contains `struct kfd_node {`"]
+                                           "amdgpu.h contains `debug_largebar`", "kfd_priv.h contains `struct kfd_node {`",
+                                           "kfd_priv.h contains `struct kfd_local_mem_info local_mem_info;`"]
     text = run_cli("quirks").stdout
     assert re.search(r"^    kgd \(first seen in Linux 5.10 - 5.16\) when:\n"
                      r"        amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info\(\) takes `kgd`$", text, re.M), text
