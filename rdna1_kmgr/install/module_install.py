@@ -57,6 +57,7 @@ from rdna1_kmgr.install.journal import (
     write_durably,
 )
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.render import quirk_catalog
 
 MODPROBE_CONF = modprobe_conf.NAME
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "boot-guard", "verify")
@@ -77,6 +78,7 @@ class Candidate:
     module: Path  # in the DKMS tree
     sha256: str
     parameters: dict[str, str]  # written to /etc/modprobe.d
+    manifest: dict | None = None  # the render's manifest: which quirks the build carries, which it left out
 
     @property
     def module_name(self) -> str:
@@ -89,17 +91,46 @@ def module_parameters(manifest: dict | None) -> dict[str, str]:
     return {"rdna1_quirks": f"0x{mask:x}"} if isinstance(mask, int) else {}
 
 
+def carried_bits(manifest: dict | None) -> int | None:
+    """The rdna1_quirks bits the build carries (every bit of its quirks, on by default or not), or None when the
+    manifest does not say: a build rendered before the manifest listed them carried its default mask only."""
+    manifest = manifest or {}
+    if isinstance(manifest.get("all_bits_mask"), int):
+        return manifest["all_bits_mask"]
+    return manifest["quirks_mask"] if isinstance(manifest.get("quirks_mask"), int) else None
+
+
+def _left_out_bits(manifest: dict | None, extra: int) -> list[str]:
+    """`<bit id> (0xN): left out of this build: <why>` for the bits of `extra` whose quirk render left out."""
+    left_out = {q.get("id"): q.get("why", "") for q in (manifest or {}).get("left_out") or ()}
+    found = []
+    for quirk in quirk_catalog.load_quirks().values():
+        for bit in quirk.bits:
+            if extra & (1 << bit.bit) and quirk.id in left_out:
+                found.append(f"{bit.id} (0x{1 << bit.bit:x}) was left out of this build: {left_out[quirk.id]}")
+    return found
+
+
 def with_quirks(candidate: Candidate, mask: int | None) -> Candidate:
-    """The candidate with rdna1_quirks=mask in modprobe.d; the mask may only hold quirks the build carries."""
+    """The candidate with rdna1_quirks=mask in modprobe.d; the mask may only hold quirks the build carries.
+    A bit of a quirk the render left out (nothing to fix on this kernel, or an opt-in quirk that fits no
+    variant) is refused in one line saying which and why."""
     if mask is None:
         return candidate
-    built = candidate.parameters.get("rdna1_quirks")
-    if built is None:
+    if candidate.parameters.get("rdna1_quirks") is None:
         raise UsageError("--quirks needs a build with the rdna1_quirks parameter",
                          "this build's manifest names no quirks; rebuild it")
-    extra = mask & ~int(built, 16)
+    carried = carried_bits(candidate.manifest)
+    if carried is None:
+        carried = int(candidate.parameters["rdna1_quirks"], 16)
+    extra = mask & ~carried
     if mask < 0 or extra:
-        raise UsageError(f"--quirks 0x{mask:x} has bits the build lacks (0x{extra:x}); it carries {built}",
+        left_out = _left_out_bits(candidate.manifest, extra) if mask >= 0 else []
+        if left_out:
+            raise UsageError(f"--quirks 0x{mask:x}: {left_out[0]}",
+                             f"give a mask within the bits this build carries (0x{carried:x}); `rdna1-kmgr status` "
+                             "lists them")
+        raise UsageError(f"--quirks 0x{mask:x} has bits the build lacks (0x{extra:x}); it carries 0x{carried:x}",
                          "give a mask within the build's quirks (see `rdna1-kmgr quirks`)")
     return dataclasses.replace(candidate, parameters={**candidate.parameters, "rdna1_quirks": f"0x{mask:x}"})
 
@@ -112,7 +143,8 @@ def find_candidate(kernel: str, trees: dkms.Trees) -> Candidate:
         raise InstallRefused(f"no rdna1-amdgpu build for kernel {kernel}",
                              f"run `rdna1-kmgr build --kernel {kernel}` first; nothing was changed") from None
     package = dkms.Package(dkms.PACKAGE_NAME, built.package_version)
-    return Candidate(package, kernel, built.path, sha256_file(built.path), module_parameters(built.manifest))
+    return Candidate(package, kernel, built.path, sha256_file(built.path), module_parameters(built.manifest),
+                     built.manifest)
 
 
 def resolved_module(kernel: str, module: str, root: TargetRoot) -> Path | None:

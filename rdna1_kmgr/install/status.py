@@ -11,6 +11,7 @@ command line and in effect in the loaded module; and, for the running kernel, wh
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -22,7 +23,7 @@ from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install import boot_guard, follow_record, user_profile
 from rdna1_kmgr.install.journal import Journal
-from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
+from rdna1_kmgr.install.module_install import MODPROBE_CONF, carried_bits, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.vm import verdict
 
@@ -129,8 +130,37 @@ def _builds(entries: list, kernel: str, trees: dkms.Trees) -> list[dict]:
         except BuildError:
             continue
         digest = sha256_file(module)
-        builds.append({"version": entry.version, "module": str(module), "sha256": digest, "verdict": _verdict(digest)})
+        builds.append({"version": entry.version, "module": str(module), "sha256": digest, "verdict": _verdict(digest),
+                       "quirks": build_quirks(_manifest_of(dkms.Package(entry.name, entry.version), trees))})
     return builds
+
+
+def _manifest_of(package: dkms.Package, trees: dkms.Trees) -> dict | None:
+    try:
+        return json.loads((package.source_dir(trees) / dkms.MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def build_quirks(manifest: dict | None) -> dict | None:
+    """What a build carries, from its render manifest: the rdna1_quirks bits `install --quirks` may switch on,
+    those on by default, and the quirks render left out with why (None: no manifest)."""
+    if not manifest:
+        return None
+    bits = [b for b in manifest.get("bits") or () if isinstance(b, dict)]
+    return {"carried": [b.get("id") for b in bits], "mask": carried_bits(manifest),
+            "default": [b.get("id") for b in bits if b.get("default")], "default_mask": manifest.get("quirks_mask"),
+            "left_out": [{"id": q.get("id"), "why": q.get("why")} for q in manifest.get("left_out") or ()]}
+
+
+def quirks_lines(quirks: dict | None) -> list[str]:
+    if not quirks:
+        return []
+    mask = f" (0x{quirks['mask']:x})" if isinstance(quirks.get("mask"), int) else ""
+    lines = [f"  quirks      carried: {' '.join(quirks['carried']) or 'none'}{mask}; on by default: "
+             f"{' '.join(quirks['default']) or 'none'}"]
+    lines += [f"              left out: {q['id']}: {q['why']}" for q in quirks["left_out"]]
+    return lines
 
 
 def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, dkms_entries: list) -> dict:
@@ -226,6 +256,7 @@ def text_lines(result: dict) -> list[str]:
             for built in k.get("built", ()):
                 if built["version"] == entry["version"]:
                     lines.append(f"  built       {built['module']}")
+                    lines += quirks_lines(built.get("quirks"))
                     lines.append("  verdict     " + verdict_text(built["verdict"]))
         if not k["dkms"]:
             lines.append("  package     no rdna1-amdgpu build")
