@@ -184,7 +184,7 @@ def test_a_variant_using_a_member_the_real_tree_lacks_is_refused_in_a_second(rea
 id = "kgd"
 kernels = "5.10 - 5.16"
 edits = ["local-mem-info"]
-vars = { largebar_forced = "debug_largebar", kfd_node = "kfd_dev", mem_info_xcp = false, kgd = true }
+vars = { largebar_forced = "debug_largebar", kfd_node = "kfd_dev", mem_info_xcp = false, kgd = true, mem_info_cached = false }
 facts = [{ file = "drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd.c", function = "amdgpu_amdkfd_get_local_mem_info", contains = "mem_info" }]
 """
     toml.write_text(text)
