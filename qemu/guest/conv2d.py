@@ -1,6 +1,7 @@
 """The conv2d workload of `rdna1-kmgr vm-test --gpu ... --workload conv2d`: GPU results against the CPU's.
 
-    python3 conv2d.py [--device cuda] [--sweep standard|matrix|smoke]
+    python3 conv2d.py [--device cuda] [--sweep standard|matrix|smoke|experiment|experiment-quick]
+                      [--cudnn on|off] [--benchmark on|off] [--events] [--case-limit S]
 
 Conv2d forward and backward for kernel sizes 1, 3, 5, 7 and 11, and a ResNet-18 forward (defined here:
 torch only, no torchvision), each run on DEVICE and on the CPU with the same seeded inputs and weights.
@@ -8,7 +9,16 @@ torch only, no torchvision), each run on DEVICE and on the CPU with the same see
 GEMM convolutions hung on the seeds' board) up to 512x512, a few channel counts and batch sizes;
 `--sweep smoke` is two small cases, for a CPU-against-CPU run in an emulated guest.
 Prints one JSON object: {"device", "tolerance", "cases": [{case, max_abs_err, ok}], "ok"}; or, when it
-cannot run, {"error": ...} and exit code 3. ROCm's torch names the GPU "cuda"; `--device cpu` compares the
+cannot run, {"error": ...} and exit code 3.
+
+`--sweep experiment` is the experiment's workload (the host's `rdna1-kmgr experiment` and the VFIO matrix run
+this same file): stages in order, stopping after the first that fails: smoke (a tensor to the GPU and back, a sum, a matmul), conv2d (kernel sizes 1-11 forward and backward, on both
+sides of 42x42), variants (stride 2, dilation, groups, depthwise, ConvTranspose2d, channels_last), batchnorm (a
+training step), fp16 (where the device has it) and sustained (a short loop). `--cudnn`/`--benchmark` set
+torch.backends.cudnn (MIOpen on ROCm). With `--events` every case start, result and a heartbeat (each second)
+is a line `@@rdna1-kmgr {json}` as it happens, so the host can tell a slow first-run MIOpen compilation (its
+cache grows) from a hang; the report, the last line, also carries the versions (torch, HIP, rocm-sdk-core,
+MIOpen) and, per case, what went wrong: {"outcome": "error", "error": "<the exception's text>"}. ROCm's torch names the GPU "cuda"; `--device cpu` compares the
 CPU with itself, a smoke test of this script on a machine without a GPU.
 
 Tolerance: |gpu - cpu| <= ATOL + RTOL * |cpu| elementwise, in float32 (TF32 off). A correct GPU differs
@@ -19,8 +29,12 @@ memory type, stale or torn reads) corrupts whole lines of data, errors of order 
 """
 
 import argparse
+import copy
 import json
+import os
 import sys
+import threading
+import time
 
 RTOL = 1e-3
 ATOL = 1e-3
@@ -44,7 +58,11 @@ SWEEPS = {
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--sweep", default="standard", choices=("standard", *SWEEPS))
+    parser.add_argument("--sweep", default="standard", choices=("standard", "experiment", "experiment-quick", *SWEEPS))
+    parser.add_argument("--cudnn", choices=("on", "off"), default="on")
+    parser.add_argument("--benchmark", choices=("on", "off"), default="off")
+    parser.add_argument("--events", action="store_true")
+    parser.add_argument("--case-limit", type=float, default=120.0)
     args = parser.parse_args(argv)
     try:
         import torch
@@ -57,6 +75,11 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = torch.device(args.device)
+    torch.backends.cudnn.enabled = args.cudnn == "on"
+    torch.backends.cudnn.benchmark = args.benchmark == "on"
+    if args.sweep.startswith("experiment"):
+        print(json.dumps(run_experiment(torch, device, args)), flush=True)
+        return 0
     cases = []
     if args.sweep == "standard":
         for k in KERNEL_SIZES:
@@ -76,12 +99,15 @@ def fail(why: str) -> int:
     return 3
 
 
-def compare(torch, name: str, got, want) -> dict:
-    got = got.detach().to("cpu")
-    want = want.detach()
+def compare(torch, name: str, got, want, rtol: float = RTOL, atol: float = ATOL, scaled: bool = False) -> dict:
+    """`got` (the device's, copied back here) against `want` (the CPU's), elementwise within tolerance;
+    `scaled`: relative to the tensor's largest value (float16 rounds every partial sum to 11 bits)."""
+    got = got.detach().cpu().float()
+    want = want.detach().float()
     diff = (got - want).abs()
-    ok = bool(torch.isfinite(got).all()) and bool((diff <= ATOL + RTOL * want.abs()).all())
-    return {"case": name, "max_abs_err": float(diff.max()), "ok": ok}
+    scale = want.abs().max() if scaled and want.numel() else want.abs()
+    ok = bool(torch.isfinite(got).all()) and bool((diff <= atol + rtol * scale).all())
+    return {"case": name, "max_abs_err": float(diff.max()) if diff.numel() else 0.0, "ok": ok}
 
 
 def conv_cases(torch, device, k: int, hw: int = 32, cin: int = 16, cout: int = 32, batch: int = 2) -> list:
@@ -108,6 +134,190 @@ def conv_cases(torch, device, k: int, hw: int = 32, cin: int = 16, cout: int = 3
         compare(torch, f"{name} backward input", dev[1], cpu[1]),
         compare(torch, f"{name} backward weight", dev[2], cpu[2]),
     ]
+
+
+# --- the experiment's workload (--sweep experiment) -----------------------------------------------------------
+
+EVENT = "@@rdna1-kmgr "  # prefix of an event line; the report is the last plain JSON line
+HALF_RTOL, HALF_ATOL = 1e-2, 1e-3  # float16 on the device against float32 on the CPU, scaled by the largest value
+CURRENT_CASE = None  # the case running now: the heartbeat names it (a test's stand-in device reads it too)
+
+
+class Events:
+    """Event lines as they happen, and a heartbeat each second while the process lives (MIOpen compiling a
+    kernel for its first run takes minutes and prints nothing)."""
+
+    def __init__(self, on: bool, beat: float = 1.0):
+        self.on, self.lock, self.started = on, threading.Lock(), time.monotonic()
+        if on:
+            threading.Thread(target=self._beat, args=(beat,), daemon=True).start()
+
+    def say(self, **fields) -> None:
+        if self.on:
+            with self.lock:
+                sys.stdout.write(EVENT + json.dumps(fields) + "\n")
+                sys.stdout.flush()
+
+    def _beat(self, every: float) -> None:
+        while True:
+            time.sleep(every)
+            self.say(event="beat", case=CURRENT_CASE, seconds=round(time.monotonic() - self.started, 1))
+
+
+def versions(torch, device) -> dict:
+    found = {"torch": torch.__version__, "hip": getattr(torch.version, "hip", None), "rocm_sdk_core": None,
+             "miopen": None, "device": None, "arch": None}
+    try:
+        from importlib import metadata
+        found["rocm_sdk_core"] = metadata.version("rocm-sdk-core")
+    except Exception:  # noqa: BLE001 - not a TheRock install
+        pass
+    for key, read in (("miopen", lambda: torch.backends.cudnn.version()),
+                      ("device", lambda: torch.cuda.get_device_name(0)),
+                      ("arch", lambda: torch.cuda.get_device_properties(0).gcnArchName)):
+        if device.type != "cpu":
+            try:
+                found[key] = read()
+            except Exception:  # noqa: BLE001 - a CPU build, a CUDA build: not there
+                pass
+    return found
+
+
+def layer_case(torch, device, name: str, make, shape: tuple, memory_format=None, half: bool = False) -> list:
+    """A layer's forward output and the input and weight gradients of a sum of squares, on the device (from a
+    copy of the CPU's layer and input) against the CPU in float32."""
+    gen = torch.Generator().manual_seed(SEED + len(name))
+    layer = make()
+    with torch.no_grad():
+        for param in layer.parameters():
+            param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
+    x = torch.randn(*shape, generator=gen)
+    dev_layer = copy.deepcopy(layer).to(device, dtype=torch.half if half else None)
+    dev_x = x.clone().to(device, dtype=torch.half if half else None)
+    if memory_format is not None:
+        dev_layer = dev_layer.to(memory_format=memory_format)
+        dev_x = dev_x.contiguous(memory_format=memory_format)
+    dev_x.requires_grad_(True)
+    out = dev_layer(dev_x)
+    (out.float() * out.float()).sum().backward()
+    cpu_x = x.clone().requires_grad_(True)
+    want = layer(cpu_x)
+    (want * want).sum().backward()
+    tol = {"rtol": HALF_RTOL, "atol": HALF_ATOL, "scaled": True} if half else {}
+    return [compare(torch, f"{name} forward", out, want, **tol),
+            compare(torch, f"{name} backward input", dev_x.grad, cpu_x.grad, **tol),
+            compare(torch, f"{name} backward weight", dev_layer.weight.grad, layer.weight.grad, **tol)]
+
+
+def smoke_cases(torch, device) -> list:
+    gen = torch.Generator().manual_seed(SEED)
+    x, a, b = torch.randn(4096, generator=gen), torch.randn(64, 96, generator=gen), torch.randn(96, 48, generator=gen)
+    on = x.to(device)
+    return [compare(torch, "smoke to gpu and back", on, x), compare(torch, "smoke sum", on.sum(), x.sum()),
+            compare(torch, "smoke matmul", a.to(device) @ b.to(device), a @ b)]
+
+
+def batchnorm_case(torch, device) -> list:
+    """One training step of conv + batch norm + ReLU with SGD: output, running mean, weights after the step."""
+    nn = torch.nn
+    torch.manual_seed(SEED)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()).train()
+    x = torch.randn(4, 8, 24, 24, generator=torch.Generator().manual_seed(SEED))
+    results = {}
+    for where, net, inp in (("device", copy.deepcopy(model).to(device), x.to(device)), ("cpu", model, x)):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        out = net(inp)
+        (out * out).mean().backward()
+        opt.step()
+        results[where] = (out, net[1].running_mean, net[0].weight)
+    dev, cpu = results["device"], results["cpu"]
+    return [compare(torch, f"batchnorm train step {part}", d, c)
+            for part, d, c in zip(("forward", "running mean", "conv weight after step"), dev, cpu)]
+
+
+def sustained_case(torch, device, loops: int) -> list:
+    """The same convolution forward and backward `loops` times: every round must equal the CPU's."""
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1)
+    x = torch.randn(2, 16, 43, 43, generator=torch.Generator().manual_seed(SEED))
+    want = conv(x).detach()
+    dev_conv = copy.deepcopy(conv).to(device)
+    dev_x = x.to(device)
+    worst = {"case": f"sustained {loops} rounds", "max_abs_err": 0.0, "ok": True}
+    for _ in range(loops):
+        out = dev_conv(dev_x)
+        (out * out).sum().backward()
+        got = compare(torch, worst["case"], out, want)
+        worst = {**worst, "max_abs_err": max(worst["max_abs_err"], got["max_abs_err"]), "ok": worst["ok"] and got["ok"]}
+    return [worst]
+
+
+def experiment_stages(torch, quick: bool) -> list:
+    """[(stage, [(case, function(device) -> comparisons)])] in the order they run."""
+    nn = torch.nn
+    sizes = (12, 17) if quick else (32, 42, 43, 64, 128)  # both sides of 42x42 (the seeds' GEMM hang)
+    chans = (3, 4, 1) if quick else (16, 32, 2)
+
+    def conv(k, hw):
+        cin, cout, n = chans if hw <= 64 else (8, 8, 1)
+        return lambda d: layer_case(torch, d, f"conv2d k={k} {hw}x{hw}", lambda: nn.Conv2d(cin, cout, k, padding=k // 2),
+                                    (n, cin, hw, hw))
+
+    def variant(name, make, shape, memory_format=None, half=False):
+        return name, lambda d: layer_case(torch, d, name, make, shape, memory_format, half)
+
+    hw = 12 if quick else 43
+    return [
+        ("smoke", [("smoke", lambda d: smoke_cases(torch, d))]),
+        ("conv2d", [(f"conv2d k={k} {s}x{s}", conv(k, s)) for k in (1, 3, 5, 7, 9, 11) for s in sizes]),
+        ("variants", [
+            variant("conv2d stride 2", lambda: nn.Conv2d(8, 16, 3, stride=2, padding=1), (2, 8, hw, hw)),
+            variant("conv2d dilation 2", lambda: nn.Conv2d(8, 16, 3, dilation=2, padding=2), (2, 8, hw, hw)),
+            variant("conv2d groups 4", lambda: nn.Conv2d(16, 32, 3, groups=4, padding=1), (2, 16, hw, hw)),
+            variant("conv2d depthwise", lambda: nn.Conv2d(16, 16, 3, groups=16, padding=1), (2, 16, hw, hw)),
+            variant("convtranspose2d stride 2", lambda: nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1), (2, 16, hw, hw)),
+            variant("conv2d channels_last", lambda: nn.Conv2d(8, 16, 3, padding=1), (2, 8, hw, hw), torch.channels_last),
+        ]),
+        ("batchnorm", [("batchnorm train step", lambda d: batchnorm_case(torch, d))]),
+        ("fp16", [variant(f"conv2d fp16 k={k}", lambda k=k: nn.Conv2d(8, 16, k, padding=k // 2), (2, 8, hw, hw), half=True)
+                  for k in (1, 3, 5)]),
+        ("sustained", [("sustained", lambda d: sustained_case(torch, d, 5 if quick else 50))]),
+    ]
+
+
+def run_experiment(torch, device, args) -> dict:
+    """The stages in order; a stage with a case off or failing is the last. Every case is timed and
+    announced; an exception is the case's result (its text tells the host which kind of failure)."""
+    global CURRENT_CASE
+    events = Events(args.events)
+    report = {"device": str(device), "sweep": args.sweep, "cudnn": args.cudnn, "benchmark": args.benchmark,
+              "tolerance": {"rtol": RTOL, "atol": ATOL, "dtype": "float32", "float16": [HALF_RTOL, HALF_ATOL]},
+              "versions": versions(torch, device), "cases": [], "stages": [], "stopped_at": None}
+    events.say(event="versions", **report["versions"])
+    for stage, cases in experiment_stages(torch, args.sweep == "experiment-quick"):
+        stage_ok = True
+        for name, case in cases:
+            CURRENT_CASE = name
+            events.say(event="case", stage=stage, case=name, limit=args.case_limit)
+            started = time.monotonic()
+            try:
+                results = case(device)
+            except Exception as err:  # noqa: BLE001 - what failed is the finding
+                text = f"{type(err).__name__}: {err}".strip()
+                skipped = stage == "fp16" and "not implemented for 'Half'" in text
+                results = [{"case": name, "max_abs_err": None, "ok": skipped,
+                            "outcome": "skipped" if skipped else "error", "error": text[:2000]}]
+            for result in results:
+                result.update(stage=stage, seconds=round(time.monotonic() - started, 3))
+                events.say(event="result", **result)
+            report["cases"] += results
+            stage_ok = stage_ok and all(r["ok"] for r in results)
+        CURRENT_CASE = None
+        report["stages"].append({"stage": stage, "ok": stage_ok})
+        if not stage_ok:
+            report["stopped_at"] = stage
+            break
+    report["ok"] = report["stopped_at"] is None
+    return report
 
 
 def resnet_case(torch, device) -> dict:
