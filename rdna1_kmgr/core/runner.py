@@ -10,7 +10,12 @@ go to the log; a failure becomes one of the project's error kinds carrying the p
 
 Programs start in a session of their own, so a timeout or Ctrl-C stops the whole tree (make's children,
 QEMU under vng), not only the first process: stopping signals the process group, then sweeps /proc for
-anything left in the session.
+anything left in the session, and returns only once none of it is running.
+
+Programs also die with the tool, even a SIGKILLed one (core/keeper.py says how): each gets SIGTERM as its
+parent death signal, and the keeper stops every session still listed once the tool is gone. A journaled run
+hears of each program it starts (`reporting_starts`) to record its ids, and `stop_left_over` stops what an
+earlier, killed run left running when even the keeper could not.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from rdna1_kmgr.core import keeper
 from rdna1_kmgr.core.errors import HostError, KmgrError
 
 log = logging.getLogger("rdna1_kmgr.runner")
@@ -101,8 +108,9 @@ def run(
         stop(proc)  # Ctrl-C or a failing callback: the whole tree goes
         raise
     finally:
-        timer.cancel()
+        timer.cancel()  # a watchdog that fired is waited for: its stop ends only once the tree is gone
         ticker.join()
+        _ended(proc.pid)
     empty = "" if text else b""
     result = Result(argv, proc.returncode, stdout or empty, stderr or empty)
     _log_result(result, time.monotonic() - started)
@@ -158,6 +166,7 @@ def pipe_from(argv: list[str], *, error: type[KmgrError] = HostError, doing: str
             stop(proc)
         proc.stdout.close()
         code = proc.wait()
+        _ended(proc.pid)
         message = _read(errors)
     log.info("exit %s: %s%s", code, argv[0], f"\n{message[-_LOGGED_OUTPUT:]}" if message.strip() else "")
     if finished and code != 0:
@@ -203,6 +212,7 @@ def pipe_into(argv: list[str], *, check: bool = True, error: type[KmgrError] = H
             stop(proc)
             raise
         code = proc.wait()
+        _ended(proc.pid)
         message = _read(errors)
     log.info("exit %s: %s%s", code, argv[0], f"\n{message[-_LOGGED_OUTPUT:]}" if message.strip() else "")
     sink.result = Result(argv, code, "", message)
@@ -238,11 +248,14 @@ def run_session(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     watch: Callable[[str], bool] | None = None,
+    until: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Run argv with stdout and stderr into `output`; kill its whole session after `timeout` seconds.
 
     `watch` gets every new chunk of output as it arrives; when it returns True the run is stopped there
-    (a probe that has seen enough). Ctrl-C stops the session too, then goes on up.
+    (a probe that has seen enough). `until` is asked every poll (a tenth of a second), output or not; True
+    stops the run the same way (a deadline of the caller's that moves, a kernel log it reads). Ctrl-C stops
+    the session too, then goes on up.
 
     The output goes through a pipe that this process copies to `output`, not straight to the file:
     QEMU reopens /proc/self/fd/1 for its console with O_TRUNC, which would cut a file back to zero.
@@ -250,10 +263,8 @@ def run_session(
     log.info("run (session, %.0f s, output in %s): %s", timeout, output, shlex.join(str(a) for a in argv))
     started = time.monotonic()
     with open(output, "wb") as sink:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=env, cwd=cwd, start_new_session=True,
-        )
+        proc = _popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                      env=env, cwd=cwd)
         pipe = proc.stdout
         os.set_blocking(pipe.fileno(), False)
 
@@ -282,11 +293,12 @@ def run_session(
             while True:
                 code = proc.poll()
                 _, enough = pump(_POLL)
-                if enough:
+                if enough or (until is not None and code is None and until()):
                     stop(proc)
                     return end(None, stopped_early=True)
                 if code is not None:
                     sweep(proc.pid)  # a child may outlive its parent (and hold the pipe open)
+                    _ended(proc.pid)
                     return end(code)
                 if time.monotonic() - started >= timeout:
                     stop(proc)
@@ -307,6 +319,7 @@ def stop(proc: subprocess.Popen) -> None:
     _signal_group(proc.pid, signal.SIGKILL)
     sweep(proc.pid)
     proc.wait()
+    _ended(proc.pid)
 
 
 def sweep(session: int, wait: float = 5.0) -> None:
@@ -324,23 +337,81 @@ def sweep(session: int, wait: float = 5.0) -> None:
         time.sleep(_POLL)
 
 
-def session_members(session: int) -> list[int]:
-    """Live (not zombie) processes whose session id is `session`, from /proc."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # The command name is in parentheses and may hold spaces: split after its closing parenthesis.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        state, sid = fields[0], int(fields[3])
-        if sid == session and state not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+session_members = keeper.session_members
+# What a journaled run uses to record its programs and stop an earlier run's (core/keeper.py).
+Started, reporting_starts, stop_left_over = keeper.Started, keeper.reporting_starts, keeper.stop_left_over
+
+
+# --- programs die with the tool ---------------------------------------------------------------------------
+
+
+_keeper_lock = threading.Lock()
+_keeper: subprocess.Popen | None = None
+_live: dict[int, int] = {}  # session -> start time: this process's programs whose sessions still run
+
+
+def _popen(argv: list[str], **popen) -> subprocess.Popen:
+    """Popen in a session of its own, tied to this process's life: its parent death signal, the keeper, and
+    whoever `reporting_starts` asked."""
+    with _keeper_lock:
+        _keeper_alive()  # before the program: a tool killed right after the fork still has its keeper
+    proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=keeper.dies_with(os.getpid()), **popen)
+    started = Started(proc.pid, keeper.start_time(proc.pid) or 0, keeper.boot_id(), tuple(argv))
+    _track(started.session, started.start_time)
+    try:
+        keeper.report(started)
+    except BaseException:
+        stop(proc)  # it would run unrecorded
+        raise
+    return proc
+
+
+def _track(session: int, started: int | None) -> None:
+    """List a session with the keeper (started: its start time) or take it off (None)."""
+    global _keeper
+    with _keeper_lock:
+        if started is None:
+            _live.pop(session, None)
+        else:
+            _live[session] = started
+        line = f"+ {session} {started}\n" if started is not None else f"- {session}\n"
+        for _ in (1, 2):
+            if _keeper_alive():
+                line = "".join(f"+ {s} {t}\n" for s, t in _live.items())  # a new keeper gets the whole list
+            if _keeper is None:
+                return
+            try:
+                _keeper.stdin.write(line.encode())
+                _keeper.stdin.flush()
+                return
+            except OSError:  # it was killed since
+                _keeper = None
+
+
+def _keeper_alive() -> bool:
+    """Start the keeper when there is none (first program, or it was killed; the caller holds the lock): True
+    when this call started it."""
+    global _keeper
+    if _keeper is not None and _keeper.poll() is None:
+        return False
+    # Through the saved Popen: the keeper is not one of the programs a caller asked for (tests count those).
+    try:
+        _keeper = _KEEPER_POPEN([sys.executable, "-I", "-S", keeper.__file__], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        return True
+    except OSError as err:
+        _keeper = None
+        log.warning("cannot start the keeper (%s): programs may outlive a killed rdna1-kmgr", err)
+        return False
+
+
+_KEEPER_POPEN = subprocess.Popen
+
+
+def _ended(session: int) -> None:
+    """The program is done; once nothing is left in its session, the keeper need not stop it."""
+    if session in _live and not session_members(session):
+        _track(session, None)
 
 
 # --- internals ---------------------------------------------------------------------------------------------
@@ -349,7 +420,7 @@ def session_members(session: int) -> list[int]:
 def _start(argv: list[str], what: str, error: type[KmgrError], hint: str | None, **popen) -> subprocess.Popen:
     """Start argv in a session of its own (so stopping it stops its children); a missing program is `error`."""
     try:
-        return subprocess.Popen(argv, start_new_session=True, **popen)
+        return _popen(argv, **popen)
     except OSError as err:
         raise error(f"{what}: cannot run {argv[0]}: {err.strerror}", hint or f"install {Path(argv[0]).name}") from None
 
@@ -370,8 +441,13 @@ class _Watchdog:
         stop(proc)
 
     def cancel(self) -> None:
+        """Disarm it; when it has fired, wait until its stop is over. The caller's pipes reach their end as the
+        program's processes close them on their way out, before they are dead: returning then would report a
+        timeout while a child is still running (the flaky test saw it in state R)."""
         if self._timer is not None:
             self._timer.cancel()
+            if self.fired:
+                self._timer.join()
 
 
 class _Ticker:
