@@ -9,6 +9,7 @@ from rdna1_kmgr.commands.boot_guard import boot_check, confirm, retry
 from rdna1_kmgr.commands.build import build
 from rdna1_kmgr.commands.detect import detect
 from rdna1_kmgr.commands.doctor import doctor
+from rdna1_kmgr.commands.experiment import experiment
 from rdna1_kmgr.commands.follow import follow
 from rdna1_kmgr.commands.hooks import hooks
 from rdna1_kmgr.commands.install import install
@@ -40,6 +41,6 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-for command in (detect, doctor, render, quirks, build, keys, vmtest, install, confirm, retry, boot_check, rollback,
+for command in (detect, doctor, experiment, render, quirks, build, keys, vmtest, install, confirm, retry, boot_check, rollback,
                 status, profile, follow, hooks):
     main.add_command(command)

@@ -2,13 +2,16 @@
 recorded, and the smallest passing cell recommended.
 
 Masks come from the quirk catalog (kmod/quirks/*/quirk.toml): 0, each quirk's bit alone, all of them.
-Profiles come from userspace/profiles.toml. A cell is judged from the guest's facts (qemu/guest/matrix.py):
+Profiles come from userspace/profiles.toml. A cell is judged from the guest's facts (qemu/guest/matrix.py)
+with the outcomes the host experiment uses too (cell_outcomes.py):
 
     pass    every workload case within tolerance of the CPU
     wrong   the workload ran and some case is off (max error shown)
-    crash   the module did not load, or the workload died (a HIP error, a signal) without a report
+    crash   the module did not load, or the workload died (a signal) without a report
     hang    the cell's time limit ran out (in the guest, or the whole VM stopped answering)
     not-run the workload could not start (no torch with a GPU in the guest): no verdict on the board
+    and a failure's own kind when its text names one (not-applicable, invalid-device-function,
+    kernel-image-invalid, queue-failed, memory-fault)
 
 `run` drives batches: one VM runs cells until one leaves the GPU suspect, then a fresh VM takes the rest.
 """
@@ -25,8 +28,9 @@ from rdna1_kmgr.core.files import fsync_dir
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import profiles as profile_data
+from rdna1_kmgr.vm import cell_outcomes
 
-OUTCOMES = ("pass", "wrong", "crash", "hang", "not-run")
+OUTCOMES = cell_outcomes.NAMES
 
 
 @dataclass(frozen=True)
@@ -99,14 +103,18 @@ def classify(cell: Cell, entry: dict | None, vm_ended: str | None, attempt: int 
     if last.get("rc") is None and "timed out" in (last.get("output") or ""):
         return CellResult(cell, "hang", f"the workload {last['output']}", seconds=seconds, attempt=attempt)
     if isinstance(report, dict) and "error" in report:
-        kind = "not-run" if last.get("rc") == 3 else "crash"
+        kind = "not-run" if last.get("rc") == 3 else cell_outcomes.from_text(report["error"]) or "crash"
         return CellResult(cell, kind, report["error"], seconds=seconds, attempt=attempt)
     if not isinstance(report, dict) or "cases" not in report:
-        return CellResult(cell, "crash", f"the workload exited {last.get('rc')} without a report: "
+        kind = cell_outcomes.from_text(last.get("output") or "") or "crash"
+        return CellResult(cell, kind, f"the workload exited {last.get('rc')} without a report: "
                           f"{_last(last.get('output'))}", seconds=seconds, attempt=attempt)
     cases = report["cases"]
-    worst = max((c.get("max_abs_err", 0.0) for c in cases), default=0.0)
+    worst = max((c.get("max_abs_err") or 0.0 for c in cases), default=0.0)
     bad = [c for c in cases if not c.get("ok")]
+    failed = cell_outcomes.from_cases(cases)
+    if failed is not None and failed[0] != "wrong":
+        return CellResult(cell, failed[0], f"{failed[1]['case']}: {failed[1].get('error', '')}", worst, seconds, attempt)
     unload = entry.get("unload")
     if unload is not None and unload.get("rc") != 0:
         return CellResult(cell, "crash", f"rmmod failed after the workload: {_last(unload.get('output'))}",

@@ -55,7 +55,7 @@ def run(spec: str, built: BuiltModule, release: str | None, accel: str, cell_tim
     pre = passthrough.preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
     release = user_input.kernel_release(release or built.kernel)
     kernel = guest_kernel.locate(release, fetch=fetch)
-    workload = {"args": ["--sweep", "matrix"]}
+    workload = {"args": ["--sweep", "experiment"]}  # the host experiment's workload too
     cells = built_cells(built)
     base_env = installed_environment(invoking_home())
     report(f"experiment: {len(cells)} cells on {bdf}, {cell_timeout:.0f} s each at most")

@@ -9,7 +9,7 @@ import rdna1_kmgr
 PACKAGE = Path(rdna1_kmgr.__file__).parent
 # The flow, earliest first (userspace: the user-space profiles as data, beside the quirk catalog). commands/
 # and cli.py sit on top of every stage.
-STAGES = ["core", "host", "source", "render", "userspace", "modbuild", "vm", "install", "follow", "doctor", "commands"]
+STAGES = ["core", "host", "source", "render", "userspace", "modbuild", "vm", "install", "follow", "doctor", "experiment", "commands"]
 MAX_LINES = 520
 
 

@@ -1,0 +1,158 @@
+"""The experiment's answer: one table (text, JSON, an HTML page with the grid coloured by outcome) and the
+smallest change that passes. Host cells and the VFIO matrix's cells become the same rows.
+
+The smallest change: fewest things the owner changes (nothing; a profile or a line of code; both), then the
+profile file's order (the one that changes least first), then the backend's (PyTorch's default first).
+Experiment controls (profiles marked experiment_only) are never recommended: they are there to compare.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.core.paths import state_dir
+from rdna1_kmgr.experiment.cell_run import HostResult
+from rdna1_kmgr.install.journal import make_dirs, write_durably
+from rdna1_kmgr.userspace import profiles as profile_data
+from rdna1_kmgr.vm import cell_outcomes
+from rdna1_kmgr.vm.experiment import CellResult
+
+LATEST = "host-latest.json"
+
+
+@dataclass(frozen=True)
+class Row:
+    cell: str
+    kernel: str  # "as running" on the host; the quirk mask in the VFIO matrix
+    profile: str
+    backend: str
+    outcome: str
+    stopped_at: str  # "stage: case", or "-"
+    max_error: float | None
+    seconds: float | None
+    detail: str
+
+
+def host_row(result: HostResult) -> Row:
+    where = f"{result.stage}: {result.case}" if result.stage and result.case else (result.stage or "-")
+    return Row(result.cell.id, "as running", result.cell.profile.name, result.cell.backend.name, result.outcome,
+               where, result.max_error, result.seconds, result.detail)
+
+
+def vm_row(result: CellResult) -> Row:
+    kernel = f"0x{result.cell.mask:x} {' '.join(result.cell.quirks) or 'stock'}"
+    return Row(result.cell.id, kernel, result.cell.profile.name, cell_outcomes.DEFAULT_BACKEND, result.outcome, "-",
+               result.max_error, result.seconds, result.detail)
+
+
+def table(rows: list[Row]) -> list[str]:
+    lines = [f"{'cell':34} {'kernel':14} {'result':24} {'stopped at':38} {'max error':>9} {'time':>8}"]
+    for r in rows:
+        error = f"{r.max_error:.2e}" if r.max_error is not None else "-"
+        seconds = f"{r.seconds:.1f} s" if r.seconds is not None else "-"
+        lines.append(f"{r.cell:34} {r.kernel:14} {r.outcome:24} {r.stopped_at[:38]:38} {error:>9} {seconds:>8}")
+    counts = {o: sum(r.outcome == o for r in rows) for o in cell_outcomes.NAMES}
+    lines.append("counts: " + ", ".join(f"{n} {o}" for o, n in counts.items() if n))
+    return lines
+
+
+def recommend(results: list[HostResult]) -> HostResult | None:
+    order = list(profile_data.load())
+    backends = list(cell_outcomes.BACKENDS)
+    passing = [r for r in results if r.outcome == "pass" and not r.cell.profile.experiment_only]
+    if not passing:
+        return None
+    return min(passing, key=lambda r: (r.cell.changes, order.index(r.cell.profile.name) if r.cell.profile.name in order
+                                       else len(order), backends.index(r.cell.backend.name)))
+
+
+def recommendation(best: HostResult | None, results: list[HostResult]) -> list[str]:
+    controls = sorted({r.cell.id for r in results if r.outcome == "pass" and r.cell.profile.experiment_only})
+    tail = [f"(controls that passed, never recommended: {', '.join(controls)})"] if controls else []
+    if best is None:
+        return ["no user-space cell passed: no profile or backend setting made Conv2d right with this PyTorch and "
+                "this kernel. Next: the kernel axis (quirk masks, amdgpu parameters) - `rdna1-kmgr vm-test --gpu "
+                "auto --matrix` on a host with a second GPU; as trial boots on this desktop it is not built yet"] + tail
+    cell = best.cell
+    if cell.changes == 0:
+        return [f"nothing to change: {cell.id} passes, your system as it is with PyTorch's defaults"] + tail
+    lines = [f"smallest change that passes: {cell.id}"]
+    if not cell.profile.changes_nothing:
+        lines.append(f"  sudo rdna1-kmgr experiment apply      # installs profile {cell.profile.name}, journaled "
+                     f"(= profile install {cell.profile.name})")
+    if cell.backend.code:
+        lines.append(f"  in your program, after `import torch`: {cell.backend.code}")
+    return lines + tail
+
+
+def html_page(rows: list[Row], title: str, lines: list[str]) -> str:
+    """The grid: a row per profile, a column per kernel and backend, each square coloured by outcome."""
+    columns = list(dict.fromkeys((r.kernel, r.backend) for r in rows))
+    profiles = list(dict.fromkeys(r.profile for r in rows))
+    at = {(r.profile, r.kernel, r.backend): r for r in rows}
+    esc = html.escape
+    head = "".join(f"<th>{esc(k)}<br>{esc(b)}</th>" for k, b in columns)
+    body = []
+    for profile in profiles:
+        squares = []
+        for kernel, backend in columns:
+            r = at.get((profile, kernel, backend))
+            if r is None:
+                squares.append("<td></td>")
+                continue
+            colour = cell_outcomes.BY_NAME.get(r.outcome, cell_outcomes.BY_NAME["crash"]).colour
+            squares.append(f'<td style="background:{colour}" title="{esc(r.detail)}"><b>{esc(r.outcome)}</b>'
+                           f"<br><small>{esc(r.stopped_at)}</small></td>")
+        body.append(f"<tr><th>{esc(profile)}</th>{''.join(squares)}</tr>")
+    legend = "".join(f'<li><span style="background:{o.colour}">&nbsp;&nbsp;&nbsp;</span> <b>{o.name}</b>: '
+                     f"{esc(o.meaning)}</li>" for o in cell_outcomes.OUTCOMES)
+    text = esc("\n".join(lines))
+    return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>" + esc(title) + "</title><style>"
+            "table{border-collapse:collapse}td,th{border:1px solid #888;padding:4px 8px;text-align:center}"
+            "</style></head><body><h1>" + esc(title) + "</h1><table><tr><th>profile</th>" + head + "</tr>"
+            + "".join(body) + "</table><pre>" + text + "</pre><ul>" + legend + "</ul></body></html>\n")
+
+
+def experiments_dir() -> Path:
+    return state_dir() / "experiments"
+
+
+def new_run_dir() -> Path:
+    """experiments/host-<time>/, created (a HostError in one line when the state folder is not writable)."""
+    folder = experiments_dir() / f"host-{time.strftime('%Y%m%dT%H%M%S')}"
+    try:
+        make_dirs(folder)
+        (folder / "cells").mkdir(exist_ok=True)
+    except OSError as err:
+        raise HostError(f"cannot write the experiment's results under {folder}: {err.strerror}",
+                        "run as root (sudo), or point RDNA1_KMGR_STATE at a folder you may write") from None
+    return folder
+
+
+def write(folder: Path, results: list[HostResult], best: HostResult | None, context: dict) -> dict:
+    """record.json and table.html in the run's folder, and experiments/host-latest.json (each atomically)."""
+    rows = [host_row(r) for r in results]
+    lines = table(rows) + [""] + recommendation(best, results)
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "host", **context,
+              "cells": [r.to_json() for r in results],
+              "counts": {o: sum(r.outcome == o for r in results) for o in cell_outcomes.NAMES},
+              "recommended": best.to_json() if best else None, "answer": recommendation(best, results),
+              "folder": str(folder), "html": str(folder / "table.html")}
+    page = html_page(rows, f"rdna1-kmgr experiment {record['time']}", lines)
+    write_durably(folder / "table.html", page.encode())
+    data = (json.dumps(record, indent=1) + "\n").encode()
+    write_durably(folder / "record.json", data)
+    write_durably(experiments_dir() / LATEST, data)
+    return record
+
+
+def read_latest() -> dict | None:
+    try:
+        return json.loads((experiments_dir() / LATEST).read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,63 @@
+"""The owner's PyTorch the cells run: `--python PATH`, else the first ROCm build doctor finds (venvs and conda
+under the user's home, the system's site-packages); checked by running it once before any cell."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdna1_kmgr.core import runner
+from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.doctor import torch_builds
+
+PROBE = ("import json, torch; print(json.dumps({'torch': torch.__version__, "
+         "'hip': getattr(torch.version, 'hip', None), 'cuda': getattr(torch.version, 'cuda', None)}))")
+
+
+@dataclass(frozen=True)
+class OwnerPython:
+    path: str
+    torch: str
+    hip: str | None
+
+
+def default(sysroot: Path, home: Path | None) -> str:
+    """The interpreter of the first PyTorch with HIP that doctor finds."""
+    sites = torch_builds.sites_of(sysroot, home, [])
+    builds = [b for b in torch_builds.find(sites, ("gfx1010",)) if b.hip]
+    for build in builds:
+        python = interpreter_of(build.site)
+        if python is not None:
+            return str(python)
+    raise UsageError(f"no PyTorch for ROCm found ({len(sites)} site-packages folders read, as doctor reads them)",
+                     "give --python PATH: the python of the venv that holds your ROCm PyTorch")
+
+
+def interpreter_of(site: Path) -> Path | None:
+    """<venv>/lib/python3.X/site-packages -> <venv>/bin/python3; the system's -> /usr/bin/python3.X."""
+    root = site.parent.parent.parent
+    for candidate in (root / "bin" / "python3", root / "bin" / "python", root / "bin" / site.parent.name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def check(path: str, env: dict[str, str]) -> OwnerPython:
+    """Run it once: a Python that has a torch that can use an AMD GPU (HIP), or a UsageError in one line."""
+    if not Path(path).is_file():
+        raise UsageError(f"--python {path!r} is not a file", "give the python of the venv that holds your PyTorch")
+    try:
+        result = runner.run([path, "-c", PROBE], timeout=300, check=False, env=env, doing=f"{path} -c 'import torch'")
+    except HostError as err:
+        raise UsageError(f"--python {path!r} cannot be run: {err.what}", "give a python3 interpreter") from None
+    lines = [line for line in str(result.stdout).splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise UsageError(f"--python {path!r} is not a Python with torch ({result.last_error_line()})",
+                         "give the python of the venv that holds your PyTorch")
+    facts = json.loads(lines[-1])
+    if not facts.get("hip"):
+        kind = f"a CUDA {facts['cuda']} build" if facts.get("cuda") else "a CPU-only build"
+        raise UsageError(f"torch {facts['torch']} of {path} is {kind} (no HIP): it cannot use the board",
+                         "give --python of a ROCm PyTorch with gfx1010 code (see `rdna1-kmgr doctor`)")
+    return OwnerPython(path, facts["torch"], facts["hip"])
