@@ -293,6 +293,7 @@ def run_experiment(torch, device, args) -> dict:
               "tolerance": {"rtol": RTOL, "atol": ATOL, "dtype": "float32", "float16": [HALF_RTOL, HALF_ATOL]},
               "versions": versions(torch, device), "cases": [], "stages": [], "stopped_at": None}
     events.say(event="versions", **report["versions"])
+    import torch.optim  # noqa: F401 - seconds of imports (torch._dynamo): not the batchnorm case's time
     for stage, cases in experiment_stages(torch, args.sweep == "experiment-quick"):
         stage_ok = True
         for name, case in cases:

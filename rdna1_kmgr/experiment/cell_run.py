@@ -34,6 +34,7 @@ EVENT = "@@rdna1-kmgr "  # the workload's event lines (qemu/guest/conv2d.py)
 RESET_FAILED = re.compile(r"GPU reset\(\d+\) failed|GPU reset failed|GPU Recovery Failed|ASIC reset failed|"
                           r"failed to (?:reset|recover) (?:the )?GPU", re.I)
 RING = re.compile(r"ring \S+ timeout", re.I)
+STARTUP = 120.0  # seconds before the first case: the interpreter, torch and the ROCm libraries load
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ class Monitor:
             if any(RESET_FAILED.search(line) for line in self.log_lines):
                 self.stopped = "reset-failed"
                 return True
-        if now - self.progress_at > self.limits.case:
+        limit = self.limits.case if self.case is not None else max(self.limits.case, STARTUP)
+        if now - self.progress_at > limit:
             self.stopped = "hang"
             return True
         return False
@@ -157,7 +159,9 @@ def classify(ended: runner.Outcome, monitor: Monitor, report: dict | None, text:
     """(outcome, detail, stage, case, max error): the kernel log first (the GPU itself hung), then the time
     limits, then the failure's own text, then the numbers."""
     cases = (report or {}).get("cases") or []
-    worst = max((c["max_abs_err"] for c in cases if c.get("max_abs_err") is not None), default=None)
+    # float32 cases only: float16's errors are of another scale (the report has each case's own)
+    worst = max((c["max_abs_err"] for c in cases if c.get("max_abs_err") is not None and c.get("stage") != "fp16"),
+                default=None)
     where = monitor.stage, monitor.case
     if monitor.stopped == "reset-failed":
         line = next(line for line in log_lines if RESET_FAILED.search(line))
@@ -165,7 +169,9 @@ def classify(ended: runner.Outcome, monitor: Monitor, report: dict | None, text:
     rings = [line for line in log_lines if RING.search(line)]
     if rings or log_lines:
         kind = "ring-timeout" if rings else "gpu-reset"
-        return kind, f"kernel log during the cell: {(rings or log_lines)[0]}", *where, worst
+        # A workload that went on to its end cannot say which case the GPU hung in; one that did not stopped there.
+        at = (None, None) if report is not None and report.get("ok") else where
+        return kind, f"kernel log during the cell: {(rings or log_lines)[0]}", *at, worst
     if monitor.stopped == "hang" or ended.timed_out:
         limit = f"{limits.case:g} s without progress" if monitor.stopped == "hang" else f"the cell's {limits.cell:g} s"
         return "hang", (f"killed after {limit} in {monitor.case or 'start-up'} ({monitor.beats} heartbeats, MIOpen "

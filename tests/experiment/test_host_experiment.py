@@ -1,0 +1,244 @@
+"""`rdna1-kmgr experiment` on the host, for real: a real PyTorch (the CPU build) runs the real workload
+(qemu/guest/conv2d.py --sweep experiment-quick) in a fresh process per cell, and a stand-in device
+(standin/sitecustomize.py on the cell's PYTHONPATH) makes each scripted cell pass, compute wrong numbers,
+raise or abort with each error class, hang (with a child process), compile for longer than the case limit
+while MIOpen's cache grows, or leave ring-timeout / failed-reset lines in a fake kernel log (the fixture
+sysroot's dev/kmsg). Every expectation below comes from the script, not from the code under test.
+
+The torch: RDNA1_KMGR_TORCH_PYTHON, else a venv made once in the persistent test cache."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import persistent_cache_root
+from rdna1_kmgr.cli import main
+from sysfs_fixtures import no_gpu, rx5600xt
+
+STANDIN = Path(__file__).parent / "standin"
+TORCH = "torch==2.13.0"
+CASE_LIMIT = 6  # seconds without progress; the stand-in's compilation takes 15 s, its hang forever
+
+RING = "ring comp_1.0.0 timeout"
+SCRIPT = {  # --backend miopen, every profile: one cell each
+    "as-installed/miopen": {"do": "wrong", "at": "conv2d k=3"},
+    "no-override/miopen": {"do": "raise", "at": "smoke", "message": "HIP error: invalid device function"},
+    "find-fast/miopen": {"do": "raise", "at": "smoke", "message": "HIP error: device kernel image is invalid"},
+    "conv-gemm/miopen": {"do": "abort", "at": "smoke", "message": "hip runtime: HSA_STATUS_ERROR_OUT_OF_RESOURCES: "
+                         "The runtime failed to allocate the necessary resources."},
+    "conv-direct/miopen": {"do": "abort", "at": "conv2d k=5", "message": "Memory access fault by GPU node-1 (Agent "
+                           "handle: 0x55d0c0) on address 0x7f0000. Reason: Page not present or supervisor privilege."},
+    "no-winograd/miopen": {"do": "hang", "at": "conv2d k=7"},
+    "no-asm/miopen": {"do": "ring", "at": "conv2d k=1"},
+    "deprecated-solvers/miopen": {"do": "compile", "at": "conv2d k=1", "steps": 30},
+    "override-1030/miopen": {"do": "pass"},
+    "small-bar/miopen": {"do": "raise", "at": "conv2d depthwise",
+                         "message": "miopenStatusUnknownError: No suitable algorithm was found to execute the "
+                                    "required convolution"},
+}
+EXPECTED = {
+    "as-installed/miopen": ("wrong", "conv2d"), "no-override/miopen": ("invalid-device-function", "smoke"),
+    "find-fast/miopen": ("kernel-image-invalid", "smoke"), "conv-gemm/miopen": ("queue-failed", "smoke"),
+    "conv-direct/miopen": ("memory-fault", "conv2d"), "no-winograd/miopen": ("hang", "conv2d"),
+    "no-asm/miopen": ("ring-timeout", None), "deprecated-solvers/miopen": ("pass", None),
+    "override-1030/miopen": ("pass", None), "small-bar/miopen": ("not-applicable", "variants"),
+}
+
+
+def _has_torch(python: Path) -> bool:
+    return python.is_file() and subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> str:
+    named = os.environ.get("RDNA1_KMGR_TORCH_PYTHON")
+    if named:
+        return named
+    root = persistent_cache_root()
+    venv = root / "torch-venv-2.13.0"
+    python = venv / "bin" / "python"
+    with open(root / "torch-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # sessions share it; one makes it
+        if not _has_torch(python):
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            made = subprocess.run([str(python), "-m", "pip", "install", "-q", TORCH], capture_output=True, text=True)
+            if made.returncode != 0:
+                pytest.skip(f"cannot install {TORCH} ({made.stderr.strip().splitlines()[-1:]}); set "
+                            "RDNA1_KMGR_TORCH_PYTHON to a Python with torch")
+    return str(python)
+
+
+@pytest.fixture
+def bench(tmp_path, monkeypatch):
+    """A fixture desktop with the board, its kernel log a plain file, the state in tmp, the stand-in on the path."""
+    tree = rx5600xt(tmp_path / "sysroot").kmsg("amdgpu 0000:0a:00.0: amdgpu: SMU is initialized successfully!")
+    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("RDNA1_KMGR_ROOT", str((tmp_path / "root").resolve()))
+    (tmp_path / "root").mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(STANDIN))
+
+    def script(cells: dict) -> Path:
+        path = tmp_path / "standin.json"
+        path.write_text(json.dumps({"kmsg": str(tree.root / "dev/kmsg"), "log": str(tmp_path / "standin.log"),
+                                    "cells": cells}))
+        monkeypatch.setenv("STANDIN_SCRIPT", str(path))
+        return path
+
+    def seen() -> list[dict]:
+        log = tmp_path / "standin.log"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    return {"sysroot": str(tree.root), "script": script, "seen": seen, "tmp": tmp_path}
+
+
+def experiment(bench, python, *args):
+    return CliRunner().invoke(main, ["experiment", "--python", python, "--sysroot", bench["sysroot"], "--quick",
+                                     "--case-timeout", str(CASE_LIMIT), "--cell-timeout", "300", *args])
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_every_outcome_class_from_the_scripted_cells(bench, torch_python):
+    bench["script"](SCRIPT)
+    result = experiment(bench, torch_python, "--backend", "miopen", "--json")
+    assert result.exit_code == 0, result.output
+    assert "the screen may freeze" in result.stderr
+    record = json.loads(result.stdout)
+    cells = {c["cell"]: c for c in record["cells"]}
+    assert list(cells) == list(SCRIPT)  # every profile, the file's order
+    for cell, (outcome, stage) in EXPECTED.items():
+        assert (cells[cell]["outcome"], cells[cell]["stage"]) == (outcome, stage), cells[cell]
+    assert cells["as-installed/miopen"]["case"].startswith("conv2d k=3")
+    assert cells["conv-direct/miopen"]["case"].startswith("conv2d k=5")
+    assert cells["small-bar/miopen"]["case"].startswith("conv2d depthwise")
+    assert "No suitable algorithm" in cells["small-bar/miopen"]["detail"]
+    assert "signal 6" in cells["conv-direct/miopen"]["detail"]  # ROCr aborts after a fault
+    assert RING in cells["no-asm/miopen"]["kernel_log"][0]
+    # The hang: killed after the case limit with the child it started (its whole process group).
+    hang = cells["no-winograd/miopen"]
+    assert hang["case"].startswith("conv2d k=7") and f"{CASE_LIMIT} s without progress" in hang["detail"]
+    assert hang["seconds"] < 60 and hang["heartbeats"] >= CASE_LIMIT - 1
+    children = [e["child"] for e in bench["seen"]() if e.get("event") == "hang"]
+    assert len(children) == 1 and not alive(children[0])
+    # The compilation: 15 s with no new case, over twice the limit, but MIOpen's cache grew: no hang.
+    slow = cells["deprecated-solvers/miopen"]
+    assert slow["seconds"] > 2 * CASE_LIMIT and slow["heartbeats"] >= 2 * CASE_LIMIT
+    # Versions per cell, from the workload.
+    assert slow["versions"]["hip"] == "7.1.52802-standin" and slow["versions"]["miopen"] == 3005000
+    assert slow["versions"]["torch"].startswith("2.13.0")
+    # The answer: the control override-1030 passed too, but the smallest installable change is the profile.
+    assert record["recommended"]["cell"] == "deprecated-solvers/miopen"
+    assert any("override-1030/miopen" in line for line in record["answer"])
+    assert record["counts"]["pass"] == 2 and record["counts"]["hang"] == 1
+
+
+def test_each_cell_has_its_own_miopen_caches_and_its_profile(bench, torch_python):
+    bench["script"]({})
+    result = experiment(bench, torch_python, "--backend", "miopen", "--profile", "as-installed", "--profile",
+                        "conv-gemm", "--profile", "deprecated-solvers")
+    assert result.exit_code == 0, result.output
+    starts = {e["cell"]: e for e in bench["seen"]() if e.get("event") == "start"}
+    assert set(starts) == {"as-installed/miopen", "conv-gemm/miopen", "deprecated-solvers/miopen"}
+    folders = {Path(e["db"]).parent for e in starts.values()} | {Path(e["cache"]).parent for e in starts.values()}
+    assert len(folders) == 3  # one folder per cell holds both caches
+    state = bench["tmp"] / "state" / "experiments"
+    for cell, start in starts.items():
+        assert start["db_before"] == [] and start["cache_before"] == []  # nothing leaked in from another cell
+        assert Path(start["db"]).is_relative_to(state)
+        assert os.listdir(start["db"]) == [f"gfx1010_18.{cell.replace('/', '--')}.udb.txt"]
+    assert starts["conv-gemm/miopen"]["env"]["MIOPEN_DEBUG_CONV_WINOGRAD"] == "0"
+    assert "MIOPEN_DEBUG_CONV_DIRECT" not in starts["conv-gemm/miopen"]["env"]
+    assert starts["deprecated-solvers/miopen"]["env"]["MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS"] == "1"
+    assert "table:" in result.stdout and "smallest change" not in result.stdout
+    assert "nothing to change: as-installed/miopen passes" in result.stdout
+
+
+def test_backends_reach_the_workload_and_apply_installs_the_answer(bench, torch_python, tmp_path):
+    bench["script"]({"as-installed/miopen": {"do": "wrong", "at": "smoke"},
+                     "no-override/miopen": {"do": "wrong", "at": "smoke"},
+                     "no-override/miopen-benchmark": {"do": "pass"},
+                     "as-installed/miopen-benchmark": {"do": "raise", "at": "smoke",
+                                                       "message": "HIP error: invalid device function"},
+                     "as-installed/no-miopen": {"do": "pass"}, "no-override/no-miopen": {"do": "pass"}})
+    result = experiment(bench, torch_python, "--profile", "as-installed", "--profile", "no-override")
+    assert result.exit_code == 0, result.output
+    starts = {e["cell"]: (e["cudnn"], e["benchmark"]) for e in bench["seen"]() if e.get("event") == "start"}
+    assert starts["as-installed/miopen"] == (True, False) and starts["no-override/miopen-benchmark"] == (True, True)
+    assert starts["no-override/no-miopen"] == (False, False)
+    # One change each (a line of code, or a profile); the profile file's order breaks the tie.
+    assert "smallest change that passes: as-installed/no-miopen" in result.stdout
+    assert "torch.backends.cudnn.enabled = False" in result.stdout
+    page = Path(json.loads((bench["tmp"] / "state/experiments/host-latest.json").read_text())["html"]).read_text()
+    assert page.count("<tr><th>") == 1 + 2 and "#4caf50" in page and "invalid-device-function" in page  # header, 2 profiles
+
+    dry = CliRunner().invoke(main, ["experiment", "apply", "--cell", "no-override/miopen-benchmark", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "install the user-space profile no-override" in dry.stdout and "benchmark = True" in dry.stdout
+    root = Path(os.environ["RDNA1_KMGR_ROOT"])
+    assert not (root / "etc").exists()  # the dry run changed nothing
+    done = CliRunner().invoke(main, ["experiment", "apply", "--cell", "no-override/miopen-benchmark"])
+    assert done.exit_code == 0, done.output
+    assert "unset HSA_OVERRIDE_GFX_VERSION" in (root / "etc/profile.d/rdna1-kmgr.sh").read_text()
+    assert (bench["tmp"] / "state/journal/profile/journal.jsonl").is_file()
+    refused = CliRunner().invoke(main, ["experiment", "apply", "--cell", "as-installed/miopen"])
+    assert refused.exit_code == 2 and "did not pass" in refused.stderr
+
+
+def test_a_failed_gpu_reset_stops_the_experiment_and_says_what_to_do(bench, torch_python):
+    bench["script"]({"as-installed/miopen": {"do": "reset-failed", "at": "smoke"}})
+    result = experiment(bench, torch_python, "--backend", "miopen", "--profile", "as-installed", "--profile",
+                        "no-override", "--case-timeout", "120")
+    assert result.exit_code == 6, result.output
+    assert "did not come back" in result.stderr and "power it off" in result.stderr
+    record = json.loads((bench["tmp"] / "state/experiments/host-latest.json").read_text())
+    assert [c["cell"] for c in record["cells"]] == ["as-installed/miopen"]  # the next cell never ran
+    cell = record["cells"][0]
+    assert cell["outcome"] == "gpu-reset" and cell["reset_failed"] and "GPU reset(1) failed" in cell["detail"]
+    assert cell["seconds"] < 60  # stopped when the log said so, not at the case limit
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--profile", "no-such"], "unknown profile 'no-such'"),
+    (["--cells", "nothing/*"], "--cells 'nothing/*' matches no cell"),
+    (["--python", "/nonexistent/python"], "is not a file"),
+])
+def test_bad_input_is_one_line_and_changes_nothing(bench, args, says):
+    result = CliRunner().invoke(main, ["experiment", "--sysroot", bench["sysroot"], "--python", sys.executable, *args])
+    assert result.exit_code == 2 and says in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (bench["tmp"] / "state").exists()
+
+
+def test_a_python_without_a_gpu_torch_is_refused(bench, torch_python, monkeypatch):
+    result = CliRunner().invoke(main, ["experiment", "--sysroot", bench["sysroot"], "--python", sys.executable])
+    assert result.exit_code == 2 and "is not a Python with torch" in result.stderr
+    monkeypatch.delenv("STANDIN_SCRIPT", raising=False)  # the plain CPU build, no stand-in
+    result = CliRunner().invoke(main, ["experiment", "--sysroot", bench["sysroot"], "--python", torch_python])
+    assert result.exit_code == 2 and "a CPU-only build (no HIP): it cannot use the board" in result.stderr
+    assert not (bench["tmp"] / "state").exists()
+
+
+def test_no_board_says_so_and_runs_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
+    tree = no_gpu(tmp_path / "sysroot")
+    result = CliRunner().invoke(main, ["experiment", "--sysroot", str(tree.root), "--python", sys.executable])
+    assert result.exit_code == 4 and "no RDNA1 board in this machine" in result.stderr
+    assert "nothing was run and nothing changed" in result.stderr
+    assert not (tmp_path / "state").exists()
