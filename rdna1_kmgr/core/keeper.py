@@ -7,8 +7,8 @@ sends a child its "parent death signal" (PR_SET_PDEATHSIG, the runner sets it). 
 direct child (update-initramfs, not the mkinitramfs under it; dkms, not its cp or make), and fires when the
 *thread* that started it ends. So the runner also starts this keeper once: a small process in a session of its
 own (a signal to the tool's process group does not reach it) reading a pipe that only the tool can write to.
-The tool writes `+ <session> <start time>` when a program starts and `- <session>` when it is done; when the
-pipe reaches its end the tool is gone, and the keeper stops what is still listed, whole session, SIGTERM (so
+The tool sends `+ <session> <start time>` (with the read ends of the program's output pipes) when a program
+starts and `- <session>` when it is done; when the channel reaches its end the tool is gone, and the keeper stops what is still listed, whole session, SIGTERM (so
 mkinitramfs and dkms run their own clean-up traps) then SIGKILL.
 
 If the keeper is killed too, the journal holds the same ids and the next run stops them (install/programs.py).
@@ -28,7 +28,7 @@ import logging
 import os
 import shlex
 import signal
-import sys
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,7 +39,10 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _listeners: list = []  # reporting_starts' listeners, innermost last
 _prctl = None
 
-GRACE = 3.0  # seconds between SIGTERM and SIGKILL: lets mkinitramfs and dkms remove their temporary files
+# Seconds between SIGTERM and SIGKILL. Longer than the runner's 3 s for a timeout: no one waits on a dead
+# tool, and mkinitramfs's exit trap removing its working tree (a whole module set) took more than 3 s on a
+# loaded 2-core machine, leaving it in /var/tmp when SIGKILL came first.
+GRACE = 10.0
 _POLL = 0.05
 
 
@@ -98,17 +101,22 @@ def still_running(session: int, started: int, boot: str | None = None) -> list[i
     return [pid for pid, since in _members(session) if since >= started]
 
 
-def stop_sessions(sessions: list[tuple[int, int]], grace: float = GRACE, wait: float = 10.0) -> list[int]:
+def stop_sessions(sessions: list[tuple[int, int]], grace: float = GRACE, wait: float = 10.0,
+                  drain: Callable[[], None] = lambda: None) -> list[int]:
     """Stop each recorded (session, start time) still running: SIGTERM to its group and members, SIGKILL to
-    what is left after `grace`, until none is left or `wait` runs out. The sessions that were running."""
+    what is left after `grace`, until none is left or `wait` runs out (`drain` called while it waits). The
+    sessions that were running."""
     running = [(s, t) for s, t in sessions if still_running(s, t)]
     _signal(running, signal.SIGTERM)
+    _signal(running, signal.SIGCONT)  # a stopped process acts on SIGTERM only once it runs again
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(still_running(s, t) for s, t in running):
+        drain()
         time.sleep(_POLL)
     deadline = time.monotonic() + wait
     while any(still_running(s, t) for s, t in running) and time.monotonic() < deadline:
         _signal(running, signal.SIGKILL)
+        drain()
         time.sleep(_POLL)
     return [s for s, _ in running]
 
@@ -194,15 +202,34 @@ def main() -> None:
     # The keeper outlives the tool on purpose, if only for a moment: no terminal signal may end it first.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
-    listed: dict[int, int] = {}
-    for line in sys.stdin.buffer:
-        fields = line.split()
+    # fd 0 is a SOCK_SEQPACKET socket: one message per program, with the read ends of its output pipes. Once
+    # the tool is gone the keeper is their reader: a program writing to a pipe no one reads dies of SIGPIPE
+    # before its clean-up trap runs (mkinitramfs left its working tree in /var/tmp so).
+    channel = socket.socket(fileno=0)
+    listed: dict[int, tuple[int, list[int]]] = {}
+    while True:
+        message, fds, _, _ = socket.recv_fds(channel, 256, 8)
+        if not message:
+            break  # the tool has ended, however it ended (the kernel closed its end)
+        fields = message.split()
         if len(fields) == 3 and fields[0] == b"+":
-            listed[int(fields[1])] = int(fields[2])
+            listed[int(fields[1])] = (int(fields[2]), fds)
         elif len(fields) == 2 and fields[0] == b"-":
-            listed.pop(int(fields[1]), None)
-    # The end of the pipe: the tool has ended, however it ended (the kernel closed its end).
-    stop_sessions(list(listed.items()))
+            for fd in listed.pop(int(fields[1]), (0, []))[1]:
+                os.close(fd)
+    outputs = [fd for _, fds in listed.values() for fd in fds]
+    for fd in outputs:
+        os.set_blocking(fd, False)
+
+    def drain() -> None:
+        for fd in outputs:
+            try:
+                while os.read(fd, 65536):
+                    pass
+            except OSError:  # nothing there now (EAGAIN)
+                pass
+
+    stop_sessions([(session, since) for session, (since, _) in listed.items()], drain=drain)
 
 
 if __name__ == "__main__":

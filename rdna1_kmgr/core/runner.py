@@ -12,10 +12,8 @@ Programs start in a session of their own, so a timeout or Ctrl-C stops the whole
 QEMU under vng), not only the first process: stopping signals the process group, then sweeps /proc for
 anything left in the session, and returns only once none of it is running.
 
-Programs also die with the tool, even a SIGKILLed one (core/keeper.py says how): each gets SIGTERM as its
-parent death signal, and the keeper stops every session still listed once the tool is gone. A journaled run
-hears of each program it starts (`reporting_starts`) to record its ids, and `stop_left_over` stops what an
-earlier, killed run left running when even the keeper could not.
+Programs also die with the tool, even a SIGKILLed one (core/keeper.py says how). A journaled run hears of each
+program (`reporting_starts`) to record its ids; `stop_left_over` stops what a killed run left running.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import select
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -346,7 +345,9 @@ Started, reporting_starts, stop_left_over = keeper.Started, keeper.reporting_sta
 
 
 _keeper_lock = threading.Lock()
+_KEEPER_POPEN = subprocess.Popen
 _keeper: subprocess.Popen | None = None
+_keeper_channel: socket.socket | None = None
 _live: dict[int, int] = {}  # session -> start time: this process's programs whose sessions still run
 
 
@@ -357,7 +358,7 @@ def _popen(argv: list[str], **popen) -> subprocess.Popen:
         _keeper_alive()  # before the program: a tool killed right after the fork still has its keeper
     proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=keeper.dies_with(os.getpid()), **popen)
     started = Started(proc.pid, keeper.start_time(proc.pid) or 0, keeper.boot_id(), tuple(argv))
-    _track(started.session, started.start_time)
+    _track(started.session, started.start_time, [f.fileno() for f in (proc.stdout, proc.stderr) if f is not None])
     try:
         keeper.report(started)
     except BaseException:
@@ -366,23 +367,24 @@ def _popen(argv: list[str], **popen) -> subprocess.Popen:
     return proc
 
 
-def _track(session: int, started: int | None) -> None:
-    """List a session with the keeper (started: its start time) or take it off (None)."""
+def _track(session: int, started: int | None, outputs: list[int] = ()) -> None:
+    """List a session with the keeper (started: its start time; outputs: the read ends of its pipes, which
+    the keeper reads once the tool is gone) or take it off (None)."""
     global _keeper
     with _keeper_lock:
         if started is None:
             _live.pop(session, None)
         else:
             _live[session] = started
-        line = f"+ {session} {started}\n" if started is not None else f"- {session}\n"
+        messages = [(f"+ {session} {started}" if started is not None else f"- {session}", list(outputs))]
         for _ in (1, 2):
-            if _keeper_alive():
-                line = "".join(f"+ {s} {t}\n" for s, t in _live.items())  # a new keeper gets the whole list
+            if _keeper_alive():  # a new keeper gets the whole list
+                messages = [(f"+ {s} {t}", list(outputs) if s == session else []) for s, t in _live.items()]
             if _keeper is None:
                 return
             try:
-                _keeper.stdin.write(line.encode())
-                _keeper.stdin.flush()
+                for text, fds in messages:
+                    socket.send_fds(_keeper_channel, [text.encode()], fds)
                 return
             except OSError:  # it was killed since
                 _keeper = None
@@ -391,21 +393,22 @@ def _track(session: int, started: int | None) -> None:
 def _keeper_alive() -> bool:
     """Start the keeper when there is none (first program, or it was killed; the caller holds the lock): True
     when this call started it."""
-    global _keeper
+    global _keeper, _keeper_channel
     if _keeper is not None and _keeper.poll() is None:
         return False
+    # Message boundaries (one per program, its pipes' fds with it), and the end seen when the tool's end closes.
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     # Through the saved Popen: the keeper is not one of the programs a caller asked for (tests count those).
     try:
-        _keeper = _KEEPER_POPEN([sys.executable, "-I", "-S", keeper.__file__], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        with ours, theirs:
+            _keeper = _KEEPER_POPEN([sys.executable, "-I", "-S", keeper.__file__], stdin=theirs.fileno(),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            _keeper_channel = ours.dup()
         return True
     except OSError as err:
         _keeper = None
         log.warning("cannot start the keeper (%s): programs may outlive a killed rdna1-kmgr", err)
         return False
-
-
-_KEEPER_POPEN = subprocess.Popen
 
 
 def _ended(session: int) -> None:

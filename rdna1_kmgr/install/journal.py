@@ -18,6 +18,7 @@ Records (field `kind`):
                 dirs (directories absent before that the step may create), undo (what is not a file)
     done        step
     commit      the install finished and was verified
+    program     session, start_time, boot_id, argv: a program the run started (install/journal_programs.py)
     rollback    a rollback started (reason)
     undone      step, of (the intent's seq): reversed; a rollback run again skips it
     rolled-back everything reversed; the journal then moves to history/

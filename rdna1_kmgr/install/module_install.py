@@ -36,7 +36,7 @@ from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file
-from rdna1_kmgr.install import boot_guard, initramfs, modprobe_conf, rollback
+from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback
 from rdna1_kmgr.install.install_gate import (
     Gate,
     InstallRefused,
@@ -401,6 +401,8 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
         raise UsageError("not confirmed", "nothing was changed; pass --yes to install without asking")
 
     with locked(f"install --kernel {kernel}"):
+        for line in journal_programs.stop_left_over(journal):  # a killed run's, before anything changes
+            stream.write(f"rdna1-kmgr: {line}\n")
         if _existing(journal, candidate) != existing:
             raise JournalError(f"the journal of {kernel} changed while this run was getting ready",
                                "run the command again; nothing was changed")
@@ -412,21 +414,26 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
                       parameters=candidate.parameters, certificate=str(cert), root=str(root.path),
                       boot_guard=guard.__dict__ if guard else None,
                       trees={"source": str(trees.source), "dkms": str(trees.dkms)})
-        for step in steps:
-            stream.write(f"rdna1-kmgr: {step.name}" + (f": {' '.join(step.command)}" if step.command else "") + "\n")
-            if step.name != "verify":
-                journal.record_intent(step.name, step.command, step.replaces, step.dirs, step.undo)
-            try:
-                step.run()
-            except BaseException as err:
-                _roll_back_failed(journal, step.name, err, stream)
-                raise _failure(step.name, err) from None
-            if step.name != "verify":
-                journal.append("done", step=step.name)
-            abort_point(step.name)
+        with journal_programs.recorded(journal):
+            _run_steps(journal, steps, stream)
         journal.append("commit", verified=verified)
     return {**summary, "dry_run": False, "verified": verified, "journal": str(journal.path),
             "next_boot": next_boot_text(candidate, verified, root, guard)}
+
+
+def _run_steps(journal: Journal, steps: list[Step], stream: TextIO) -> None:
+    for step in steps:
+        stream.write(f"rdna1-kmgr: {step.name}" + (f": {' '.join(step.command)}" if step.command else "") + "\n")
+        if step.name != "verify":
+            journal.record_intent(step.name, step.command, step.replaces, step.dirs, step.undo)
+        try:
+            step.run()
+        except BaseException as err:
+            _roll_back_failed(journal, step.name, err, stream)
+            raise _failure(step.name, err) from None
+        if step.name != "verify":
+            journal.append("done", step=step.name)
+        abort_point(step.name)
 
 
 def guard_settings(candidate: Candidate, root: TargetRoot,

@@ -23,7 +23,7 @@ from typing import Callable, TextIO
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.install import modprobe_conf
+from rdna1_kmgr.install import journal_programs, modprobe_conf
 from rdna1_kmgr.install.journal import (
     Journal,
     State,
@@ -111,11 +111,21 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
 
 def replay(journal: Journal, keep_build: bool, reason: str) -> list[str]:
     """Undo everything the journal records (the caller holds the lock); what was done, line by line."""
+    # First the programs a killed run left running: update-initramfs would otherwise write over the restore.
+    said = journal_programs.stop_left_over(journal)
     state = journal.state()
-    said = []
     if state.rolled_back:
         journal.archive()
-        return ["the journal was already rolled back; moved it to the history"]
+        return [*said, "the journal was already rolled back; moved it to the history"]
+    with journal_programs.recorded(journal):
+        said += _replay(journal, state, keep_build, reason)
+    history = journal.archive()
+    said.append(f"rolled back {journal.kernel}; journal kept as {history}")
+    return said
+
+
+def _replay(journal: Journal, state: State, keep_build: bool, reason: str) -> list[str]:
+    said = []
     journal.append("rollback", reason=reason, keep_build=keep_build)
     for step in reversed(state.steps):
         if step.undone:
@@ -138,8 +148,6 @@ def replay(journal: Journal, keep_build: bool, reason: str) -> list[str]:
         journal.append("rollback-step", step="depmod")
         abort_point("final-depmod")
     journal.append("rolled-back")
-    history = journal.archive()
-    said.append(f"rolled back {journal.kernel}; journal kept as {history}")
     return said
 
 

@@ -251,8 +251,10 @@ class FakeSystem:
                 if e.kernel == self.kernel]
 
     def journal_kinds(self) -> list[str]:
+        """The kinds of the journal's records, but for `program` (one per program a step started)."""
         path = self.state / "journal" / self.kernel / "journal.jsonl"
-        return [json.loads(line)["kind"] for line in path.read_text().splitlines()] if path.exists() else []
+        kinds = [json.loads(line)["kind"] for line in path.read_text().splitlines()] if path.exists() else []
+        return [kind for kind in kinds if kind != "program"]
 
 
 def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, with_initramfs: bool = True,
@@ -833,8 +835,10 @@ class RealSystem:
         return system_hash(Path("/"), self.kernel)
 
     def journal_kinds(self) -> list[str]:
+        """The kinds of the journal's records, but for `program` (one per program a step started)."""
         path = self.state / "journal" / self.kernel / "journal.jsonl"
-        return [json.loads(line)["kind"] for line in path.read_text().splitlines()] if path.exists() else []
+        kinds = [json.loads(line)["kind"] for line in path.read_text().splitlines()] if path.exists() else []
+        return [kind for kind in kinds if kind != "program"]
 
     def dkms_state(self) -> str | None:
         for entry in dkms.status(dkms.PACKAGE_NAME, dkms.Trees()):
