@@ -76,8 +76,8 @@ def _driver(board: PciDevice, sysroot: Path) -> Finding:
                        "ROCm needs cwsr-size (see queue)",
                        "if compute misbehaves, the cheap checks first: a PyTorch with this board's code (torch), "
                        "no HSA_OVERRIDE_GFX_VERSION (gfx-override), device access (access), the queue finding, "
-                       "then a small Conv2d on the host against the CPU; the passthrough experiment "
-                       "(`rdna1-kmgr vm-test --gpu auto --matrix`) only after those", facts)
+                       "then the experiment on the host (`rdna1-kmgr experiment`); the passthrough matrix "
+                       "(`rdna1-kmgr vm-test --gpu auto --matrix`, a second GPU) only after those", facts)
     facts["rdna1_quirks"] = mask
     return Finding("board", "ok", f"{name}: rdna1-kmgr amdgpu, rdna1_quirks=0x{mask:x} ({describe_mask(mask)})",
                    "the quirks in effect are the bits of this mask", "", facts)

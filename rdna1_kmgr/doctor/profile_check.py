@@ -33,8 +33,8 @@ def findings(sysroot: Path, home: Path | None) -> list[Finding]:
     result = []
     if not names and installed is None:
         result.append(Finding("profile", "info", "no rdna1-kmgr user-space profile installed", "",
-                              "find the one your board needs with `rdna1-kmgr vm-test --gpu auto --matrix`, then "
-                              "`rdna1-kmgr profile install NAME`", facts))
+                              "find what your board needs with `rdna1-kmgr experiment` (on this desktop, no "
+                              "reboot), then `rdna1-kmgr experiment apply`", facts))
     elif names == {installed} and None not in named.values():
         result.append(Finding("profile", "ok", f"profile {installed} installed ({', '.join(named)})",
                               profiles.get(installed).summary if installed in profiles.load() else "",
