@@ -437,7 +437,10 @@ def test_status_reports_the_install(system):
     }
     # the built module's verdict too (the same file DKMS installed), with when, how and what was checked
     assert k["built"] == [{"version": system.pristine.package.version, "sha256": system.pristine.module_sha256,
-                           "module": k["built"][0]["module"], "verdict": verdict_seen}]
+                           "module": k["built"][0]["module"], "verdict": verdict_seen,
+                           "quirks": k["built"][0]["quirks"]}]
+    # the build's manifest (write_series above) is on by default with 0x3 and names no left-out quirk
+    assert k["built"][0]["quirks"]["default_mask"] == 3 and k["built"][0]["quirks"]["left_out"] == []
     assert {"file": str(system.root / "etc/modprobe.d/rdna1-kmgr.conf"),
             "options": {"rdna1_quirks": "0x3"}} in k["parameters"]["modprobe.d"]
     assert status["certificate"]["path"] == str(system.pristine.keys.cert)
