@@ -36,23 +36,28 @@ def selftest_load(out: dict) -> dict:
     return next(s for s in result["steps"] if s["name"] == "insmod selftest")
 
 
-@pytest.mark.vm
-@pytest.mark.realbuild
-def test_the_selftest_covers_every_case_the_render_defines(built_module_61, guest_kernel_61, vm_env):
-    manifest_path = Path(built_module_61["package_source"]) / dkms.MANIFEST_NAME
-    # by path: the system's DKMS tree is shared, `--kernel` would take whichever build is newest
-    proc = rdna1_kmgr(["vm-test", "--module", built_module_61["module"], "--manifest", str(manifest_path),
-                       "--json"], vm_env)
+def passing_vm_test(built: dict, vm_env) -> tuple[dict, dict]:
+    """vm-test of a session build by path with its manifest (the system's DKMS tree is shared: `--kernel` would
+    take whichever build is newest); it must pass. (vm-test's JSON, the render manifest.)"""
+    manifest_path = Path(built["package_source"]) / dkms.MANIFEST_NAME
+    proc = rdna1_kmgr(["vm-test", "--module", built["module"], "--manifest", str(manifest_path), "--json"], vm_env)
     out = json.loads(proc.stdout)
     assert proc.returncode == 0, out.get("reason")
     manifest = json.loads(manifest_path.read_text())
-    # every row of every case table ran: coarse-mtype (each KFD allocation class, GEM_VA BO flags and asked
-    # types, compute and other VMs) and crat-mem (large/small BAR, debug_largebar)
+    # every row of every case table ran
     assert out["selftest"] == {"passed": manifest["selftest_cases"], "failed": 0,
                                "required": manifest["selftest_cases"]}
+    return out, manifest
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_the_selftest_covers_every_case_the_render_defines(built_module_61, guest_kernel_61, vm_env):
+    out, manifest = passing_vm_test(built_module_61, vm_env)
+    # coarse-mtype (each KFD allocation class, GEM_VA BO flags and asked types, compute and other VMs, the
+    # hand-written rows) and crat-mem (large/small BAR, debug_largebar)
     assert manifest["selftest_cases"] >= 80  # 6.1: 12 crat-mem, 65 KFD-allocation and 10 GEM_VA cases
     load = selftest_load(out)
-    # loaded without rdna1_quirks: the default mask, the bits with no known harm
     # loaded without rdna1_quirks: the default mask, cwsr-size only, which 6.1 leaves out (nothing to fix)
     assert load["after"]["parameters"]["rdna1_quirks"] == str(manifest["quirks_mask"]) == "0"
     assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"]
@@ -113,15 +118,8 @@ def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(built_module_6
 @pytest.mark.realbuild
 def test_the_612_selftest_runs_the_cwsr_size_cases_and_the_default_mask_is_cwsr_size(
         built_module_612, guest_kernel_612, vm_env):
-    manifest_path = Path(built_module_612["package_source"]) / dkms.MANIFEST_NAME
-    proc = rdna1_kmgr(["vm-test", "--module", built_module_612["module"], "--manifest", str(manifest_path),
-                       "--json"], vm_env)
-    out = json.loads(proc.stdout)
-    assert proc.returncode == 0, out.get("reason")
-    manifest = json.loads(manifest_path.read_text())
+    out, manifest = passing_vm_test(built_module_612, vm_env)
     assert "cwsr-size" in [q["id"] for q in manifest["quirks"]]
-    assert out["selftest"] == {"passed": manifest["selftest_cases"], "failed": 0,
-                               "required": manifest["selftest_cases"]}
     # 6.12: 12 crat-mem, 125 coarse-mtype, 14 cwsr-size (2 boards x 7: both layouts, a third size, bit off,
     # an unlisted board); at least the cwsr-size ones on top of what 6.12 had before
     assert manifest["selftest_cases"] >= 137 + 14
