@@ -8,10 +8,12 @@ direct child (update-initramfs, not the mkinitramfs under it; dkms, not its cp o
 *thread* that started it ends. So the runner also starts this keeper once: a small process in a session of its
 own (a signal to the tool's process group does not reach it) reading a pipe that only the tool can write to.
 The tool sends `+ <session> <start time>` (with the read ends of the program's output pipes) when a program
-starts and `- <session>` when it is done; when the channel reaches its end the tool is gone, and the keeper stops what is still listed, whole session, SIGTERM (so
-mkinitramfs and dkms run their own clean-up traps) then SIGKILL.
+starts and `- <session>` when it is done; when the channel reaches its end the tool is gone, and the keeper
+stops what is still listed, whole session, SIGTERM (so mkinitramfs and dkms run their own clean-up traps) then
+SIGKILL.
 
-If the keeper is killed too, the journal holds the same ids and the next run stops them (install/programs.py).
+If the keeper is killed too, the journal holds the same ids and the next run stops them
+(install/journal_programs.py).
 
 pid_max is 32768 on many machines: a pid is soon reused. A session is named by its leader's pid and that
 leader's start time (clock ticks since boot, /proc/PID/stat field 22), within one boot (its boot id). Linux
