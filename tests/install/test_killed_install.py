@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from install_checks import tree_digest
+from install_checks import ensure_image_installed, purge_image, tree_digest
 from test_module_install import _new_system, fake_tools, pristine  # noqa: F401 (fixtures)
 
 
@@ -107,8 +107,19 @@ def image_half_written(tree, fs):
     return writer if writer and new.exists() and new.stat().st_size > 0 else None
 
 
+@pytest.fixture(scope="module")
+def kernel_image(pristine, tmp_path_factory):  # noqa: F811
+    """The scratch system's kernel with its image package installed, once for this module: the real mkinitramfs
+    reads the machine's /boot/config-KREL and /lib/modules/KREL, which only the image brings (a fresh machine
+    has the headers alone). Purged again when the module is done if it was installed here."""
+    installed_here = ensure_image_installed(pristine.kernel)
+    yield pristine.kernel
+    if installed_here:
+        purge_image(pristine.kernel, tmp_path_factory.mktemp("purge"))
+
+
 @pytest.fixture
-def real_initramfs_system(tmp_path, monkeypatch, pristine, fake_tools):  # noqa: F811
+def real_initramfs_system(tmp_path, monkeypatch, pristine, fake_tools, kernel_image):  # noqa: F811
     """test_module_install's scratch system, with the real update-initramfs on PATH instead of its double, and
     TMPDIR in the scratch folder."""
     fs = _new_system(tmp_path, monkeypatch, pristine, fake_tools)  # its image made by the double: any bytes do
