@@ -1,5 +1,5 @@
 """The experiment's answer: one table (text, JSON, an HTML page with the grid coloured by outcome) and the
-smallest change that passes. Host cells and the VFIO matrix's cells become the same rows.
+smallest change that passes, for the host's cells.
 
 The smallest change: fewest things the owner changes (nothing; a profile or a line of code; both), then the
 profile file's order (the one that changes least first), then the backend's (PyTorch's default first).
@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import HostError
-from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.experiment.cell_run import HostResult
 from rdna1_kmgr.install.journal import make_dirs, write_durably
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
-from rdna1_kmgr.vm.experiment import CellResult
+from rdna1_kmgr.vm.experiment import experiments_dir  # the VFIO matrix's records live there too
 
 LATEST = "host-latest.json"
 
@@ -42,12 +41,6 @@ def host_row(result: HostResult) -> Row:
     where = f"{result.stage}: {result.case}" if result.stage and result.case else (result.stage or "-")
     return Row(result.cell.id, "as running", result.cell.profile.name, result.cell.backend.name, result.outcome,
                where, result.max_error, result.seconds, result.detail)
-
-
-def vm_row(result: CellResult) -> Row:
-    kernel = f"0x{result.cell.mask:x} {' '.join(result.cell.quirks) or 'stock'}"
-    return Row(result.cell.id, kernel, result.cell.profile.name, cell_outcomes.DEFAULT_BACKEND, result.outcome, "-",
-               result.max_error, result.seconds, result.detail)
 
 
 def table(rows: list[Row]) -> list[str]:
@@ -116,10 +109,6 @@ def html_page(rows: list[Row], title: str, lines: list[str]) -> str:
             "table{border-collapse:collapse}td,th{border:1px solid #888;padding:4px 8px;text-align:center}"
             "</style></head><body><h1>" + esc(title) + "</h1><table><tr><th>profile</th>" + head + "</tr>"
             + "".join(body) + "</table><pre>" + text + "</pre><ul>" + legend + "</ul></body></html>\n")
-
-
-def experiments_dir() -> Path:
-    return state_dir() / "experiments"
 
 
 def new_run_dir() -> Path:
