@@ -29,7 +29,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from rdna1_kmgr.core.errors import SourceError, UsageError
-from rdna1_kmgr.render.source_facts import Fact
+from rdna1_kmgr.render.source_facts import Fact, first_failure
 
 OLDEST_KERNEL = Version("5.10")
 PLACES = ("end", "before", "after", "replace")
@@ -56,7 +56,7 @@ class Variant:
 
     def mismatch(self, read) -> str | None:
         """Why this variant does not fit the tree `read` reads (its first fact that fails), or None."""
-        return next((why for why in (fact.check(read) for fact in self.facts) if why), None)
+        return first_failure(self.facts, read)
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class Quirk:
 
     def not_needed(self, read) -> str | None:
         """Why this kernel has nothing for the quirk to fix (its first needed_when fact that fails), or None."""
-        return next((why for why in (fact.check(read) for fact in self.needed_when) if why), None)
+        return first_failure(self.needed_when, read)
 
     @property
     def bit(self) -> int:

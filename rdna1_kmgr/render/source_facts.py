@@ -66,3 +66,8 @@ class Fact:
             return None
         verb = {"contains": "does not contain", "lacks": "contains", "parameters": "does not take"}[self.test]
         return f"{self.where} {verb} `{self.text}`"
+
+
+def first_failure(facts, read: Callable[[str], str | None]) -> str | None:
+    """Why the first of `facts` that does not hold on the tree `read` gives files of fails, or None when all hold."""
+    return next((why for why in (fact.check(read) for fact in facts) if why), None)
