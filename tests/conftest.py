@@ -26,7 +26,7 @@ from rdna1_kmgr.modbuild import prerequisites
 from rdna1_kmgr.source import debian_archive, kernel_source
 
 # built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
-pytest_plugins = ["build_fixtures", "rocm_fixtures", "wholesystem"]
+pytest_plugins = ["build_fixtures", "rocm_fixtures", "torch_fixtures", "wholesystem"]
 
 TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"
 DEFAULT_TEST_CACHE = "/var/cache/rdna1-kmgr-tests"

@@ -37,6 +37,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,6 +323,29 @@ class System:
             boot.step_rc, boot.step_out = read_step(self.image)
             log.with_suffix(".step").write_text(f"{boot.step_out}\n(exit status {boot.step_rc})\n")
         return boot
+
+
+def copy_into(root: Path, path: Path) -> None:
+    """`path` of this machine to the same place in the image (a tree, a file or a link)."""
+    target = root / path.relative_to("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        target.unlink(missing_ok=True)
+        target.symlink_to(path.readlink())
+    elif path.is_dir():
+        shutil.copytree(path, target, symlinks=True, dirs_exist_ok=True)
+    else:
+        shutil.copy2(path, target)
+
+
+def install_tool(root: Path) -> None:
+    """The tool as this session installed it, at the same path in the image (its python3 is the same
+    bookworm 3.11), and the command in /usr/local/sbin."""
+    venv = Path(sys.prefix)
+    copy_into(root, venv)
+    (root / "usr/local/sbin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/local/sbin/rdna1-kmgr").unlink(missing_ok=True)
+    (root / "usr/local/sbin/rdna1-kmgr").symlink_to(venv / "bin/rdna1-kmgr")
 
 
 def require_tools() -> None:

@@ -7,7 +7,7 @@ import click
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.experiment import answer, apply as apply_answer, cell_run, host_run
+from rdna1_kmgr.experiment import answer, apply as apply_answer, cell_run, host_run, kernel_run
 from rdna1_kmgr.vm import cell_outcomes
 
 
@@ -69,3 +69,75 @@ def apply(cell_id, dry_run, as_json):
         click.echo("\n".join(installed["plan"] if dry_run else installed["done"]))
     if result["code"]:
         click.echo(f"in your program, after `import torch`: {result['code']}")
+
+
+@experiment.command("kernel")
+@click.option("--python", "python", metavar="PATH", help="The python of your PyTorch (default: as stage 1's).")
+@click.option("--kernel-cell", "kernel_cells", multiple=True, metavar="NAME",
+              help="Only these kernel cells (repeatable; default: every one; `--dry-run` lists them).")
+@click.option("--cells", "pattern", metavar="GLOB",
+              help="The host cells each boot runs (default: stage 1's best two, else as-installed/miopen).")
+@click.option("--case-timeout", type=float, default=cell_run.Limits.case, show_default=True, metavar="S")
+@click.option("--cell-timeout", type=float, default=cell_run.Limits.cell, show_default=True, metavar="S")
+@click.option("--quick", is_flag=True, help="Small shapes only.")
+@click.option("--reboot", is_flag=True, help="Reboot by itself into each next cell (default: you reboot).")
+@click.option("--sysroot", default="/", show_default=True, metavar="DIR", help="Read the board under this tree.")
+@click.option("--dry-run", is_flag=True, help="Print the cells and the boot files; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def kernel(python, kernel_cells, pattern, case_timeout, cell_timeout, quick, reboot, sysroot, dry_run, as_json):
+    """The kernel axis, on this desktop: one boot per kernel cell (a stock amdgpu parameter, or a quirk mask of
+    the installed build) on the command line of that boot only, through GRUB. Each cell's boot runs stage 1's
+    best cells, records them and arms the next; a boot that hangs is recorded as a hang and followed by a normal
+    one. Journaled: `experiment stop` or `rollback` undo it."""
+    for name, value in (("--case-timeout", case_timeout), ("--cell-timeout", cell_timeout)):
+        if value <= 0:
+            raise UsageError(f"invalid {name} {value:g}", "give a number of seconds > 0")
+    request = kernel_run.Request(python, user_input.existing_dir(sysroot, "sysroot"), tuple(kernel_cells), pattern,
+                                 cell_run.Limits(case_timeout, cell_timeout), quick, reboot)
+    result = kernel_run.start(request, dry_run, say=lambda line: click.echo(line, err=True),
+                              warn=lambda line: click.echo(f"rdna1-kmgr: {line}", err=True))
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo("\n".join(result["plan"]))
+
+
+@experiment.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(as_json):
+    """Where the kernel cells' boots are: each cell done (its outcomes), armed, or waiting."""
+    result = kernel_run.status()
+    if as_json:
+        emit_json(result)
+    elif not result["running"]:
+        latest = result["latest"]
+        click.echo("no experiment's kernel cells are under way" + (
+            f"; the last one ({latest['folder']}):" if latest else ""))
+        if latest:
+            click.echo("\n".join(latest["table"] + [""] + latest["answer"]))
+    else:
+        click.echo(f"kernel cells under way ({result['folder']}); host cells: {', '.join(result['host_cells'])}")
+        for n, cell in enumerate(result["cells"], 1):
+            outcomes = f": {' '.join(cell['outcomes'])}" if cell.get("outcomes") else ""
+            click.echo(f"  {n}. {cell['cell']:16} {cell['parameter']:28} {cell['state']}{outcomes}")
+
+
+@experiment.command("stop")
+@click.option("--dry-run", is_flag=True, help="Print what is undone; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def stop(dry_run, as_json):
+    """End the kernel cells now: the next boot is a normal one; the boot files, GRUB's lines and variables are
+    removed (the journal's replay). What ran is kept in the record."""
+    result = kernel_run.stop(dry_run, say=lambda line: click.echo(line, err=True))
+    if as_json:
+        emit_json(result)
+    elif not result["running"]:
+        click.echo(result["message"])
+    elif dry_run:
+        click.echo("\n".join(result["plan"]))
+
+
+@experiment.command("boot-step", hidden=True)
+def boot_step():
+    """Run by rdna1-kmgr-experiment.service at every boot while kernel cells are under way."""
+    kernel_run.boot_step(say=click.echo)

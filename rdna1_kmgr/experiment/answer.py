@@ -69,8 +69,9 @@ def recommendation(best: HostResult | None, results: list[HostResult]) -> list[s
     tail = [f"(controls that passed, never recommended: {', '.join(controls)})"] if controls else []
     if best is None:
         return ["no user-space cell passed: no profile or backend setting made Conv2d right with this PyTorch and "
-                "this kernel. Next: the kernel axis (quirk masks, amdgpu parameters) - `rdna1-kmgr vm-test --gpu "
-                "auto --matrix` on a host with a second GPU; as trial boots on this desktop it is not built yet"] + tail
+                "this kernel. Next: the kernel axis (quirk masks, amdgpu parameters), one boot per cell on this "
+                "desktop: `sudo rdna1-kmgr experiment kernel` (or `vm-test --gpu auto --matrix` on a host with a "
+                "second GPU)"] + tail
     cell = best.cell
     if cell.changes == 0:
         return [f"nothing to change: {cell.id} passes, your system as it is with PyTorch's defaults"] + tail
@@ -143,5 +144,84 @@ def write(folder: Path, results: list[HostResult], best: HostResult | None, cont
 def read_latest() -> dict | None:
     try:
         return json.loads((experiments_dir() / LATEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# --- the kernel axis: one boot per kernel cell (experiment/kernel_run.py) ------------------------------------
+
+
+def kernel_rows(plan, events: list[dict]) -> list[Row]:
+    """A row per host cell run in each kernel cell's boot; a boot that never came back is a hang of each."""
+    finished = {e["cell"]: e for e in events if e.get("event") in ("ran", "hang")}
+    rows = []
+    for kernel_cell in plan.kernel_cells:
+        event = finished.get(kernel_cell.name)
+        if event is None:
+            continue
+        if event["event"] == "hang":
+            for host_id in plan.host_cells:
+                profile, backend = host_id.split("/", 1)
+                rows.append(Row(host_id, kernel_cell.name, profile, backend, "hang", "boot", None, None,
+                                f"the boot with {kernel_cell.parameter} never came back to run the cell (a hang, "
+                                "or the machine was power-cycled)"))
+            continue
+        for r in event.get("results", []):
+            where = f"{r['stage']}: {r['case']}" if r.get("stage") and r.get("case") else (r.get("stage") or "-")
+            rows.append(Row(r["cell"], kernel_cell.name, r["profile"], r["backend"], r["outcome"], where,
+                            r.get("max_error"), r.get("seconds"), r.get("detail", "")))
+    return rows
+
+
+def kernel_recommendation(plan, rows: list[Row], why: str) -> list[str]:
+    from rdna1_kmgr.experiment import host_cells  # the cells' changes: profile, backend
+
+    changes = {c.id: c.changes for c in host_cells.select()}
+    order = [c.name for c in plan.kernel_cells]
+    cells = {c.name: c for c in plan.kernel_cells}
+    ran = {r.kernel for r in rows}
+    lines = [f"not run: {', '.join(n for n in order if n not in ran)} ({why})"] if why and ran != set(order) else []
+    passing = [r for r in rows if r.outcome == "pass"]
+    if not passing:
+        return lines + ["no kernel cell made a host cell pass: neither these amdgpu parameters nor these quirk "
+                        "masks are the answer on this board. Keep the stock boot; `rdna1-kmgr doctor` lists what "
+                        "else is wrong"]
+    best = min(passing, key=lambda r: (changes.get(r.cell, 2), order.index(r.kernel), list(plan.host_cells).index(r.cell)
+                                       if r.cell in plan.host_cells else 0))
+    cell = cells[best.kernel]
+    lines.append(f"smallest change that passes: kernel cell {cell.name} ({cell.parameter}) with {best.cell}")
+    if cell.parameter.startswith("amdgpu.rdna1_quirks="):
+        lines.append(f"  sudo rdna1-kmgr install --quirks {cell.parameter.split('=', 1)[1]}   # the installed build, "
+                     "that mask in modprobe.d, journaled")
+    else:
+        lines.append(f"  add {cell.parameter} to GRUB_CMDLINE_LINUX in /etc/default/grub, then `sudo update-grub`")
+    host = next(c for c in host_cells.select() if c.id == best.cell) if best.cell in changes else None
+    if host is not None and not host.profile.changes_nothing:
+        lines.append(f"  sudo rdna1-kmgr profile install {host.profile.name}")
+    if host is not None and host.backend.code:
+        lines.append(f"  in your program, after `import torch`: {host.backend.code}")
+    return lines
+
+
+def write_kernel_record(plan, events: list[dict], why: str) -> dict:
+    """record.json and table.html in the run's folder: the kernel cells' table and the answer."""
+    folder = Path(plan.folder)
+    rows = kernel_rows(plan, events)
+    lines = table(rows)
+    said = kernel_recommendation(plan, rows, why)
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "kernel", "plan": plan.to_json(),
+              "rows": [r.__dict__ for r in rows], "events": events, "stopped": why or None,
+              "counts": {o: sum(r.outcome == o for r in rows) for o in cell_outcomes.NAMES},
+              "table": lines, "answer": said, "folder": str(folder), "html": str(folder / "table.html")}
+    make_dirs(folder)
+    write_durably(folder / "table.html", html_page(rows, f"rdna1-kmgr experiment, kernel cells {record['time']}",
+                                                   lines + [""] + said).encode())
+    write_durably(folder / "record.json", (json.dumps(record, indent=1) + "\n").encode())
+    return record
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None

@@ -235,11 +235,16 @@ def env_values(root: TargetRoot) -> dict[str, str]:
 
 def this_boot(root: TargetRoot) -> str | None:
     """trial, confirmed or fallback, from this boot's command line (None: the guard did not start it)."""
+    return cmdline_value(root, BOOT_PARAMETER)
+
+
+def cmdline_value(root: TargetRoot, name: str) -> str | None:
+    """The value of `name=` on this boot's command line, the last one (None: not there)."""
     try:
         words = root.proc_cmdline.read_text().split()
     except OSError:
         return None
-    found = [w.split("=", 1)[1] for w in words if w.startswith(BOOT_PARAMETER + "=")]
+    found = [w.split("=", 1)[1] for w in words if w.startswith(name + "=")]
     return found[-1] if found else None
 
 

@@ -33,7 +33,7 @@ from rdna1_kmgr.install.journal import (
     refuse_if_busy,
     remove_created_dirs,
 )
-from rdna1_kmgr.install.profile_journal import ProfileJournal
+from rdna1_kmgr.install.profile_journal import ExperimentJournal, ProfileJournal
 
 
 def _undo_lines(step, keep_build: bool) -> list[str]:
@@ -89,6 +89,8 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
     begin = state.begin or {}
     if isinstance(journal, ProfileJournal):
         lines = [f"user-space profile {begin.get('profile', '?')}: {state.description} (journal {journal.path})"]
+    elif isinstance(journal, ExperimentJournal):
+        lines = [f"the experiment's kernel-cell boots: {state.description} (journal {journal.path})"]
     else:
         lines = [f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
                  f"{state.description} (journal {journal.path})"]
@@ -191,8 +193,10 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     if kernel is not None:
         journal = Journal(user_input.kernel_release(kernel))
         return [journal] if journal.exists() else []
-    profile = ProfileJournal()
-    return [Journal(k) for k in Journal.kernels()] + ([profile] if profile.exists() else [])
+    # The experiment's boots first: the newest layer (its GRUB lines sit on top of the boot guard's).
+    experiment, profile = ExperimentJournal(), ProfileJournal()
+    return ([experiment] if experiment.exists() else []) + [Journal(k) for k in Journal.kernels()] \
+        + ([profile] if profile.exists() else [])
 
 
 def run(kernel: str | None, keep_build: bool = False, dry_run: bool = False,

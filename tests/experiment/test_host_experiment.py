@@ -9,23 +9,18 @@ The torch: RDNA1_KMGR_TORCH_PYTHON, else a venv made once in the persistent test
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from conftest import persistent_cache_root
 from rdna1_kmgr.cli import main
 from sysfs_fixtures import no_gpu, rx5600xt
 
 STANDIN = Path(__file__).parent / "standin"
-TORCH = "torch==2.13.0"
 CASE_LIMIT = 6  # seconds without progress; the stand-in's compilation takes 15 s, its hang forever
 
 RING = "ring comp_1.0.0 timeout"
@@ -52,30 +47,6 @@ EXPECTED = {
     "no-asm/miopen": ("ring-timeout", None), "deprecated-solvers/miopen": ("pass", None),
     "override-1030/miopen": ("pass", None), "small-bar/miopen": ("not-applicable", "variants"),
 }
-
-
-def _has_torch(python: Path) -> bool:
-    return python.is_file() and subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode == 0
-
-
-@pytest.fixture(scope="session")
-def torch_python() -> str:
-    named = os.environ.get("RDNA1_KMGR_TORCH_PYTHON")
-    if named:
-        return named
-    root = persistent_cache_root()
-    venv = root / "torch-venv-2.13.0"
-    python = venv / "bin" / "python"
-    with open(root / "torch-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # sessions share it; one makes it
-        if not _has_torch(python):
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            made = subprocess.run([str(python), "-m", "pip", "install", "-q", TORCH], capture_output=True, text=True)
-            if made.returncode != 0:
-                pytest.skip(f"cannot install {TORCH} ({made.stderr.strip().splitlines()[-1:]}); set "
-                            "RDNA1_KMGR_TORCH_PYTHON to a Python with torch")
-    return str(python)
 
 
 @pytest.fixture

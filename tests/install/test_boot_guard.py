@@ -17,13 +17,11 @@ Boots run under TCG: ~1-3 min each here; the install boot longer (update-initram
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from wholesystem import STEP_DIR, System, new_system
+from wholesystem import STEP_DIR, System, copy_into, install_tool, new_system
 
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 
@@ -78,31 +76,13 @@ class Story:
         assert int(found["amdgpu_line"]) < int(found["rootmount_line"]), found
 
 
-def copy_into(root: Path, path: Path) -> None:
-    """`path` of this machine to the same place in the image (a tree, a file or a link)."""
-    target = root / path.relative_to("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink():
-        target.unlink(missing_ok=True)
-        target.symlink_to(path.readlink())
-    elif path.is_dir():
-        shutil.copytree(path, target, symlinks=True, dirs_exist_ok=True)
-    else:
-        shutil.copy2(path, target)
-
-
 @pytest.fixture(scope="module")
 def story(built_module_61, wholesystem_image_61, tmp_path_factory) -> Story:
     kernel = built_module_61["kernel"]
     version = built_module_61["package_version"]
     system = new_system(wholesystem_image_61, tmp_path_factory.mktemp("wholesystem"))
-    venv = Path(sys.prefix)
     with system.files() as root:
-        # The tool as this session installed it (the image's python3 is the same bookworm 3.11).
-        copy_into(root, venv)
-        (root / "usr/local/sbin").mkdir(parents=True, exist_ok=True)
-        (root / "usr/local/sbin/rdna1-kmgr").unlink(missing_ok=True)
-        (root / "usr/local/sbin/rdna1-kmgr").symlink_to(venv / "bin/rdna1-kmgr")
+        install_tool(root)
         # The module `build` made for this kernel: its DKMS package, built tree and signing certificate.
         copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
         copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)

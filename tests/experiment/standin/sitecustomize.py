@@ -4,7 +4,8 @@ each cell does, by the cell id the experiment gives the workload (RDNA1_KMGR_CEL
 
     {"kmsg": "<the fake /dev/kmsg>", "log": "<a JSON-lines file of what each cell saw>",
      "cells": {"<profile>/<backend>": {"do": "pass|wrong|raise|abort|hang|compile|ring|reset-failed",
-                                        "at": "<case name prefix>", "message": "<error text>"}}}
+                                        "at": "<case name prefix>", "message": "<error text>"}},
+     "by_cmdline": {"<a word of /proc/cmdline>": {the same, for every cell of a boot with that word}}}
 
 Tensors "on the GPU" are CPU tensors; what comes back to the host (Tensor.cpu) is where "wrong" adds 1.
 The other behaviours act when the workload moves a tensor to the GPU during the case named by "at".
@@ -24,6 +25,10 @@ if SCRIPT:
         PLAN = json.load(handle)
     CELL = os.environ.get("RDNA1_KMGR_CELL", "")
     DOES = PLAN["cells"].get(CELL, {"do": "pass"})
+    # The kernel axis: a word of this boot's command line decides, over the cell (the whole-system test).
+    with open("/proc/cmdline") as handle:
+        WORDS = handle.read().split()
+    DOES = next((does for word, does in PLAN.get("by_cmdline", {}).items() if word in WORDS), DOES)
     DONE = set()
 
     def log(**fields):

@@ -1,0 +1,132 @@
+"""The kernel axis' decisions and refusals, fast, on scratch trees. The boots themselves, GRUB and systemd and
+all, are proven in test_kernel_cells_boots.py on a whole system."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rdna1_kmgr.cli import main
+from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.experiment import boot_cells, kernel_cells, kernel_run
+from rdna1_kmgr.experiment.kernel_cells import InstalledBuild
+from rdna1_kmgr.install.target_root import TargetRoot
+from sysfs_fixtures import no_gpu, rx5600xt
+
+CLI = Path(sys.executable).parent / "rdna1-kmgr"
+
+
+def test_stock_cells_are_one_amdgpu_word_each():
+    cells = {c.name: c.parameter for c in kernel_cells.stock_cells()}
+    # the three stock parameters issue 24 names, in the data file's order
+    assert cells == {"cwsr-off": "amdgpu.cwsr_enable=0", "small-bar": "amdgpu.vis_vramlimit=256",
+                     "vm-update-sdma": "amdgpu.vm_update_mode=0"}
+
+
+def test_quirk_cells_come_from_the_installed_builds_bits():
+    # A 6.12 build: cwsr-size (0x10) on by default; crat-mem (0x2) and coarse-mtype's two classes (0x4, 0x8)
+    # carried, opt-in (README's table).
+    cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(0x10, 0x1E))}
+    assert cells == {"quirks-off": "amdgpu.rdna1_quirks=0", "quirks+crat-mem": "amdgpu.rdna1_quirks=0x12",
+                     "quirks+coarse-mtype-vram": "amdgpu.rdna1_quirks=0x14",
+                     "quirks+coarse-mtype-host": "amdgpu.rdna1_quirks=0x18"}
+    # a 6.1 build carries no default bit: no "off" cell, each opt-in bit alone
+    cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(0, 0x2))}
+    assert cells == {"quirks+crat-mem": "amdgpu.rdna1_quirks=0x2"}
+
+
+def test_unknown_kernel_cell_is_refused_naming_what_there_is():
+    with pytest.raises(UsageError) as err:
+        kernel_cells.select(("quirks+crat-mem",), None)
+    assert "unknown kernel cell 'quirks+crat-mem'" in err.value.line()
+    assert "cwsr-off" in err.value.line() and "rdna1-kmgr install" in err.value.line()
+
+
+def test_a_cell_word_that_is_not_one_amdgpu_parameter_is_rejected():
+    for parameter in ("amdgpu.cwsr_enable=0 init=/bin/sh", "quiet", "amdgpu.x=$(reboot)"):
+        with pytest.raises(ValueError):
+            kernel_cells.KernelCell("bad", parameter, "")
+
+
+@pytest.mark.parametrize("current, this_cell, state, name, action", [
+    ("small-bar", "small-bar", "booted", "small-bar", "run"),  # GRUB started the cell's boot: run it
+    ("small-bar", None, "booted", "small-bar", "hang"),  # GRUB started it, but this boot is a normal one
+    ("small-bar", None, "armed", "small-bar", "wait"),  # the owner has not rebooted yet
+    ("small-bar", None, None, None, "rearm"),  # the block lost it: arm again
+    ("small-bar", "cwsr-off", "booted", "cwsr-off", "nothing"),  # a cell already recorded
+    (None, None, None, None, "nothing"),  # every cell done
+])
+def test_boot_step_decides_by_this_boot_and_grubs_block(current, this_cell, state, name, action):
+    assert kernel_run.decide(current, this_cell, state, name) == action
+
+
+def test_best_host_cells_are_those_that_got_furthest():
+    record = {"cells": [
+        {"cell": "as-installed/miopen", "outcome": "invalid-device-function", "stage": "smoke"},
+        {"cell": "no-override/miopen", "outcome": "wrong", "stage": "conv2d"},
+        {"cell": "conv-gemm/miopen", "outcome": "hang", "stage": "variants"},
+        {"cell": "find-fast/miopen", "outcome": "wrong", "stage": "conv2d"},
+    ]}
+    assert kernel_run.best_host_cells(record) == ["conv-gemm/miopen", "no-override/miopen"]
+    record["cells"].append({"cell": "no-asm/no-miopen", "outcome": "pass", "stage": None})
+    assert kernel_run.best_host_cells(record, 1) == ["no-asm/no-miopen"]
+    assert kernel_run.best_host_cells(None) == ["as-installed/miopen"]
+
+
+def test_grub_script_marks_the_cell_booted_before_the_kernel_line_uses_it(tmp_path):
+    script = boot_cells.files(TargetRoot(tmp_path))[tmp_path / boot_cells.GRUB_SCRIPT][0]
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    armed = out.index('= "armed"')
+    assert out.index("set rdna1_kmgr_cell=booted", armed) < out.index("save_env rdna1_kmgr_cell", armed) \
+        < out.index("rdna1_kmgr_cell_args=", armed)
+    assert 'rdna1_kmgr_cell_args=""' in out[out.index("else", armed):]  # any other boot: no word at all
+    defaults = boot_cells.files(TargetRoot(tmp_path))[tmp_path / boot_cells.GRUB_DEFAULTS][0]
+    # sourced by update-grub after the boot guard's rdna1-kmgr.cfg: a cell's rdna1_quirks comes last
+    assert sorted(["rdna1-kmgr.cfg", Path(boot_cells.GRUB_DEFAULTS).name]) == ["rdna1-kmgr.cfg",
+                                                                               "rdna1-kmgr.experiment.cfg"]
+    assert "\\${rdna1_kmgr_cell_args}" in defaults
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("RDNA1_KMGR_ROOT", str(tmp_path / "root"))
+    (tmp_path / "root").mkdir()
+    return tmp_path
+
+
+def test_no_board_is_one_line_and_nothing_changes(state):
+    tree = no_gpu(state / "sysroot")
+    result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root), "--python", sys.executable])
+    assert result.exit_code == 4 and "no RDNA1 board" in result.stderr, result.output
+    assert not (state / "state").exists() and list((state / "root").iterdir()) == []
+
+
+def test_kernel_cells_need_grub_on_this_machine(state):
+    tree = rx5600xt(state / "sysroot")
+    result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root), "--python", sys.executable,
+                                       "--kernel-cell", "cwsr-off"])
+    assert result.exit_code == 2, result.output
+    assert "boots through GRUB" in result.stderr and "not this machine's root" in result.stderr
+    assert result.stderr.count("\n") == 1 and not (state / "state").exists()
+
+
+def test_status_and_stop_without_an_experiment(state):
+    result = CliRunner().invoke(main, ["experiment", "status"])
+    assert result.exit_code == 0 and "no experiment's kernel cells are under way" in result.stdout
+    result = CliRunner().invoke(main, ["experiment", "stop", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["running"] is False
+
+
+def test_rollback_undoes_the_experiment_before_the_kernels(state):
+    from rdna1_kmgr.install import rollback
+    from rdna1_kmgr.install.profile_journal import ExperimentJournal, ProfileJournal
+
+    for journal in (ProfileJournal(), ExperimentJournal()):
+        journal.begin("test")
+    assert [j.kernel for j in rollback.kernels_to_roll_back(None)] == ["experiment", "profile"]
