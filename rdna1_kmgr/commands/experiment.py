@@ -53,11 +53,24 @@ def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_time
 
 @experiment.command("apply")
 @click.option("--cell", "cell_id", metavar="PROFILE/BACKEND", help="A passing cell of the last run (default: the answer).")
+@click.option("--kernel-cell", "kernel_cell", metavar="NAME",
+              help="A kernel cell that passed in the last kernel cells' run (instead of the user-space answer).")
+@click.option("--kernel", "kernel_answer", is_flag=True, help="The kernel cells' answer (the smallest that passed).")
 @click.option("--dry-run", is_flag=True, help="Print the exact plan; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def apply(cell_id, dry_run, as_json):
+def apply(cell_id, kernel_cell, kernel_answer, dry_run, as_json):
     """Install the last experiment's answer: its profile through `profile install` (journaled; `rollback` or
-    `profile remove` undoes it); a backend setting is printed as the line for your program."""
+    `profile remove` undoes it); a backend setting is printed as the line for your program. With --kernel or
+    --kernel-cell: a quirk mask through `install --quirks`, a stock amdgpu parameter on every boot's command
+    line through GRUB (journaled; `rollback` undoes it)."""
+    if kernel_cell or kernel_answer:
+        result = apply_answer.apply_kernel(kernel_cell, dry_run)
+        if as_json:
+            emit_json(result)
+            return
+        done = result.get("parameters") or result.get("install") or {}
+        click.echo("\n".join(done.get("plan", []) if dry_run else done.get("done", done.get("next_boot", []))))
+        return
     result = apply_answer.apply(cell_id, dry_run)
     if as_json:
         emit_json(result)

@@ -173,29 +173,37 @@ def kernel_rows(plan, events: list[dict]) -> list[Row]:
     return rows
 
 
-def kernel_recommendation(plan, rows: list[Row], why: str) -> list[str]:
+def best_kernel_row(plan, rows: list[Row]) -> Row | None:
+    """The smallest change that passes: a kernel cell's word plus the fewest user-space changes, then the
+    plan's order of kernel cells (least change first), then of host cells."""
     from rdna1_kmgr.experiment import host_cells  # the cells' changes: profile, backend
 
     changes = {c.id: c.changes for c in host_cells.select()}
     order = [c.name for c in plan.kernel_cells]
-    cells = {c.name: c for c in plan.kernel_cells}
-    ran = {r.kernel for r in rows}
-    lines = [f"not run: {', '.join(n for n in order if n not in ran)} ({why})"] if why and ran != set(order) else []
     passing = [r for r in rows if r.outcome == "pass"]
     if not passing:
+        return None
+    return min(passing, key=lambda r: (changes.get(r.cell, 2), order.index(r.kernel),
+                                       plan.host_cells.index(r.cell) if r.cell in plan.host_cells else 0))
+
+
+def kernel_recommendation(plan, rows: list[Row], why: str) -> list[str]:
+    from rdna1_kmgr.experiment import host_cells
+
+    order = [c.name for c in plan.kernel_cells]
+    ran = {r.kernel for r in rows}
+    lines = [f"not run: {', '.join(n for n in order if n not in ran)} ({why})"] if why and ran != set(order) else []
+    best = best_kernel_row(plan, rows)
+    if best is None:
         return lines + ["no kernel cell made a host cell pass: neither these amdgpu parameters nor these quirk "
                         "masks are the answer on this board. Keep the stock boot; `rdna1-kmgr doctor` lists what "
                         "else is wrong"]
-    best = min(passing, key=lambda r: (changes.get(r.cell, 2), order.index(r.kernel), list(plan.host_cells).index(r.cell)
-                                       if r.cell in plan.host_cells else 0))
-    cell = cells[best.kernel]
+    cell = next(c for c in plan.kernel_cells if c.name == best.kernel)
     lines.append(f"smallest change that passes: kernel cell {cell.name} ({cell.parameter}) with {best.cell}")
-    if cell.parameter.startswith("amdgpu.rdna1_quirks="):
-        lines.append(f"  sudo rdna1-kmgr install --quirks {cell.parameter.split('=', 1)[1]}   # the installed build, "
-                     "that mask in modprobe.d, journaled")
-    else:
-        lines.append(f"  add {cell.parameter} to GRUB_CMDLINE_LINUX in /etc/default/grub, then `sudo update-grub`")
-    host = next(c for c in host_cells.select() if c.id == best.cell) if best.cell in changes else None
+    how = ("install --quirks: the installed build with that mask, journaled" if cell.parameter.startswith(
+        "amdgpu.rdna1_quirks=") else "on every boot's command line through GRUB, journaled")
+    lines.append(f"  sudo rdna1-kmgr experiment apply --kernel-cell {cell.name}   # {how}")
+    host = next((c for c in host_cells.select() if c.id == best.cell), None)
     if host is not None and not host.profile.changes_nothing:
         lines.append(f"  sudo rdna1-kmgr profile install {host.profile.name}")
     if host is not None and host.backend.code:
@@ -209,7 +217,9 @@ def write_kernel_record(plan, events: list[dict], why: str) -> dict:
     rows = kernel_rows(plan, events)
     lines = table(rows)
     said = kernel_recommendation(plan, rows, why)
+    best = best_kernel_row(plan, rows)
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "kernel", "plan": plan.to_json(),
+              "recommended_kernel_cell": best.kernel if best else None,
               "rows": [r.__dict__ for r in rows], "events": events, "stopped": why or None,
               "counts": {o: sum(r.outcome == o for r in rows) for o in cell_outcomes.NAMES},
               "table": lines, "answer": said, "folder": str(folder), "html": str(folder / "table.html")}

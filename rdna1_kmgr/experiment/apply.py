@@ -1,13 +1,17 @@
-"""`rdna1-kmgr experiment apply`: install the last experiment's answer through the journaled profile path
-(install/user_profile.py); a backend setting is a line of the owner's program, said, not installed."""
+"""`rdna1-kmgr experiment apply`: install the last experiment's answer through the journaled paths: a profile
+(install/user_profile.py); a kernel cell's quirk mask (`install --quirks`) or stock parameter
+(install/kernel_parameters.py). A backend setting is a line of the owner's program, said, not installed."""
 
 from __future__ import annotations
 
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.experiment import answer
-from rdna1_kmgr.install import user_profile
+from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
+from rdna1_kmgr.vm.experiment import experiments_dir
+
+KERNEL_LATEST = "kernel-latest.json"  # experiment/kernel_run.py writes it when the kernel cells end
 
 
 def apply(cell_id: str | None = None, dry_run: bool = False) -> dict:
@@ -29,3 +33,28 @@ def apply(cell_id: str | None = None, dry_run: bool = False) -> dict:
     if not profile.changes_nothing:
         result["profile"] = user_profile.install(profile.name, dry_run=dry_run)
     return result
+
+
+def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
+    """The kernel axis' answer: a quirk mask through `install --quirks` (the installed build, that mask in
+    modprobe.d, the boot guard's trial), a stock parameter on every boot's command line (journaled)."""
+    record = answer.read_json(experiments_dir() / KERNEL_LATEST)
+    if record is None:
+        raise UsageError("no kernel cells have run on this machine", "run `rdna1-kmgr experiment kernel` first")
+    cells = {c["name"]: c for c in record["plan"]["kernel_cells"]}
+    passing = [r for r in record["rows"] if r["outcome"] == "pass"]
+    if cell_name is None:
+        chosen = record.get("recommended_kernel_cell")
+        if chosen is None:
+            raise UsageError("the last kernel cells found no change that passes", f"see {record.get('html')}")
+    elif any(r["kernel"] == cell_name for r in passing):
+        chosen = cell_name
+    else:
+        names = ", ".join(dict.fromkeys(r["kernel"] for r in passing)) or "none"
+        raise UsageError(f"kernel cell {cell_name!r} did not pass in the last experiment", f"passing cells: {names}")
+    word = cells[chosen]["parameter"]
+    if word.startswith("amdgpu.rdna1_quirks="):
+        done = module_install.run(module_install.InstallRequest(quirks=int(word.split("=", 1)[1], 0), dry_run=dry_run))
+        return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done}
+    return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run,
+            "parameters": kernel_parameters.install(word, dry_run)}

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.experiment import answer, boot_cells, cell_run, host_cells, host_run, owner_python
+from rdna1_kmgr.experiment import answer, apply, boot_cells, cell_run, host_cells, host_run, owner_python
 from rdna1_kmgr.experiment.kernel_cells import InstalledBuild, KernelCell, select as select_kernel_cells
 from rdna1_kmgr.install import boot_guard, rollback, status as install_status
 from rdna1_kmgr.install.journal import locked, make_dirs, refuse_if_busy, write_durably
@@ -35,7 +35,7 @@ from rdna1_kmgr.vm import cell_outcomes, experiment_board
 from rdna1_kmgr.vm.experiment import experiments_dir
 
 CURRENT = "kernel-current.json"  # points at the run under way
-LATEST = "kernel-latest.json"  # the last finished or stopped run's record
+LATEST = apply.KERNEL_LATEST  # the last finished or stopped run's record
 BEST = 2  # stage 1's best cells run in each kernel cell's boot
 # The cells run in the owner's environment as it was at `start` (the unit's own is systemd's), less what
 # belongs to that login session and is stale at the next boot.

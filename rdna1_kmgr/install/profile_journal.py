@@ -3,6 +3,8 @@
     journal/profile/      the installed user-space profile (install/user_profile.py)
     journal/experiment/   the experiment's kernel-cell boots (experiment/boot_cells.py): its GRUB script,
                           defaults file and unit, until the last cell ran or `experiment stop`
+    journal/parameters/   kernel parameters the experiment's answer added to every boot
+                          (install/kernel_parameters.py)
 
 The same records, backups and replay as a kernel's journal (journal.py, rollback.py); `Journal.kernels()`
 skips these folders because their names are no kernel release.
@@ -10,7 +12,11 @@ skips these folders because their names are no kernel release.
 
 from __future__ import annotations
 
-from rdna1_kmgr.install.journal import Journal, journal_root
+from pathlib import Path
+
+from rdna1_kmgr.core import runner
+from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.install.journal import Journal, journal_root, make_dirs, write_durably
 
 
 class NamedJournal(Journal):
@@ -29,3 +35,35 @@ class ProfileJournal(NamedJournal):
 
 class ExperimentJournal(NamedJournal):
     NAME = "experiment"
+
+
+class ParameterJournal(NamedJournal):
+    NAME = "parameters"
+
+
+def missing_parents(path: Path) -> list[Path]:
+    """The folders above `path` that do not exist yet, nearest first (a step records them to remove them)."""
+    missing = []
+    folder = path.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def write_files(journal: Journal, files: dict[Path, bytes], after: list[list[str]] | None = None) -> list[str]:
+    """Each file a journal step (a backup first, the folders it creates), written durably; `after` runs once
+    at the end and again on undo, after the files are restored (what regenerates from them: update-grub)."""
+    said = []
+    for path, data in files.items():
+        step = f"write {path}"
+        journal.record_intent(step, None, replaces=[path], dirs=missing_parents(path),
+                              undo={"kind": "files", "after": after or []} if after else None)
+        make_dirs(path.parent)
+        write_durably(path, data, 0o644)
+        journal.append("done", step=step)
+        said.append(f"wrote {path}")
+    for command in after or []:
+        runner.run(command, timeout=900, error=HostError, hint="the files are written; `rdna1-kmgr rollback` undoes them")
+        said.append(" ".join(command))
+    return said

@@ -33,7 +33,7 @@ from rdna1_kmgr.install.journal import (
     refuse_if_busy,
     remove_created_dirs,
 )
-from rdna1_kmgr.install.profile_journal import ExperimentJournal, ProfileJournal
+from rdna1_kmgr.install.profile_journal import ExperimentJournal, ParameterJournal, ProfileJournal
 
 
 def _undo_lines(step, keep_build: bool) -> list[str]:
@@ -91,6 +91,8 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
         lines = [f"user-space profile {begin.get('profile', '?')}: {state.description} (journal {journal.path})"]
     elif isinstance(journal, ExperimentJournal):
         lines = [f"the experiment's kernel-cell boots: {state.description} (journal {journal.path})"]
+    elif isinstance(journal, ParameterJournal):
+        lines = [f"kernel parameter {begin.get('parameter', '?')}: {state.description} (journal {journal.path})"]
     else:
         lines = [f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
                  f"{state.description} (journal {journal.path})"]
@@ -194,9 +196,9 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
         journal = Journal(user_input.kernel_release(kernel))
         return [journal] if journal.exists() else []
     # The experiment's boots first: the newest layer (its GRUB lines sit on top of the boot guard's).
-    experiment, profile = ExperimentJournal(), ProfileJournal()
+    experiment, parameters, profile = ExperimentJournal(), ParameterJournal(), ProfileJournal()
     return ([experiment] if experiment.exists() else []) + [Journal(k) for k in Journal.kernels()] \
-        + ([profile] if profile.exists() else [])
+        + [j for j in (parameters, profile) if j.exists()]
 
 
 def run(kernel: str | None, keep_build: bool = False, dry_run: bool = False,

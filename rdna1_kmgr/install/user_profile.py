@@ -16,8 +16,8 @@ from pathlib import Path
 
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import rollback
-from rdna1_kmgr.install.journal import locked, make_dirs, refuse_if_busy, write_durably
-from rdna1_kmgr.install.profile_journal import ProfileJournal
+from rdna1_kmgr.install.journal import locked, refuse_if_busy
+from rdna1_kmgr.install.profile_journal import ProfileJournal, write_files
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.userspace import profiles
 
@@ -70,14 +70,7 @@ def install(name: str, dry_run: bool = False) -> dict:
             said += rollback.replay(journal, keep_build=True, reason=f"replaced by profile {name}")
             journal = ProfileJournal()
         journal.begin("profile-install", profile=name, root=str(root.path))
-        for rel, data in file_contents(profile).items():
-            path = root.path / rel
-            step = f"write /{rel}"
-            journal.record_intent(step, None, replaces=[path], dirs=_missing_parents(path))
-            make_dirs(path.parent)
-            write_durably(path, data, 0o644)
-            journal.append("done", step=step)
-            said.append(f"wrote {path}")
+        said += write_files(journal, {root.path / rel: data for rel, data in file_contents(profile).items()})
         journal.append("commit")
     return {"profile": profile.to_json(), "dry_run": False, "plan": lines, "done": said}
 
@@ -117,11 +110,3 @@ def named_in(path: Path) -> str | None:
         return "?"
     return first[0][len(MARK):].split(":", 1)[0]
 
-
-def _missing_parents(path: Path) -> list[Path]:
-    missing = []
-    folder = path.parent
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    return missing

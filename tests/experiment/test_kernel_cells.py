@@ -130,3 +130,28 @@ def test_rollback_undoes_the_experiment_before_the_kernels(state):
     for journal in (ProfileJournal(), ExperimentJournal()):
         journal.begin("test")
     assert [j.kernel for j in rollback.kernels_to_roll_back(None)] == ["experiment", "profile"]
+
+
+def test_apply_kernel_refuses_what_did_not_pass_and_needs_grub(state):
+    result = CliRunner().invoke(main, ["experiment", "apply", "--kernel"])
+    assert result.exit_code == 2 and "no kernel cells have run" in result.stderr
+    # a finished run's record as kernel_run writes it: cwsr-off passed, small-bar hung
+    from rdna1_kmgr.experiment import answer
+    from rdna1_kmgr.vm.experiment import experiments_dir
+
+    plan = kernel_run.Plan(str(state / "state/experiments/kernel-x"), tuple(kernel_cells.stock_cells()[:2]),
+                           ("as-installed/miopen",), sys.executable, "/", {}, kernel_run.cell_run.Limits(), True, False)
+    events = [{"cell": "cwsr-off", "event": "ran", "results": [
+                  {"cell": "as-installed/miopen", "profile": "as-installed", "backend": "miopen", "outcome": "pass",
+                   "stage": None, "case": None, "detail": ""}]},
+              {"cell": "small-bar", "event": "hang"}]
+    record = answer.write_kernel_record(plan, events, "")
+    assert record["recommended_kernel_cell"] == "cwsr-off"
+    assert "sudo rdna1-kmgr experiment apply --kernel-cell cwsr-off" in record["answer"][1]
+    (experiments_dir() / "kernel-latest.json").write_text(json.dumps(record))
+    result = CliRunner().invoke(main, ["experiment", "apply", "--kernel-cell", "small-bar"])
+    assert result.exit_code == 2 and "did not pass" in result.stderr and "passing cells: cwsr-off" in result.stderr
+    # this scratch root is no machine GRUB boots: one line, nothing written
+    result = CliRunner().invoke(main, ["experiment", "apply", "--kernel", "--dry-run"])
+    assert result.exit_code == 2 and "through GRUB" in result.stderr, result.output
+    assert list((state / "root").iterdir()) == []

@@ -161,6 +161,14 @@ rdna1-kmgr experiment status
 echo RECORD-BEGIN
 cat /var/lib/rdna1-kmgr/experiments/kernel-latest.json
 echo RECORD-END
+rdna1-kmgr experiment apply --kernel --dry-run
+echo "FACT dry_etc=$(find /etc -iname '*rdna1*' | tr '\n' ' ')"
+rdna1-kmgr experiment apply --kernel
+echo "FACT applied_grubcfg=$(grep -E '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg | grep -c 'amdgpu.cwsr_enable=0')"
+echo "FACT applied_etc=$(find /etc -iname '*rdna1*' | tr '\n' ' ')"
+rdna1-kmgr rollback --yes
+echo "FACT rolled_back_etc_boot=$(find /etc /boot -iname '*rdna1*' | tr '\n' ' ')"
+echo "FACT rolled_back_grubcfg=$(grep -c -e rdna1 -e cwsr_enable /boot/grub/grub.cfg || true)"
 rdna1-kmgr rollback --yes
 """, wait_for_unit=False)
     assert "rdna1" not in found["cmdline"] and found["etc_boot"] == "" and found["grubcfg"] == "0", found
@@ -172,4 +180,9 @@ rdna1-kmgr rollback --yes
     assert table == {("cwsr-off", "as-installed/miopen"): "pass", ("small-bar", "as-installed/miopen"): "hang",
                      ("vm-update-sdma", "as-installed/miopen"): "wrong"}, table
     assert record["answer"][0].startswith("smallest change that passes: kernel cell cwsr-off (amdgpu.cwsr_enable=0)")
-    assert "nothing installed by rdna1-kmgr" in boot.step_out
+    # apply: the answer on every boot's command line through GRUB, journaled; rollback takes it away again
+    assert found["dry_etc"] == "", found
+    assert found["applied_etc"] == "/etc/default/grub.d/rdna1-kmgr.parameters.cfg", found
+    assert int(found["applied_grubcfg"]) >= 2, found  # every kernel line, recovery ones too
+    assert found["rolled_back_etc_boot"] == "" and found["rolled_back_grubcfg"] == "0", found
+    assert "nothing installed by rdna1-kmgr" in boot.step_out  # the second rollback: nothing left to undo
