@@ -174,7 +174,9 @@ class Boot:
 def qemu_boot(image: Path, log: Path, timeout: float, kill_on: str | None = None,
               kernel: tuple[Path, Path, str] | None = None) -> Boot:
     """Boot the disk under TCG; destroy the VM when the console shows `kill_on`, or at `timeout`."""
-    argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", "2048", "-smp", "2", "-nodefaults", "-display", "none",
+    # -cpu max: TCG's default CPU (qemu64) lacks SSE4, which PyTorch's oneDNN needs for a convolution.
+    argv = ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2", "-nodefaults",
+            "-display", "none",
             "-no-reboot", "-serial", f"file:{log}", "-monitor", "none", "-vga", "none",
             "-drive", f"file={image},format=raw,if=virtio,cache=writeback"]
     if kernel:

@@ -11,6 +11,7 @@ Tensors "on the GPU" are CPU tensors; what comes back to the host (Tensor.cpu) i
 The other behaviours act when the workload moves a tensor to the GPU during the case named by "at".
 """
 
+import importlib.util
 import json
 import os
 import sys
@@ -18,7 +19,8 @@ import time
 
 SCRIPT = os.environ.get("STANDIN_SCRIPT")
 
-if SCRIPT:
+# Only in a Python with torch: the tool itself, started with the same environment, has none.
+if SCRIPT and importlib.util.find_spec("torch") is not None:
     import torch
 
     with open(SCRIPT) as handle:
