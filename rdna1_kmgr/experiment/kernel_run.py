@@ -253,11 +253,15 @@ def boot_step(say: Callable[[str], None]) -> dict:
                       results=[r.to_json() for r in results])
         if any(r.reset_failed for r in results):
             stopped = host_run.RESET_FAILED_TODO
+    if current_plan() != plan:  # `experiment stop` ended it while the cells ran: arm nothing
+        return {"action": action, "cell": cell.name, "stopped": True}
     following = current_cell(plan, progress(plan))
     if following is None or stopped:
         record = end(plan, root, stopped or "", say)
         return {"action": action, "cell": cell.name, "finished": True, "record": record}
     with locked("experiment boot-step"):
+        if current_plan() != plan:
+            return {"action": action, "cell": cell.name, "stopped": True}
         boot_cells.arm(root, following)
         _record_event(plan, cell=following.name, event="armed")
     say(f"rdna1-kmgr experiment: next, cell {plan.kernel_cells.index(following) + 1} of {total} "
@@ -287,6 +291,8 @@ def _run_host_cells(plan: Plan, cell: KernelCell, root: TargetRoot, say, number:
 def end(plan: Plan, root: TargetRoot, why: str, say: Callable[[str], None]) -> dict:
     """Remove the boot files (the journal's replay), write the record and the table, forget the plan."""
     with locked("experiment end"):
+        if current_plan() != plan:  # ended meanwhile (stop, or the boot step): its record is written
+            return answer.read_json(experiments_dir() / LATEST) or {}
         journal = ExperimentJournal()
         if journal.exists():
             for line in rollback.replay(journal, keep_build=True, reason=why or "the experiment's last cell ran"):
