@@ -86,17 +86,17 @@ class Request:
 
 def best_host_cells(record: dict | None, count: int = BEST) -> list[str]:
     """Stage 1's best cells: those that passed, then those that got furthest through the workload (the stage
-    they stopped at, in the workload's order), then the fewest changes; without a record, PyTorch as installed."""
+    they stopped at, in the workload's order); ties in the record's order (the profile file's, least change
+    first). Without a record: PyTorch as installed."""
     if not record or not record.get("cells"):
         return [f"as-installed/{cell_outcomes.DEFAULT_BACKEND}"]
 
-    def rank(cell: dict) -> tuple:
-        stage = cell.get("stage")
-        reached = len(_STAGES) if cell.get("outcome") == "pass" else (
-            _STAGES.index(stage) if stage in _STAGES else -1)
-        return (-reached, cell.get("outcome") != "pass")
+    def reached(cell: dict) -> int:
+        if cell.get("outcome") == "pass":
+            return len(_STAGES)
+        return _STAGES.index(cell["stage"]) if cell.get("stage") in _STAGES else -1
 
-    ordered = sorted(record["cells"], key=rank)  # stable: the record's order (least change first) breaks ties
+    ordered = sorted(record["cells"], key=lambda c: -reached(c))  # sorted() is stable: ties keep their order
     return [c["cell"] for c in ordered[:count]]
 
 
@@ -112,11 +112,13 @@ def installed_build(root: TargetRoot) -> InstalledBuild | None:
     if not loaded.is_file():
         return None
     for kernel in install_status.run()["kernels"]:
-        if kernel["running"]:
-            for build in kernel["built"]:
-                quirks = build.get("quirks") or {}
-                if isinstance(quirks.get("mask"), int) and isinstance(quirks.get("default_mask"), int):
-                    return InstalledBuild(quirks["default_mask"], quirks["mask"])
+        if not kernel["running"] or not kernel["journal"]:
+            continue
+        for build in kernel["built"]:  # the one the journal installed
+            quirks = build.get("quirks") or {}
+            if build["version"] == kernel["journal"].get("version") and isinstance(quirks.get("mask"), int) \
+                    and isinstance(quirks.get("default_mask"), int):
+                return InstalledBuild(quirks["default_mask"], quirks["mask"])
     return None
 
 

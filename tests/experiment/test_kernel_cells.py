@@ -155,3 +155,22 @@ def test_apply_kernel_refuses_what_did_not_pass_and_needs_grub(state):
     result = CliRunner().invoke(main, ["experiment", "apply", "--kernel", "--dry-run"])
     assert result.exit_code == 2 and "through GRUB" in result.stderr, result.output
     assert list((state / "root").iterdir()) == []
+
+
+def test_quirk_cells_read_the_build_the_journal_installed(state, monkeypatch):
+    from rdna1_kmgr.install import status
+
+    root = state / "root"
+    params = root / "sys/module/amdgpu/parameters"
+    assert kernel_run.installed_build(TargetRoot(root)) is None  # a stock amdgpu: no rdna1_quirks, no mask cells
+    params.mkdir(parents=True)
+    (params / "rdna1_quirks").write_text("16\n")
+    # a 6.12 render manifest's bits (cwsr-size on by default, crat-mem opt-in); two builds, the journal's is the 2nd
+    manifest = {"quirks_mask": 0x10, "all_bits_mask": 0x12,
+                "bits": [{"id": "cwsr-size", "default": True}, {"id": "crat-mem", "default": False}]}
+    builds = [{"version": "6.12.95+pold", "quirks": status.build_quirks({"quirks_mask": 0, "all_bits_mask": 0x2})},
+              {"version": "6.12.95+pnew", "quirks": status.build_quirks(manifest)}]
+    kernels = [{"kernel": "6.12.95+deb12-amd64", "running": True, "journal": {"version": "6.12.95+pnew"},
+                "built": builds}]
+    monkeypatch.setattr(status, "run", lambda: {"kernels": kernels})
+    assert kernel_run.installed_build(TargetRoot(root)) == InstalledBuild(0x10, 0x12)
