@@ -263,6 +263,16 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
                            f"{boot.tail()}")
 
 
+def facts(out: str) -> dict[str, str]:
+    """The `FACT name=value` lines a step printed about the boot it ran in."""
+    found = {}
+    for line in out.splitlines():
+        if line.startswith("FACT "):
+            key, _, value = line[5:].partition("=")
+            found[key] = value.strip()
+    return found
+
+
 def read_step(image: Path) -> tuple[int | None, str]:
     with mounted(image) as root:
         rc_file, out_file = root / STEP_DIR / "step.rc", root / STEP_DIR / "step.out"

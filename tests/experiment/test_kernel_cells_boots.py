@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from sysfs_fixtures import rx5600xt
-from wholesystem import STEP_DIR, copy_into, install_tool, new_system
+from wholesystem import STEP_DIR, copy_into, facts, install_tool, new_system
 
 pytestmark = [pytest.mark.vm]
 
@@ -47,15 +47,6 @@ echo "FACT grubcfg=$(grep -c rdna1 /boot/grub/grub.cfg)"
 echo "FACT unit=$(journalctl -b --no-pager -o cat -u rdna1-kmgr-experiment.service | tr '\\n' '|')"
 export PYTHONPATH={HOME}/standin STANDIN_SCRIPT={HOME}/standin.json
 """
-
-
-def facts(out: str) -> dict[str, str]:
-    found = {}
-    for line in out.splitlines():
-        if line.startswith("FACT "):
-            key, _, value = line[5:].partition("=")
-            found[key] = value.strip()
-    return found
 
 
 class Bench:

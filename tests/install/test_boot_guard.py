@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from wholesystem import STEP_DIR, System, copy_into, install_tool, new_system
+from wholesystem import STEP_DIR, System, copy_into, facts, install_tool, new_system
 
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 
@@ -42,15 +42,6 @@ echo "FACT initramfs_amdgpu=$(lsinitramfs /boot/initrd.img-{kernel} | grep '/amd
 echo "FACT amdgpu_line=$(dmesg | grep -n '{loaded}' | head -1 | cut -d: -f1)"
 echo "FACT rootmount_line=$(dmesg | grep -n 'EXT4-fs (vda1): mounted' | head -1 | cut -d: -f1)"
 """
-
-
-def facts(out: str) -> dict[str, str]:
-    found = {}
-    for line in out.splitlines():
-        if line.startswith("FACT "):
-            key, _, value = line[5:].partition("=")
-            found[key] = value.strip()
-    return found
 
 
 class Story:
