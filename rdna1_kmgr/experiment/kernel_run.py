@@ -181,9 +181,9 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
     if running is not None:
         raise UsageError(f"an experiment's kernel cells are under way ({running.folder})",
                          "`rdna1-kmgr experiment status` says where it is; `rdna1-kmgr experiment stop` ends it")
-    hosts = chosen_host_cells(request.host_pattern)
-    board = host_run.the_board(request.sysroot)
+    hosts = chosen_host_cells(request.host_pattern)  # the input first, then the machine
     kernel_cells = select_kernel_cells(request.kernel_cells, installed_build(root))
+    board = host_run.the_board(request.sysroot)
     why = boot_cells.unavailable(root)
     if why:
         raise UsageError(f"kernel cells are boots through GRUB, and {why}", "nothing was changed")

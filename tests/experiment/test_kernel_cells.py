@@ -174,3 +174,12 @@ def test_quirk_cells_read_the_build_the_journal_installed(state, monkeypatch):
                 "built": builds}]
     monkeypatch.setattr(status, "run", lambda: {"kernels": kernels})
     assert kernel_run.installed_build(TargetRoot(root)) == InstalledBuild(0x10, 0x12)
+
+
+def test_bad_input_is_said_before_the_machine_is_looked_at(state):
+    tree = no_gpu(state / "sysroot")  # no board either: the input's error comes first
+    for args, said in ((["--kernel-cell", "nosuch"], "unknown kernel cell 'nosuch'"),
+                       (["--cells", "nothing/*"], "matches no cell")):
+        result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root), *args])
+        assert result.exit_code == 2 and said in result.stderr and result.stderr.count("\n") == 1, result.output
+    assert not (state / "state").exists()
