@@ -114,9 +114,35 @@ def unavailable(root: TargetRoot) -> str | None:
         return "the target is not this machine's root file system"
     if not (root.boot_dir / "grub/grub.cfg").is_file():
         return f"GRUB is not the boot loader here ({root.boot_dir / 'grub/grub.cfg'} does not exist)"
-    missing = [tool for tool in ("update-grub", "grub-editenv") if runner.which(tool) is None]
+    missing = [tool for tool in ("update-grub", "grub-editenv", "grub-probe") if runner.which(tool) is None]
     if missing:
         return f"{' and '.join(missing)} not found"
+    return env_not_writable(root)
+
+
+# What GRUB cannot write its environment block on (grub-mkconfig's 00_header keeps recordfail off there too):
+# save_env would fail at boot, a trial would never turn into `trying`, and every boot would run the quirks.
+_READ_ONLY_FILE_SYSTEMS = {"btrfs", "cpiofs", "newc", "odc", "romfs", "squash4", "tarfs", "zfs"}
+
+
+def env_not_writable(root: TargetRoot) -> str | None:
+    """Why GRUB could not save its environment at boot on this machine (None: it can), as update-grub's own
+    grub-probe sees /boot/grub: a file system GRUB cannot write, LVM or RAID under it (GRUB writes no
+    diskfilter), or /boot/grub on the EFI system partition (Debian and Ubuntu keep it on ext4 /boot or /)."""
+    folder = root.boot_dir / "grub"
+    probe = {target: runner.run(["grub-probe", f"--target={target}", str(folder)], check=False)
+             for target in ("fs", "abstraction")}
+    fs = probe["fs"].stdout.strip()
+    if probe["fs"].returncode != 0 or not fs:
+        return f"grub-probe cannot tell the file system of {folder}"
+    if fs in _READ_ONLY_FILE_SYSTEMS:
+        return f"{folder} is on {fs}, where GRUB cannot save its environment at boot (the trial could never end)"
+    layers = probe["abstraction"].stdout.split()
+    if any(layer in ("diskfilter", "lvm", "mdraid09", "mdraid1x", "raid5rec", "raid6rec") for layer in layers):
+        return (f"{folder} is on {' '.join(layers)}, where GRUB cannot save its environment at boot (the trial "
+                "could never end)")
+    if fs == "fat" and folder.resolve().is_relative_to(root.boot_dir / "efi"):
+        return f"{folder} lies on the EFI system partition; the boot guard needs it on the ext4 /boot or / file system"
     return None
 
 

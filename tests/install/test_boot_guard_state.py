@@ -1,6 +1,7 @@
 """The boot guard's reading of a boot and its refusals, on a scratch root (fast). The whole mechanism, GRUB and
 all, is proven in test_boot_guard.py on a whole system."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,35 @@ def test_boot_guard_grub_script_consumes_the_trial_before_the_kernel_runs(tmp_pa
         "rdna1_kmgr.boot=trial", trial)
     assert 'amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback' in out and "export rdna1_kmgr_args" in out
     assert "OnBootSec=180" in files[tmp_path / boot_guard.UNITS / boot_guard.CONFIRM_TIMER]
+
+
+@pytest.mark.parametrize("fs, abstraction, refused", [
+    ("ext2", "", None),  # grub-probe says ext2 for ext4: Debian's and Ubuntu's /boot
+    ("btrfs", "", "on btrfs, where GRUB cannot save"),
+    ("zfs", "", "on zfs, where GRUB cannot save"),
+    ("ext2", "lvm", "on lvm, where GRUB cannot save"),
+    ("ext2", "diskfilter mdraid1x", "on diskfilter mdraid1x"),
+])
+def test_boot_guard_refuses_where_grub_cannot_save_its_environment(tmp_path, monkeypatch, fs, abstraction, refused):
+    """GRUB's save_env writes the block in place and cannot on these (grub-mkconfig's 00_header turns Ubuntu's
+    recordfail off for the same file systems): a trial there would never become `trying`."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    probe = tools / "grub-probe"
+    probe.write_text(f'#!/bin/sh\ncase "$1" in --target=fs) echo {fs};; --target=abstraction) echo {abstraction};; '
+                     'esac\n')
+    probe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    why = boot_guard.env_not_writable(TargetRoot(tmp_path))
+    assert why is None if refused is None else refused in why, why
+
+
+def test_boot_guard_refuses_grub_on_the_efi_system_partition(tmp_path, monkeypatch):
+    (tmp_path / "boot/efi/grub").mkdir(parents=True)
+    (tmp_path / "boot/grub").symlink_to("efi/grub")  # an ESP-only layout: /boot/grub lives on the ESP
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "grub-probe").write_text('#!/bin/sh\ncase "$1" in --target=fs) echo fat;; esac\n')
+    (tools / "grub-probe").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    assert "EFI system partition" in boot_guard.env_not_writable(TargetRoot(tmp_path))
