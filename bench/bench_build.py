@@ -86,8 +86,15 @@ def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) 
     copy = work / "raw"
     shutil.copytree(tree / AMD, copy / AMD, symlinks=True)
     subprocess.run(["patch", "-p1", "-s", "-d", str(copy), "-i", str(fix_patch)], check=True)
-    command = ["make", f"-j{jobs}", "-C", f"/lib/modules/{kernel}/build", f"M={copy / AMD}/amdgpu",
-               f"FULL_AMD_PATH={copy / AMD}", "modules"]
+    command = [
+        "make",
+        f"-j{jobs}",
+        "-C",
+        f"/lib/modules/{kernel}/build",
+        f"M={copy / AMD}/amdgpu",
+        f"FULL_AMD_PATH={copy / AMD}",
+        "modules",
+    ]
     with open(work / "raw.log", "w") as log, Stopwatch() as watch:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
     watch.size = tree_size(copy)
@@ -97,8 +104,22 @@ def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) 
 
 def tool_build(kernel: str, tree: Path, jobs: int, keys: signing.KeyPair, env: dict, quirks: list[str]) -> dict:
     cli = Path(sys.executable).parent / "rdna1-kmgr"
-    command = [str(cli), "build", "--kernel", kernel, "--source", str(tree), "-j", str(jobs), "--no-install",
-               "--key", str(keys.key), "--cert", str(keys.cert), "--json"]
+    command = [
+        str(cli),
+        "build",
+        "--kernel",
+        kernel,
+        "--source",
+        str(tree),
+        "-j",
+        str(jobs),
+        "--no-install",
+        "--key",
+        str(keys.key),
+        "--cert",
+        str(keys.cert),
+        "--json",
+    ]
     for quirk in quirks:
         command += ["--quirk", quirk]
     with Stopwatch() as watch:
@@ -126,10 +147,14 @@ def main() -> int:
     kept = [q for q in quirk_ids if q != off]
 
     work = Path(tempfile.mkdtemp(prefix="rdna1-kmgr-bench-", dir="/var/tmp"))
-    env = {**os.environ,
-           "RDNA1_KMGR_DKMS_SOURCE_TREE": str(work / "usr-src"), "RDNA1_KMGR_DKMS_TREE": str(work / "dkms"),
-           "RDNA1_KMGR_CACHE": str(work / "cache"), "RDNA1_KMGR_LOG": str(work / "log"),
-           "RDNA1_KMGR_STATE": str(work / "state")}
+    env = {
+        **os.environ,
+        "RDNA1_KMGR_DKMS_SOURCE_TREE": str(work / "usr-src"),
+        "RDNA1_KMGR_DKMS_TREE": str(work / "dkms"),
+        "RDNA1_KMGR_CACHE": str(work / "cache"),
+        "RDNA1_KMGR_LOG": str(work / "log"),
+        "RDNA1_KMGR_STATE": str(work / "state"),
+    }
     try:
         # The tool finds a Debian source in its cache; so does the bench (hard links: no copy, no time).
         cached = work / "cache/src" / tree.name
@@ -142,8 +167,10 @@ def main() -> int:
         render(tree, series, quirk_ids)
         fix_patch = series / (series / "series").read_text().split()[0]  # the out-of-tree build fix comes first
         ccache = "on (cold)" if module_build.ccache_env() else "off (not installed)"
-        say(f"bench: kernel {kernel}, source {tree} (Linux {kernel_source.kernel_version(tree)}), -j{args.jobs}, "
-            f"{os.cpu_count()} cores, ccache {ccache}, load {load()}")
+        say(
+            f"bench: kernel {kernel}, source {tree} (Linux {kernel_source.kernel_version(tree)}), -j{args.jobs}, "
+            f"{os.cpu_count()} cores, ccache {ccache}, load {load()}"
+        )
         warm_page_cache(tree / AMD)
 
         say("bench: raw kbuild of the unpatched source (out-of-tree fix only)...")
@@ -153,16 +180,23 @@ def main() -> int:
 
         say(f"bench: cold rdna1-kmgr build, quirks {' '.join(quirk_ids)}...")
         cold = tool_build(kernel, tree, args.jobs, keys, env, quirk_ids)
-        say(f"bench: cold {cold['wall_seconds']:.1f} s, CPU {cold['cpu_seconds']:.1f} s, "
-            f"{cold['compiled_objects']} objects (load {load()})")
+        say(
+            f"bench: cold {cold['wall_seconds']:.1f} s, CPU {cold['cpu_seconds']:.1f} s, "
+            f"{cold['compiled_objects']} objects (load {load()})"
+        )
         kbuild_size = tree_size(work / "cache" / "kbuild" / "rdna1-amdgpu" / kernel)
-        say(f"bench: kbuild tree {kbuild_size['disk_mb']} MB on disk, objects and module {kbuild_size['objects_mb']} MB; "
-            f"raw build tree {raw_watch.size['disk_mb']} MB, objects and module {raw_watch.size['objects_mb']} MB")
+        say(
+            f"bench: kbuild tree {kbuild_size['disk_mb']} MB on disk, "
+            f"objects and module {kbuild_size['objects_mb']} MB; "
+            f"raw build tree {raw_watch.size['disk_mb']} MB, objects and module {raw_watch.size['objects_mb']} MB"
+        )
 
         say(f"bench: rebuild with {off} switched off (quirks {' '.join(kept)})...")
         rebuild = tool_build(kernel, tree, args.jobs, keys, env, kept)
-        say(f"bench: rebuild {rebuild['wall_seconds']:.1f} s, CPU {rebuild['cpu_seconds']:.1f} s, "
-            f"{rebuild['compiled_objects']} objects (load {load()})")
+        say(
+            f"bench: rebuild {rebuild['wall_seconds']:.1f} s, CPU {rebuild['cpu_seconds']:.1f} s, "
+            f"{rebuild['compiled_objects']} objects (load {load()})"
+        )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -196,13 +230,19 @@ def main() -> int:
         "rebuild_target": 0.15,
     }
     print(json.dumps(figures, indent=2))
-    print(f"cold build     {cold['wall_seconds']:7.1f} s = {cold_ratio:.3f} x raw kbuild ({raw:.1f} s)   "
-          f"target <= 0.8: {'met' if cold_ratio <= 0.8 else 'MISSED'}   "
-          f"(CPU {cold['cpu_seconds']:.1f} s = {cold['cpu_seconds'] / raw_cpu:.3f} x {raw_cpu:.1f} s)")
-    print(f"kbuild tree    {kbuild_size['disk_mb']} MB on disk, objects and module {kbuild_size['objects_mb']} MB "
-          f"(raw kbuild's: {raw_watch.size['disk_mb']} MB, {raw_watch.size['objects_mb']} MB)")
-    print(f"quirk-off      {rebuild['wall_seconds']:7.1f} s = {rebuild_ratio:.3f} x cold build   "
-          f"target <= 0.15: {'met' if rebuild_ratio <= 0.15 else 'MISSED'}")
+    print(
+        f"cold build     {cold['wall_seconds']:7.1f} s = {cold_ratio:.3f} x raw kbuild ({raw:.1f} s)   "
+        f"target <= 0.8: {'met' if cold_ratio <= 0.8 else 'MISSED'}   "
+        f"(CPU {cold['cpu_seconds']:.1f} s = {cold['cpu_seconds'] / raw_cpu:.3f} x {raw_cpu:.1f} s)"
+    )
+    print(
+        f"kbuild tree    {kbuild_size['disk_mb']} MB on disk, objects and module {kbuild_size['objects_mb']} MB "
+        f"(raw kbuild's: {raw_watch.size['disk_mb']} MB, {raw_watch.size['objects_mb']} MB)"
+    )
+    print(
+        f"quirk-off      {rebuild['wall_seconds']:7.1f} s = {rebuild_ratio:.3f} x cold build   "
+        f"target <= 0.15: {'met' if rebuild_ratio <= 0.15 else 'MISSED'}"
+    )
     return 0
 
 

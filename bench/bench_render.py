@@ -42,8 +42,10 @@ def main() -> None:
     args = parser.parse_args()
     for source in args.sources:
         full, bare = best_of(args.runs, True, source), best_of(args.runs, False, source)
-        print(f"{source}: render {full:.2f} s, unchecked {bare:.2f} s, ratio {full / bare:.1f}, "
-              f"name check {full - bare:.2f} s")
+        print(
+            f"{source}: render {full:.2f} s, unchecked {bare:.2f} s, ratio {full / bare:.1f}, "
+            f"name check {full - bare:.2f} s"
+        )
 
 
 if __name__ == "__main__":

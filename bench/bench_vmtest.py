@@ -54,20 +54,32 @@ def main() -> int:
         for n in range(1, args.runs + 1):
             print(f"run {n}/{args.runs}, load {load()}", file=sys.stderr, flush=True)
             started = time.monotonic()
-            record = engine.validate_module(built.path, args.kernel, accel="tcg", selftest_required=built.selftest_cases,
-                                        report=lambda line: None)
-            runs.append({
-                "seconds": round(time.monotonic() - started, 1),
-                "verdict": record.verdict,
-                "reason": record.reason,
-                "stages": dict((stage, t) for t, stage in record.details.get("stages", [])),
-                "load_after": load(),
-            })
-            print(f"  {runs[-1]['seconds']} s, verdict {record.verdict}, load {runs[-1]['load_after']}",
-                  file=sys.stderr, flush=True)
+            record = engine.validate_module(
+                built.path, args.kernel, accel="tcg", selftest_required=built.selftest_cases, report=lambda line: None
+            )
+            runs.append(
+                {
+                    "seconds": round(time.monotonic() - started, 1),
+                    "verdict": record.verdict,
+                    "reason": record.reason,
+                    "stages": dict((stage, t) for t, stage in record.details.get("stages", [])),
+                    "load_after": load(),
+                }
+            )
+            print(
+                f"  {runs[-1]['seconds']} s, verdict {record.verdict}, load {runs[-1]['load_after']}",
+                file=sys.stderr,
+                flush=True,
+            )
     median = statistics.median(r["seconds"] for r in runs)
-    summary = {"module": str(built.path), "kernel": record.kernel, "runs": runs, "median_seconds": median,
-               "target_seconds": TARGET_SECONDS, "within_target": median <= TARGET_SECONDS}
+    summary = {
+        "module": str(built.path),
+        "kernel": record.kernel,
+        "runs": runs,
+        "median_seconds": median,
+        "target_seconds": TARGET_SECONDS,
+        "within_target": median <= TARGET_SECONDS,
+    }
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -77,7 +89,8 @@ def main() -> int:
             times = [r["stages"].get(stage) for r in runs]
             print(f"  {stage:35} " + "  ".join(f"{t:6.1f}" if t is not None else "     -" for t in times))
         print(f"  {'verdict (wall, from start)':35} " + "  ".join(f"{r['seconds']:6.1f}" for r in runs))
-        print(f"median {median:.1f} s; target <= {TARGET_SECONDS:.0f} s: {'met' if median <= TARGET_SECONDS else 'NOT met'}")
+        met = "met" if median <= TARGET_SECONDS else "NOT met"
+        print(f"median {median:.1f} s; target <= {TARGET_SECONDS:.0f} s: {met}")
     return 0 if all(r["verdict"] == "pass" for r in runs) else 1
 
 

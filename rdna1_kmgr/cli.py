@@ -41,6 +41,23 @@ def main():
     """Patch, build, validate and install amdgpu for first-generation RDNA GPUs (RX 5600 XT and siblings)."""
 
 
-for command in (detect, doctor, experiment, render, quirks, build, keys, vmtest, install, confirm, retry, boot_check, rollback,
-                status, profile, follow, hooks):
+for command in (
+    detect,
+    doctor,
+    experiment,
+    render,
+    quirks,
+    build,
+    keys,
+    vmtest,
+    install,
+    confirm,
+    retry,
+    boot_check,
+    rollback,
+    status,
+    profile,
+    follow,
+    hooks,
+):
     main.add_command(command)

@@ -25,8 +25,13 @@ def run_build(release: str) -> dict:
     env = {**os.environ, "RDNA1_KMGR_CACHE": str(persistent_cache_root())}
     for moved in ("RDNA1_KMGR_DKMS_TREE", "RDNA1_KMGR_DKMS_SOURCE_TREE"):
         env.pop(moved, None)
-    proc = subprocess.run([str(cli), "build", "--kernel", release, "--yes", "--json"],
-                          capture_output=True, text=True, env=env, timeout=3600)
+    proc = subprocess.run(
+        [str(cli), "build", "--kernel", release, "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+    )
     if proc.returncode != 0:
         pytest.fail(f"rdna1-kmgr build --kernel {release} failed ({proc.returncode}): {proc.stderr[-3000:]}")
     result = json.loads(proc.stdout)

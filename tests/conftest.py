@@ -32,8 +32,16 @@ TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"
 DEFAULT_TEST_CACHE = "/var/cache/rdna1-kmgr-tests"
 
 # Fixtures that reach the Debian archive (and, for headers, install packages on this machine).
-REAL_FIXTURES = {"real_source_510", "real_source_61", "real_source_612", "real_source_72", "headers_61", "headers_612",
-                 "persistent_cache", "debian_rocm"}
+REAL_FIXTURES = {
+    "real_source_510",
+    "real_source_61",
+    "real_source_612",
+    "real_source_72",
+    "headers_61",
+    "headers_612",
+    "persistent_cache",
+    "debian_rocm",
+}
 
 
 # Tests that need a kernel whose image package is not installed run first: later tests install one (the real

@@ -52,6 +52,7 @@ class Sandbox:
     def kernel_version(self) -> str:
         """The Linux version of the sandbox's kernel (6.1.192 for 6.1.0-56-amd64), from its package."""
         from rdna1_kmgr.source import kernel_source
+
         return str(kernel_source.upstream_version(kernel_source.debian_kernel_version(self.kernel)))
 
     def package(self, manifest: dict) -> dkms.Package:
@@ -89,7 +90,13 @@ def sign_file_for(kernel: str) -> str:
 
 def kbuild(tree: Path, kernel: str, location: str, make_vars: dict[str, str]) -> Path:
     """Build a module straight with kbuild (no DKMS); the .ko path."""
-    args = ["make", "-C", f"/lib/modules/{kernel}/build", f"M={tree / location}",
-            *(f"{k}={v}" for k, v in make_vars.items()), "modules"]
+    args = [
+        "make",
+        "-C",
+        f"/lib/modules/{kernel}/build",
+        f"M={tree / location}",
+        *(f"{k}={v}" for k, v in make_vars.items()),
+        "modules",
+    ]
     subprocess.run(args, check=True, capture_output=True)
     return next((tree / location).glob("*.ko"))

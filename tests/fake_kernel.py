@@ -23,8 +23,12 @@ def series_names(tree: Path) -> set[str]:
             patches, _ = render_series(tree)
         except SourceError:
             return set()
-    added = "".join(line[1:] for p in patches for line in p.text.splitlines(keepends=True)
-                    if line.startswith("+") and not line.startswith("+++"))
+    added = "".join(
+        line[1:]
+        for p in patches
+        for line in p.text.splitlines(keepends=True)
+        if line.startswith("+") and not line.startswith("+++")
+    )
     return set(re.findall(r"[A-Za-z_]\w*", name_check.code_of(added)))
 
 
@@ -89,12 +93,15 @@ GET_VM_PTE = {
 
 # no kernel has it: both parameters, a tree where the facts of two coarse-mtype variants hold
 GET_VM_PTE["mapping+vm_flags"] = GET_VM_PTE["vm_flags"].replace(
-    "struct amdgpu_vm *vm,", "struct amdgpu_bo_va_mapping *mapping, struct amdgpu_vm *vm,")
+    "struct amdgpu_vm *vm,", "struct amdgpu_bo_va_mapping *mapping, struct amdgpu_vm *vm,"
+)
 
 # KFD's get_pte_flags() and its call in kfd_mem_attach(): before 6.2 it picks UC for coherent allocations
 # itself; from 6.18 it takes the VM and returns AMDGPU_VM_* flags
 KFD_PTE = {
-    "picks": ("(struct amdgpu_device *adev, struct kgd_mem *mem)", """
+    "picks": (
+        "(struct amdgpu_device *adev, struct kgd_mem *mem)",
+        """
 	bool coherent = mem->alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_COHERENT;
 	uint32_t mapping_flags = AMDGPU_VM_PAGE_READABLE;
 	uint64_t pte_flags;
@@ -104,19 +111,29 @@ KFD_PTE = {
 
 	pte_flags = amdgpu_gem_va_map_flags(adev, mapping_flags);
 	return pte_flags;
-""", "get_pte_flags(adev, mem)"),
-    "default": ("(struct amdgpu_device *adev, struct kgd_mem *mem)", """
+""",
+        "get_pte_flags(adev, mem)",
+    ),
+    "default": (
+        "(struct amdgpu_device *adev, struct kgd_mem *mem)",
+        """
 	uint32_t mapping_flags = AMDGPU_VM_PAGE_READABLE |
 				 AMDGPU_VM_MTYPE_DEFAULT;
 
 	return amdgpu_gem_va_map_flags(adev, mapping_flags);
-""", "get_pte_flags(adev, mem)"),
-    "vm": ("(struct amdgpu_device *adev, struct amdgpu_vm *vm,\n\t\t\t      struct kgd_mem *mem)", """
+""",
+        "get_pte_flags(adev, mem)",
+    ),
+    "vm": (
+        "(struct amdgpu_device *adev, struct amdgpu_vm *vm,\n\t\t\t      struct kgd_mem *mem)",
+        """
 	uint32_t mapping_flags = AMDGPU_VM_PAGE_READABLE |
 				 AMDGPU_VM_MTYPE_DEFAULT;
 
 	return mapping_flags;
-""", "get_pte_flags(adev, vm, mem)"),
+""",
+        "get_pte_flags(adev, vm, mem)",
+    ),
 }
 # no kernel has it: get_pte_flags() takes the VM while a caller still passes (adev, mem)
 KFD_PTE["vm+mem"] = (*KFD_PTE["vm"][:2], "get_pte_flags(adev, mem)")
@@ -129,7 +146,9 @@ EXT_COHERENT = """
 # amdgpu_amdkfd_get_local_mem_info(), where KFD learns the board's memory: through a struct kgd_dev
 # before 5.17, per XCP partition from 6.5 or so
 MEM_INFO = {
-    "kgd": ("(struct kgd_dev *kgd,\n\t\t\t\t      struct kfd_local_mem_info *mem_info)", """
+    "kgd": (
+        "(struct kgd_dev *kgd,\n\t\t\t\t      struct kfd_local_mem_info *mem_info)",
+        """
 	struct amdgpu_device *adev = (struct amdgpu_device *)kgd;
 
 	memset(mem_info, 0, sizeof(*mem_info));
@@ -137,8 +156,11 @@ MEM_INFO = {
 	mem_info->local_mem_size_private = adev->gmc.real_vram_size -
 			adev->gmc.visible_vram_size;
 	mem_info->vram_width = adev->gmc.vram_width;
-"""),
-    "adev": ("(struct amdgpu_device *adev,\n\t\t\t\t      struct kfd_local_mem_info *mem_info)", """
+""",
+    ),
+    "adev": (
+        "(struct amdgpu_device *adev,\n\t\t\t\t      struct kfd_local_mem_info *mem_info)",
+        """
 	memset(mem_info, 0, sizeof(*mem_info));
 
 	mem_info->local_mem_size_public = adev->gmc.visible_vram_size;
@@ -146,9 +168,12 @@ MEM_INFO = {
 						adev->gmc.visible_vram_size;
 
 	mem_info->vram_width = adev->gmc.vram_width;
-"""),
-    "xcp": ("(struct amdgpu_device *adev,\n\t\t\t\t      struct kfd_local_mem_info *mem_info,\n"
-            "\t\t\t\t      struct amdgpu_xcp *xcp)", """
+""",
+    ),
+    "xcp": (
+        "(struct amdgpu_device *adev,\n\t\t\t\t      struct kfd_local_mem_info *mem_info,\n"
+        "\t\t\t\t      struct amdgpu_xcp *xcp)",
+        """
 	memset(mem_info, 0, sizeof(*mem_info));
 
 	if (xcp) {
@@ -160,7 +185,8 @@ MEM_INFO = {
 						adev->gmc.visible_vram_size;
 	}
 	mem_info->vram_width = adev->gmc.vram_width;
-"""),
+""",
+    ),
 }
 
 # where debug_largebar lives: a module parameter (kfd_priv.h's extern), or also a member of struct
@@ -221,21 +247,50 @@ INIT_REGISTER = {
 }
 
 # the shapes of each generation (what the top Makefile's version alone would suggest)
-OLD = dict(gmc="mapping", kfd="picks", ext=False, mem_info="adev", largebar="param", node="kfd_dev",
-           probe="flags", init="return")
+OLD = dict(
+    gmc="mapping",
+    kfd="picks",
+    ext=False,
+    mem_info="adev",
+    largebar="param",
+    node="kfd_dev",
+    probe="flags",
+    init="return",
+)
 SHAPES = {
     "5.10": {**OLD, "mem_info": "kgd", "probe": "driver_data", "node": "kfd_dev-kgd"},
     "6.1": OLD,
     "6.2": {**OLD, "gmc": "mapping-uc", "kfd": "default"},
-    "6.12": {**OLD, "gmc": "mapping-uc", "kfd": "default", "ext": True, "mem_info": "xcp", "largebar": "debug_mask",
-             "node": "kfd_node"},
-    "6.18": {**OLD, "gmc": "vm_flags", "kfd": "vm", "ext": True, "mem_info": "xcp", "largebar": "debug_mask",
-             "node": "kfd_node"},
+    "6.12": {
+        **OLD,
+        "gmc": "mapping-uc",
+        "kfd": "default",
+        "ext": True,
+        "mem_info": "xcp",
+        "largebar": "debug_mask",
+        "node": "kfd_node",
+    },
+    "6.18": {
+        **OLD,
+        "gmc": "vm_flags",
+        "kfd": "vm",
+        "ext": True,
+        "mem_info": "xcp",
+        "largebar": "debug_mask",
+        "node": "kfd_node",
+    },
 }
 
 
-def make_tree(root: Path, version: str = "6.1.192", shape: str = "6.1", *, omit: str | None = None,
-              missing_names: set[str] = frozenset(), **forms) -> Path:
+def make_tree(
+    root: Path,
+    version: str = "6.1.192",
+    shape: str = "6.1",
+    *,
+    omit: str | None = None,
+    missing_names: set[str] = frozenset(),
+    **forms,
+) -> Path:
     """Write a fake tree for `version` ("7.3-rc2" style for a release candidate) under root, its hooked
     places in the forms of SHAPES[shape], each overridable: gmc=, kfd=, ext= (True: EXT_COHERENT known),
     mem_info=, largebar=, node=, probe=, init=.
@@ -275,7 +330,9 @@ static int amdgpu_pci_probe(struct pci_dev *pdev,
 	/* a brace in a comment { and a string "}" must not confuse the scan */
 	adev->pdev = pdev;
 
-	""" + PROBE_LOAD[forms["probe"]] + """
+	"""
+        + PROBE_LOAD[forms["probe"]]
+        + """
 	if (ret)
 		goto err_pci;
 	return 0;
@@ -286,7 +343,9 @@ static int __init amdgpu_init(void)
 	amdgpu_amdkfd_init();
 
 	/* let modprobe override vga console setting */
-	""" + INIT_REGISTER[forms["init"]] + """
+	"""
+        + INIT_REGISTER[forms["init"]]
+        + """
 }
 """,
         f"{AMD}/amdgpu/gmc_v10_0.c": (
@@ -318,7 +377,9 @@ struct amdgpu_device {
 	struct device			*dev;
 	struct pci_dev			*pdev;
 
-""" + LARGEBAR_MEMBER[forms["largebar"]] + """	bool                            dc_enabled;
+"""
+        + LARGEBAR_MEMBER[forms["largebar"]]
+        + """	bool                            dc_enabled;
 };
 
 #endif

@@ -55,8 +55,9 @@ def build(release: str, variant: str, workdir: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "amdgpu.c").write_text(SOURCE)
     (folder / "Makefile").write_text(f"obj-m := amdgpu.o\nccflags-y := {VARIANTS[variant]}\n")
-    proc = subprocess.run(["make", "-C", f"/lib/modules/{release}/build", f"M={folder}", "modules"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["make", "-C", f"/lib/modules/{release}/build", f"M={folder}", "modules"], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"building the fake amdgpu ({variant}) failed:\n{proc.stdout}\n{proc.stderr}")
     return folder / "amdgpu.ko"

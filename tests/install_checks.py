@@ -67,32 +67,49 @@ def assert_same_system(before: dict, after: dict) -> None:
                 if b.get(key) != a.get(key):
                     problems.append(f"{part}: {key}: {b.get(key)} -> {a.get(key)}")
         else:
-            problems.append(f"{part}: {len(b or [])} entries -> {len(a or [])} "
-                            f"(+{sorted(set(a or []) - set(b or []))[:5]} -{sorted(set(b or []) - set(a or []))[:5]})")
+            problems.append(
+                f"{part}: {len(b or [])} entries -> {len(a or [])} "
+                f"(+{sorted(set(a or []) - set(b or []))[:5]} -{sorted(set(b or []) - set(a or []))[:5]})"
+            )
     assert not problems, "the system differs:\n" + "\n".join(problems[:40])
 
 
 def verdict_record(sha256: str, kernel: str, result: str = "pass") -> verdict.Record:
-    return verdict.Record(verdict=result, reason="all checks passed" if result == "pass" else "selftest: 0 passed",
-                          mode="emulated", kernel=kernel, module="(test)", module_sha256=sha256, accel="tcg",
-                          checks=[], selftest={"passed": 4, "failed": 0, "required": 4}, console_log=None,
-                          seconds=1.0, started="2025-01-01T00:00:00", tool_version="test")
+    return verdict.Record(
+        verdict=result,
+        reason="all checks passed" if result == "pass" else "selftest: 0 passed",
+        mode="emulated",
+        kernel=kernel,
+        module="(test)",
+        module_sha256=sha256,
+        accel="tcg",
+        checks=[],
+        selftest={"passed": 4, "failed": 0, "required": 4},
+        console_log=None,
+        seconds=1.0,
+        started="2025-01-01T00:00:00",
+        tool_version="test",
+    )
 
 
 def ensure_image_installed(kernel: str) -> bool:
     """The kernel's image package installed, as on a user's machine (its postinst makes the initramfs); True
     when this call installed it (whoever did should purge it again: see purge_image)."""
     package = f"linux-image-{kernel}"
-    query = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", package],
-                           capture_output=True, text=True)
+    query = subprocess.run(
+        ["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", package], capture_output=True, text=True
+    )
     if query.returncode == 0 and query.stdout.startswith("ii"):
         return False
     if os.geteuid() != 0:
         pytest.skip(f"installing {package} needs root")
-    proc = subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q",
-                           "--no-install-recommends", package],
-                          capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    proc = subprocess.run(
+        ["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", "--no-install-recommends", package],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
     if proc.returncode != 0:
         pytest.fail(f"apt-get install {package} failed: {proc.stderr[-2000:]}")
     return True
@@ -106,12 +123,22 @@ def purge_image(kernel: str, scratch: Path) -> None:
     the DKMS build included; here that build is the session's shared one, still wanted by later tests, so the
     hook is pointed at scratch trees (dpkg passes the environment on to the kernel hooks)."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for name in ("RDNA1_KMGR_STATE", "RDNA1_KMGR_CACHE", "RDNA1_KMGR_LOG", "RDNA1_KMGR_DKMS_TREE",
-                 "RDNA1_KMGR_DKMS_SOURCE_TREE"):
+    for name in (
+        "RDNA1_KMGR_STATE",
+        "RDNA1_KMGR_CACHE",
+        "RDNA1_KMGR_LOG",
+        "RDNA1_KMGR_DKMS_TREE",
+        "RDNA1_KMGR_DKMS_SOURCE_TREE",
+    ):
         env[name] = str(scratch / name.lower())
         Path(env[name]).mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "purge", "-y", "-q", f"linux-image-{kernel}"],
-                          capture_output=True, text=True, timeout=1800, env=env)
+    proc = subprocess.run(
+        ["apt-get", "-o", "DPkg::Lock::Timeout=600", "purge", "-y", "-q", f"linux-image-{kernel}"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+    )
     assert proc.returncode == 0, f"apt-get purge linux-image-{kernel} failed: {proc.stderr[-2000:]}"
 
 

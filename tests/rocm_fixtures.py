@@ -53,9 +53,11 @@ def debian_rocm() -> dict[str, Path]:
 
 def link_tree(source: Path, root: Path) -> None:
     """Hard-link every file of `source` into `root` (same file system as the cache; instant, no space)."""
+
     def link(src, dst):
         try:
             os.link(src, dst)
         except OSError:  # another file system: copy instead
             shutil.copy2(src, dst)
+
     shutil.copytree(source, root, symlinks=True, copy_function=link, dirs_exist_ok=True)

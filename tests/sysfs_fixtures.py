@@ -97,7 +97,6 @@ class FakeSysroot:
             self._link(f"sys/kernel/iommu_groups/{iommu_group}/devices/{bdf}", dev)
         return self
 
-
     def drm(self, bdf: str, *nodes: str) -> "FakeSysroot":
         """DRM minors a bound GPU driver made for the device (card0, renderD128)."""
         for node in nodes:
@@ -128,7 +127,6 @@ class FakeSysroot:
         self._write("dev/kmsg", records)
         return self
 
-
     # --- what doctor reads besides detect's facts ---
 
     def file(self, rel: str, content: str, mode: int | None = None) -> "FakeSysroot":
@@ -137,14 +135,24 @@ class FakeSysroot:
             path.chmod(mode)
         return self
 
-    def kfd_node(self, index: int, gfx_target_version: int = 0, simd_count: int = 0, render_minor: int | None = None,
-                 heap_types: tuple[int, ...] = ()) -> "FakeSysroot":
+    def kfd_node(
+        self,
+        index: int,
+        gfx_target_version: int = 0,
+        simd_count: int = 0,
+        render_minor: int | None = None,
+        heap_types: tuple[int, ...] = (),
+    ) -> "FakeSysroot":
         """A KFD topology node as /sys/class/kfd/kfd/topology/nodes/N shows it (0: a CPU node)."""
         node = f"sys/class/kfd/kfd/topology/nodes/{index}"
-        props = {"cpu_cores_count": 0 if simd_count else 8, "simd_count": simd_count,
-                 "gfx_target_version": gfx_target_version, "vendor_id": 4098 if simd_count else 0,
-                 "device_id": 29471 if simd_count else 0,
-                 "drm_render_minor": -1 if render_minor is None else render_minor}
+        props = {
+            "cpu_cores_count": 0 if simd_count else 8,
+            "simd_count": simd_count,
+            "gfx_target_version": gfx_target_version,
+            "vendor_id": 4098 if simd_count else 0,
+            "device_id": 29471 if simd_count else 0,
+            "drm_render_minor": -1 if render_minor is None else render_minor,
+        }
         self._write(f"{node}/properties", "".join(f"{k} {v}\n" for k, v in props.items()))
         for bank, heap in enumerate(heap_types):
             self._write(f"{node}/mem_banks/{bank}/properties", f"heap_type {heap}\nsize_in_bytes 6425673728\n")
@@ -163,8 +171,10 @@ class FakeSysroot:
                 members.setdefault(g, []).append(name)
             (self.root / f"home/{name}").mkdir(parents=True, exist_ok=True)
         self._write("etc/passwd", passwd)
-        self._write("etc/group", "root:x:0:\n" + "".join(f"{g}:x:{gid}:{','.join(members.get(g, []))}\n"
-                                                          for g, gid in groups.items()))
+        self._write(
+            "etc/group",
+            "root:x:0:\n" + "".join(f"{g}:x:{gid}:{','.join(members.get(g, []))}\n" for g, gid in groups.items()),
+        )
         return self
 
 
@@ -209,7 +219,13 @@ def two_gpus(root: Path) -> FakeSysroot:
     tree.pci_device("0000:03:00.0", 0x1002, 0x7340, 0x030000, driver="amdgpu", boot_vga=True, iommu_group=5)
     tree.pci_device("0000:03:00.1", 0x1002, 0xAB38, 0x040300, driver="snd_hda_intel", iommu_group=5)
     tree.pci_device(
-        "0000:0b:00.0", 0x1002, 0x731F, 0x030000, driver="vfio-pci", boot_vga=False, iommu_group=9,
+        "0000:0b:00.0",
+        0x1002,
+        0x731F,
+        0x030000,
+        driver="vfio-pci",
+        boot_vga=False,
+        iommu_group=9,
         reset_method="device_specific bus",
     )
     tree.pci_device("0000:0b:00.1", 0x1002, 0xAB38, 0x040300, driver="vfio-pci", iommu_group=9)

@@ -53,8 +53,15 @@ def test_a_normal_user_runs_every_command_with_sudo(sudo_user):
     before = sorted(p.relative_to(home) for p in home.rglob("*"))
     version = as_user(home, "--version")
     assert version.returncode == 0 and version.stdout.startswith("rdna1-kmgr, version"), version.stderr
-    for args in (["detect", "--json"], ["status"], ["quirks"], ["build", "--dry-run"], ["install", "--dry-run"],
-                 ["rollback", "--dry-run"], ["keys", "status"]):
+    for args in (
+        ["detect", "--json"],
+        ["status"],
+        ["quirks"],
+        ["build", "--dry-run"],
+        ["install", "--dry-run"],
+        ["rollback", "--dry-run"],
+        ["keys", "status"],
+    ):
         run = as_user(home, *args)
         # A refusal (no build to install yet, no board) is one line and a documented code, never a traceback.
         assert run.returncode in (0, 4, 5, 8), f"{args}: {run.stderr}"

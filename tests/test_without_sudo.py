@@ -47,8 +47,11 @@ def test_install_sh_and_the_tool_run_as_root_without_sudo(no_sudo, tmp_path):
     try:
         proc = subprocess.run([str(source / "install.sh")], env=env, capture_output=True, text=True, timeout=1800)
     finally:
-        placed = (Path("/etc/apt/apt.conf.d/80rdna1-kmgr").read_text()
-                  if Path("/etc/apt/apt.conf.d/80rdna1-kmgr").exists() else "")
+        placed = (
+            Path("/etc/apt/apt.conf.d/80rdna1-kmgr").read_text()
+            if Path("/etc/apt/apt.conf.d/80rdna1-kmgr").exists()
+            else ""
+        )
         restore_hooks(saved_hooks)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cli = tmp_path / "bin" / "rdna1-kmgr"
@@ -58,8 +61,16 @@ def test_install_sh_and_the_tool_run_as_root_without_sudo(no_sudo, tmp_path):
     assert str(tmp_path / "prefix" / "bin" / "rdna1-kmgr") in placed  # its hooks called its own command
 
     state = {"RDNA1_KMGR_STATE": str(tmp_path / "state"), "RDNA1_KMGR_LOG": str(tmp_path / "log")}
-    for args in (["--version"], ["detect", "--json"], ["status"], ["quirks"], ["build", "--dry-run"],
-                 ["install", "--dry-run"], ["rollback", "--dry-run"], ["keys", "status"]):
+    for args in (
+        ["--version"],
+        ["detect", "--json"],
+        ["status"],
+        ["quirks"],
+        ["build", "--dry-run"],
+        ["install", "--dry-run"],
+        ["rollback", "--dry-run"],
+        ["keys", "status"],
+    ):
         run = subprocess.run([str(cli), *args], env={**env, **state}, capture_output=True, text=True, timeout=600)
         # refusals are fine here (no build yet to install); what matters is that nothing asks for sudo
         assert run.returncode in (0, 4, 5, 8), f"{args}: {run.stderr}"

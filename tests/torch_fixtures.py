@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import persistent_cache_root
 
 TORCH = "torch==2.13.0"
@@ -35,6 +34,8 @@ def torch_python() -> str:
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
             made = subprocess.run([str(python), "-m", "pip", "install", "-q", TORCH], capture_output=True, text=True)
             if made.returncode != 0:
-                pytest.skip(f"cannot install {TORCH} ({made.stderr.strip().splitlines()[-1:]}); set "
-                            "RDNA1_KMGR_TORCH_PYTHON to a Python with torch")
+                pytest.skip(
+                    f"cannot install {TORCH} ({made.stderr.strip().splitlines()[-1:]}); set "
+                    "RDNA1_KMGR_TORCH_PYTHON to a Python with torch"
+                )
     return str(python)

@@ -24,8 +24,14 @@ UBUNTU_CODENAME=noble
 """
 
 
-def ubuntu_sysroot(root: Path, release: str, version: str, upstream: str, flavour: str = "generic",
-                   update_secureboot_policy: bool = False) -> Path:
+def ubuntu_sysroot(
+    root: Path,
+    release: str,
+    version: str,
+    upstream: str,
+    flavour: str = "generic",
+    update_secureboot_policy: bool = False,
+) -> Path:
     """A tree with what says "Ubuntu noble, running kernel `release`, the build `version` of Linux `upstream`"."""
     (root / "etc").mkdir(parents=True, exist_ok=True)
     (root / "etc/os-release").write_text(OS_RELEASE)
@@ -34,7 +40,8 @@ def ubuntu_sysroot(root: Path, release: str, version: str, upstream: str, flavou
     abi = version.split("-")[1].split(".")[0]
     (root / "proc/version").write_text(
         f"Linux version {release} (buildd@ubuntu) (x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0, "
-        f"GNU ld (GNU Binutils for Ubuntu) 2.42) #{abi}-Ubuntu SMP PREEMPT_DYNAMIC Mon Sep 23 10:00:00 UTC 2024\n")
+        f"GNU ld (GNU Binutils for Ubuntu) 2.42) #{abi}-Ubuntu SMP PREEMPT_DYNAMIC Mon Sep 23 10:00:00 UTC 2024\n"
+    )
     (root / "proc/version_signature").write_text(f"Ubuntu {version}-{flavour} {upstream}\n")
     if update_secureboot_policy:  # shim-signed's program: only its presence is read (dry runs)
         (root / "usr/sbin").mkdir(parents=True, exist_ok=True)
@@ -59,18 +66,30 @@ def ubuntu_linux_source_deb(amd_tree: Path, out_dir: Path, base: str, version: s
     src = work / "pkg" / "usr/src" / name
     src.mkdir(parents=True)
     with open(src / f"{name}.tar.bz2", "wb") as out:
-        tar = subprocess.Popen(["tar", "-c", "-h", "--owner=0", "--group=0", "-C", str(work / "ball"), name],
-                               stdout=subprocess.PIPE)
+        tar = subprocess.Popen(
+            ["tar", "-c", "-h", "--owner=0", "--group=0", "-C", str(work / "ball"), name], stdout=subprocess.PIPE
+        )
         subprocess.run(["bzip2", "-1"], stdin=tar.stdout, stdout=out, check=True)
         assert tar.wait() == 0
     (work / "pkg/usr/src" / f"{name}.tar.bz2").symlink_to(f"{name}/{name}.tar.bz2")
-    build_deb(work / "pkg", work / "out.deb", {
-        "Package": name, "Source": "linux", "Version": version, "Architecture": "all",
-        "Maintainer": "rdna1-kmgr tests <tests@localhost>", "Provides": f"linux-source, linux-source-{base.rsplit('.', 1)[0]}",
-        "Depends": "binutils, bzip2", "Section": "devel", "Priority": "optional",
-        "Description": f"Linux kernel source for version {base} with Ubuntu patches\n"
-                       " Test fixture: the amd subset of Debian's real source in Ubuntu's packaging.",
-    }, compress=False)
+    build_deb(
+        work / "pkg",
+        work / "out.deb",
+        {
+            "Package": name,
+            "Source": "linux",
+            "Version": version,
+            "Architecture": "all",
+            "Maintainer": "rdna1-kmgr tests <tests@localhost>",
+            "Provides": f"linux-source, linux-source-{base.rsplit('.', 1)[0]}",
+            "Depends": "binutils, bzip2",
+            "Section": "devel",
+            "Priority": "optional",
+            "Description": f"Linux kernel source for version {base} with Ubuntu patches\n"
+            " Test fixture: the amd subset of Debian's real source in Ubuntu's packaging.",
+        },
+        compress=False,
+    )
     (work / "out.deb").rename(deb)
     subprocess.run(["rm", "-rf", str(work)], check=True)
     return deb

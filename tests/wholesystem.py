@@ -17,7 +17,8 @@ The base image is built once per kernel release and recipe version, and cached (
     QEMU directly) runs grub-install on the disk and update-grub, so every later boot goes through GRUB.
 
 Each test session copies the base image (sparse) and puts what it tests into the copy while it is not running
-(`new_system` copies it, `System.files()` mounts the copy). A boot runs QEMU (TCG: KVM hangs here) under a hard timeout with the serial
+(`new_system` copies it, `System.files()` mounts the copy). A boot runs QEMU (TCG: KVM hangs here) under a hard
+timeout with the serial
 console in a log; the image's `wholesystem-step.service` runs /var/lib/wholesystem/step.sh once the
 multi-user target is reached, keeps its output in step.out/step.rc, says `WHOLESYSTEM-STEP-DONE` on the
 console and powers the guest off. A boot can also be cut short (the VM destroyed) when the console shows a
@@ -39,9 +40,9 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from conftest import persistent_cache_root
@@ -51,8 +52,21 @@ DISK_SIZE = 6 << 30  # sparse; ~1.6 GB used
 PART_OFFSET = 1 << 20  # the partition starts at 1 MiB (sector 2048), room for GRUB's core image
 STEP_DIR = "var/lib/wholesystem"
 STEP_DONE = "WHOLESYSTEM-STEP-DONE"
-PACKAGES = ["systemd-sysv", "udev", "dbus", "initramfs-tools", "zstd", "kmod", "grub-pc", "dkms", "python3",
-            "procps", "util-linux", "login", "openssl"]
+PACKAGES = [
+    "systemd-sysv",
+    "udev",
+    "dbus",
+    "initramfs-tools",
+    "zstd",
+    "kmod",
+    "grub-pc",
+    "dkms",
+    "python3",
+    "procps",
+    "util-linux",
+    "login",
+    "openssl",
+]
 
 STEP_UNIT = f"""\
 [Unit]
@@ -171,20 +185,41 @@ class Boot:
         return "\n".join(self.console.splitlines()[-lines:])
 
 
-def qemu_boot(image: Path, log: Path, timeout: float, kill_on: str | None = None,
-              kernel: tuple[Path, Path, str] | None = None) -> Boot:
+def qemu_boot(
+    image: Path, log: Path, timeout: float, kill_on: str | None = None, kernel: tuple[Path, Path, str] | None = None
+) -> Boot:
     """Boot the disk under TCG; destroy the VM when the console shows `kill_on`, or at `timeout`."""
     # -cpu max: TCG's default CPU (qemu64) lacks SSE4, which PyTorch's oneDNN needs for a convolution.
-    argv = ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2", "-nodefaults",
-            "-display", "none",
-            "-no-reboot", "-serial", f"file:{log}", "-monitor", "none", "-vga", "none",
-            "-drive", f"file={image},format=raw,if=virtio,cache=writeback"]
+    argv = [
+        "qemu-system-x86_64",
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max",
+        "-m",
+        "2048",
+        "-smp",
+        "2",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-serial",
+        f"file:{log}",
+        "-monitor",
+        "none",
+        "-vga",
+        "none",
+        "-drive",
+        f"file={image},format=raw,if=virtio,cache=writeback",
+    ]
     if kernel:
         argv += ["-kernel", str(kernel[0]), "-initrd", str(kernel[1]), "-append", kernel[2]]
     log.write_bytes(b"")
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     killed = timed_out = False
     try:
         while proc.poll() is None:
@@ -220,10 +255,13 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
     finally:
         subprocess.run(["losetup", "-d", loop])
     with mounted(image) as root:
-        _run(["debootstrap", "--variant=minbase", "--include=ca-certificates", "bookworm", str(root), mirror],
-             timeout=3600)
-        (root / "etc/apt/sources.list").write_text("".join(
-            f"deb {uri} {suite} main\n" for uri, suites in sources for suite in suites))
+        _run(
+            ["debootstrap", "--variant=minbase", "--include=ca-certificates", "bookworm", str(root), mirror],
+            timeout=3600,
+        )
+        (root / "etc/apt/sources.list").write_text(
+            "".join(f"deb {uri} {suite} main\n" for uri, suites in sources for suite in suites)
+        )
         (root / "etc/hostname").write_text("wholesystem\n")
         (root / "etc/fstab").write_text("/dev/vda1 / ext4 errors=remount-ro 0 1\n")
         (root / "etc/default").mkdir(exist_ok=True)
@@ -232,7 +270,8 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
         # The GPU driver in early boot, as on a desktop. The image's initramfs holds the listed modules only
         # (MODULES=list): update-initramfs with MODULES=most spawns a process per module, 10+ min under TCG.
         (root / "etc/initramfs-tools/modules").write_text(
-            "virtio_pci\nvirtio_blk\next4\n# the GPU driver in early boot, as on a desktop\namdgpu\n")
+            "virtio_pci\nvirtio_blk\next4\n# the GPU driver in early boot, as on a desktop\namdgpu\n"
+        )
         (root / "etc/initramfs-tools/conf.d").mkdir(parents=True, exist_ok=True)
         (root / "etc/initramfs-tools/conf.d/wholesystem.conf").write_text("MODULES=list\n")
         (root / "usr/sbin/policy-rc.d").write_text("#!/bin/sh\nexit 101\n")  # no daemons start in the chroot
@@ -240,8 +279,20 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
         with _chroot_mounts(root):
             _run(["chroot", str(root), "apt-get", "update"], env=env)
-            _run(["chroot", str(root), "apt-get", "install", "-y", "--no-install-recommends",
-                  f"linux-image-{kernel}", *PACKAGES], env=env, timeout=3600)
+            _run(
+                [
+                    "chroot",
+                    str(root),
+                    "apt-get",
+                    "install",
+                    "-y",
+                    "--no-install-recommends",
+                    f"linux-image-{kernel}",
+                    *PACKAGES,
+                ],
+                env=env,
+                timeout=3600,
+            )
             _run(["chroot", str(root), "apt-get", "clean"], env=env)
             _run(["chroot", str(root), "passwd", "-d", "root"], env=env)
         (root / "usr/sbin/policy-rc.d").unlink()
@@ -255,12 +306,17 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
         shutil.copy(root / f"boot/vmlinuz-{kernel}", work / "vmlinuz")
         shutil.copy(root / f"boot/initrd.img-{kernel}", work / "initrd")
     # First boot, kernel given directly: the boot loader goes onto the disk from inside (the host has no GRUB).
-    boot = qemu_boot(image, work / "firstboot.log", timeout=900,
-                     kernel=(work / "vmlinuz", work / "initrd", "root=/dev/vda1 ro console=ttyS0"))
+    boot = qemu_boot(
+        image,
+        work / "firstboot.log",
+        timeout=900,
+        kernel=(work / "vmlinuz", work / "initrd", "root=/dev/vda1 ro console=ttyS0"),
+    )
     result = read_step(image)
     if result[0] != 0:
-        raise RuntimeError(f"grub-install in the first boot failed ({result[0]}): {result[1][-2000:]}\n"
-                           f"{boot.tail()}")
+        raise RuntimeError(
+            f"grub-install in the first boot failed ({result[0]}): {result[1][-2000:]}\n" f"{boot.tail()}"
+        )
 
 
 def facts(out: str) -> dict[str, str]:

@@ -7,7 +7,8 @@ under the host's own Python, seen read-only through the VM's 9p root, with `-I`.
     python3 -I collect.py RUNDIR
 
 RUNDIR is shared read-write with the host. In: plan.json (the module path, its dependencies, the
-parameters of each load; in a passthrough run, the GPU's vendor:device and the workload). Out: result.json, rewritten after every step so that a crash or a hard timeout
+parameters of each load; in a passthrough run, the GPU's vendor:device and the workload). Out: result.json,
+rewritten after every step so that a crash or a hard timeout
 still leaves what was seen up to then. Each step logs a stage line to the kernel log, which the host
 follows on the console to show progress.
 """
@@ -54,8 +55,9 @@ class KernelLog:
 
 def run(argv: list, timeout: float, env=None) -> dict:
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                              env=env)
+        proc = subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env
+        )
         return {"argv": argv, "rc": proc.returncode, "output": proc.stdout[-4000:]}
     except subprocess.TimeoutExpired:
         return {"argv": argv, "rc": None, "output": f"timed out after {timeout} s"}
@@ -109,9 +111,15 @@ def kfd_nodes(base: str = "/sys/class/kfd/kfd/topology/nodes") -> list:
     for name in sorted(os.listdir(base) if os.path.isdir(base) else [], key=lambda n: int(n) if n.isdigit() else -1):
         banks_dir = os.path.join(base, name, "mem_banks")
         banks = sorted(os.listdir(banks_dir)) if os.path.isdir(banks_dir) else []
-        nodes.append({"node": name, "properties": read_properties(os.path.join(base, name, "properties")),
-                      "mem_banks": [{"bank": b, "properties": read_properties(os.path.join(banks_dir, b, "properties"))}
-                                    for b in banks]})
+        nodes.append(
+            {
+                "node": name,
+                "properties": read_properties(os.path.join(base, name, "properties")),
+                "mem_banks": [
+                    {"bank": b, "properties": read_properties(os.path.join(banks_dir, b, "properties"))} for b in banks
+                ],
+            }
+        )
     return nodes
 
 
@@ -134,8 +142,13 @@ def pci_devices_with(vendor_device: str) -> list:
         ids = (read_text(f"{base}/{bdf}/vendor"), read_text(f"{base}/{bdf}/device"))
         if ids == (f"0x{vendor}", f"0x{device}"):
             link = f"{base}/{bdf}/driver"
-            found.append({"bdf": bdf, "driver": os.path.basename(os.readlink(link)) if os.path.islink(link) else None,
-                          "bar0_bytes": bar0_bytes(f"{base}/{bdf}/resource")})
+            found.append(
+                {
+                    "bdf": bdf,
+                    "driver": os.path.basename(os.readlink(link)) if os.path.islink(link) else None,
+                    "bar0_bytes": bar0_bytes(f"{base}/{bdf}/resource"),
+                }
+            )
     return found
 
 

@@ -12,13 +12,15 @@ Prints one JSON object: {"device", "tolerance", "cases": [{case, max_abs_err, ok
 cannot run, {"error": ...} and exit code 3.
 
 `--sweep experiment` is the experiment's workload (the host's `rdna1-kmgr experiment` and the VFIO matrix run
-this same file): stages in order, stopping after the first that fails: smoke (a tensor to the GPU and back, a sum, a matmul), conv2d (kernel sizes 1-11 forward and backward, on both
+this same file): stages in order, stopping after the first that fails: smoke (a tensor to the GPU and back, a sum,
+a matmul), conv2d (kernel sizes 1-11 forward and backward, on both
 sides of 42x42), variants (stride 2, dilation, groups, depthwise, ConvTranspose2d, channels_last), batchnorm (a
 training step), fp16 (where the device has it) and sustained (a short loop). `--cudnn`/`--benchmark` set
 torch.backends.cudnn (MIOpen on ROCm). With `--events` every case start, result and a heartbeat (each second)
 is a line `@@rdna1-kmgr {json}` as it happens, so the host can tell a slow first-run MIOpen compilation (its
 cache grows) from a hang; the report, the last line, also carries the versions (torch, HIP, rocm-sdk-core,
-MIOpen) and, per case, what went wrong: {"outcome": "error", "error": "<the exception's text>"}. ROCm's torch names the GPU "cuda"; `--device cpu` compares the
+MIOpen) and, per case, what went wrong: {"outcome": "error", "error": "<the exception's text>"}. ROCm's torch names
+the GPU "cuda"; `--device cpu` compares the
 CPU with itself, a smoke test of this script on a machine without a GPU.
 
 Tolerance: |gpu - cpu| <= ATOL + RTOL * |cpu| elementwise, in float32 (TF32 off). A correct GPU differs
@@ -31,7 +33,6 @@ memory type, stale or torn reads) corrupts whole lines of data, errors of order 
 import argparse
 import copy
 import json
-import os
 import sys
 import threading
 import time
@@ -69,8 +70,10 @@ def main(argv=None) -> int:
     except Exception as err:  # noqa: BLE001 - any import failure means "cannot run"
         return fail(f"cannot import torch: {err}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        return fail(f"torch {torch.__version__} sees no GPU (torch.cuda.is_available() is False; "
-                    f"HIP {getattr(torch.version, 'hip', None)})")
+        return fail(
+            f"torch {torch.__version__} sees no GPU (torch.cuda.is_available() is False; "
+            f"HIP {getattr(torch.version, 'hip', None)})"
+        )
     # Exact float32 on both sides: TF32 would loosen the GPU's results by design.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -88,9 +91,18 @@ def main(argv=None) -> int:
     else:
         for shape in SWEEPS[args.sweep]:
             cases += conv_cases(torch, device, *shape)
-    print(json.dumps({"device": args.device, "torch": torch.__version__, "sweep": args.sweep,
-                      "tolerance": {"rtol": RTOL, "atol": ATOL, "dtype": "float32"},
-                      "cases": cases, "ok": all(c["ok"] for c in cases)}))
+    print(
+        json.dumps(
+            {
+                "device": args.device,
+                "torch": torch.__version__,
+                "sweep": args.sweep,
+                "tolerance": {"rtol": RTOL, "atol": ATOL, "dtype": "float32"},
+                "cases": cases,
+                "ok": all(c["ok"] for c in cases),
+            }
+        )
+    )
     return 0
 
 
@@ -128,7 +140,11 @@ def conv_cases(torch, device, k: int, hw: int = 32, cin: int = 16, cout: int = 3
         results[str(where)] = (out, inp.grad, layer.weight.grad)
     cpu, dev = results["cpu"], results[str(device)]
     # The standard sweep's shape keeps its short names (the verdict lists them).
-    name = f"conv2d k={k}" if (hw, cin, cout, batch) == (32, 16, 32, 2) else f"conv2d k={k} {hw}x{hw} c{cin}->{cout} n{batch}"
+    name = (
+        f"conv2d k={k}"
+        if (hw, cin, cout, batch) == (32, 16, 32, 2)
+        else f"conv2d k={k} {hw}x{hw} c{cin}->{cout} n{batch}"
+    )
     return [
         compare(torch, f"{name} forward", dev[0], cpu[0]),
         compare(torch, f"{name} backward input", dev[1], cpu[1]),
@@ -165,16 +181,25 @@ class Events:
 
 
 def versions(torch, device) -> dict:
-    found = {"torch": torch.__version__, "hip": getattr(torch.version, "hip", None), "rocm_sdk_core": None,
-             "miopen": None, "device": None, "arch": None}
+    found = {
+        "torch": torch.__version__,
+        "hip": getattr(torch.version, "hip", None),
+        "rocm_sdk_core": None,
+        "miopen": None,
+        "device": None,
+        "arch": None,
+    }
     try:
         from importlib import metadata
+
         found["rocm_sdk_core"] = metadata.version("rocm-sdk-core")
     except Exception:  # noqa: BLE001 - not a TheRock install
         pass
-    for key, read in (("miopen", lambda: torch.backends.cudnn.version()),
-                      ("device", lambda: torch.cuda.get_device_name(0)),
-                      ("arch", lambda: torch.cuda.get_device_properties(0).gcnArchName)):
+    for key, read in (
+        ("miopen", lambda: torch.backends.cudnn.version()),
+        ("device", lambda: torch.cuda.get_device_name(0)),
+        ("arch", lambda: torch.cuda.get_device_properties(0).gcnArchName),
+    ):
         if device.type != "cpu":
             try:
                 found[key] = read()
@@ -204,17 +229,22 @@ def layer_case(torch, device, name: str, make, shape: tuple, memory_format=None,
     want = layer(cpu_x)
     (want * want).sum().backward()
     tol = {"rtol": HALF_RTOL, "atol": HALF_ATOL, "scaled": True} if half else {}
-    return [compare(torch, f"{name} forward", out, want, **tol),
-            compare(torch, f"{name} backward input", dev_x.grad, cpu_x.grad, **tol),
-            compare(torch, f"{name} backward weight", dev_layer.weight.grad, layer.weight.grad, **tol)]
+    return [
+        compare(torch, f"{name} forward", out, want, **tol),
+        compare(torch, f"{name} backward input", dev_x.grad, cpu_x.grad, **tol),
+        compare(torch, f"{name} backward weight", dev_layer.weight.grad, layer.weight.grad, **tol),
+    ]
 
 
 def smoke_cases(torch, device) -> list:
     gen = torch.Generator().manual_seed(SEED)
     x, a, b = torch.randn(4096, generator=gen), torch.randn(64, 96, generator=gen), torch.randn(96, 48, generator=gen)
     on = x.to(device)
-    return [compare(torch, "smoke to gpu and back", on, x), compare(torch, "smoke sum", on.sum(), x.sum()),
-            compare(torch, "smoke matmul", a.to(device) @ b.to(device), a @ b)]
+    return [
+        compare(torch, "smoke to gpu and back", on, x),
+        compare(torch, "smoke sum", on.sum(), x.sum()),
+        compare(torch, "smoke matmul", a.to(device) @ b.to(device), a @ b),
+    ]
 
 
 def batchnorm_case(torch, device) -> list:
@@ -231,8 +261,10 @@ def batchnorm_case(torch, device) -> list:
         opt.step()
         results[where] = (out, net[1].running_mean, net[0].weight)
     dev, cpu = results["device"], results["cpu"]
-    return [compare(torch, f"batchnorm train step {part}", d, c)
-            for part, d, c in zip(("forward", "running mean", "conv weight after step"), dev, cpu)]
+    return [
+        compare(torch, f"batchnorm train step {part}", d, c)
+        for part, d, c in zip(("forward", "running mean", "conv weight after step"), dev, cpu, strict=False)
+    ]
 
 
 def sustained_case(torch, device, loops: int) -> list:
@@ -259,8 +291,9 @@ def experiment_stages(torch, quick: bool) -> list:
 
     def conv(k, hw):
         cin, cout, n = chans if hw <= 64 else (8, 8, 1)
-        return lambda d: layer_case(torch, d, f"conv2d k={k} {hw}x{hw}", lambda: nn.Conv2d(cin, cout, k, padding=k // 2),
-                                    (n, cin, hw, hw))
+        return lambda d: layer_case(
+            torch, d, f"conv2d k={k} {hw}x{hw}", lambda: nn.Conv2d(cin, cout, k, padding=k // 2), (n, cin, hw, hw)
+        )
 
     def variant(name, make, shape, memory_format=None, half=False):
         return name, lambda d: layer_case(torch, d, name, make, shape, memory_format, half)
@@ -269,17 +302,33 @@ def experiment_stages(torch, quick: bool) -> list:
     return [
         ("smoke", [("smoke", lambda d: smoke_cases(torch, d))]),
         ("conv2d", [(f"conv2d k={k} {s}x{s}", conv(k, s)) for k in (1, 3, 5, 7, 9, 11) for s in sizes]),
-        ("variants", [
-            variant("conv2d stride 2", lambda: nn.Conv2d(8, 16, 3, stride=2, padding=1), (2, 8, hw, hw)),
-            variant("conv2d dilation 2", lambda: nn.Conv2d(8, 16, 3, dilation=2, padding=2), (2, 8, hw, hw)),
-            variant("conv2d groups 4", lambda: nn.Conv2d(16, 32, 3, groups=4, padding=1), (2, 16, hw, hw)),
-            variant("conv2d depthwise", lambda: nn.Conv2d(16, 16, 3, groups=16, padding=1), (2, 16, hw, hw)),
-            variant("convtranspose2d stride 2", lambda: nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1), (2, 16, hw, hw)),
-            variant("conv2d channels_last", lambda: nn.Conv2d(8, 16, 3, padding=1), (2, 8, hw, hw), torch.channels_last),
-        ]),
+        (
+            "variants",
+            [
+                variant("conv2d stride 2", lambda: nn.Conv2d(8, 16, 3, stride=2, padding=1), (2, 8, hw, hw)),
+                variant("conv2d dilation 2", lambda: nn.Conv2d(8, 16, 3, dilation=2, padding=2), (2, 8, hw, hw)),
+                variant("conv2d groups 4", lambda: nn.Conv2d(16, 32, 3, groups=4, padding=1), (2, 16, hw, hw)),
+                variant("conv2d depthwise", lambda: nn.Conv2d(16, 16, 3, groups=16, padding=1), (2, 16, hw, hw)),
+                variant(
+                    "convtranspose2d stride 2",
+                    lambda: nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1),
+                    (2, 16, hw, hw),
+                ),
+                variant(
+                    "conv2d channels_last", lambda: nn.Conv2d(8, 16, 3, padding=1), (2, 8, hw, hw), torch.channels_last
+                ),
+            ],
+        ),
         ("batchnorm", [("batchnorm train step", lambda d: batchnorm_case(torch, d))]),
-        ("fp16", [variant(f"conv2d fp16 k={k}", lambda k=k: nn.Conv2d(8, 16, k, padding=k // 2), (2, 8, hw, hw), half=True)
-                  for k in (1, 3, 5)]),
+        (
+            "fp16",
+            [
+                variant(
+                    f"conv2d fp16 k={k}", lambda k=k: nn.Conv2d(8, 16, k, padding=k // 2), (2, 8, hw, hw), half=True
+                )
+                for k in (1, 3, 5)
+            ],
+        ),
         ("sustained", [("sustained", lambda d: sustained_case(torch, d, 5 if quick else 50))]),
     ]
 
@@ -289,11 +338,20 @@ def run_experiment(torch, device, args) -> dict:
     announced; an exception is the case's result (its text tells the host which kind of failure)."""
     global CURRENT_CASE
     events = Events(args.events)
-    report = {"device": str(device), "sweep": args.sweep, "cudnn": args.cudnn, "benchmark": args.benchmark,
-              "tolerance": {"rtol": RTOL, "atol": ATOL, "dtype": "float32", "float16": [HALF_RTOL, HALF_ATOL]},
-              "versions": versions(torch, device), "cases": [], "stages": [], "stopped_at": None}
+    report = {
+        "device": str(device),
+        "sweep": args.sweep,
+        "cudnn": args.cudnn,
+        "benchmark": args.benchmark,
+        "tolerance": {"rtol": RTOL, "atol": ATOL, "dtype": "float32", "float16": [HALF_RTOL, HALF_ATOL]},
+        "versions": versions(torch, device),
+        "cases": [],
+        "stages": [],
+        "stopped_at": None,
+    }
     events.say(event="versions", **report["versions"])
     import torch.optim  # noqa: F401 - seconds of imports (torch._dynamo): not the batchnorm case's time
+
     for stage, cases in experiment_stages(torch, args.sweep == "experiment-quick"):
         stage_ok = True
         for name, case in cases:
@@ -305,8 +363,15 @@ def run_experiment(torch, device, args) -> dict:
             except Exception as err:  # noqa: BLE001 - what failed is the finding
                 text = f"{type(err).__name__}: {err}".strip()
                 skipped = stage == "fp16" and "not implemented for 'Half'" in text
-                results = [{"case": name, "max_abs_err": None, "ok": skipped,
-                            "outcome": "skipped" if skipped else "error", "error": text[:2000]}]
+                results = [
+                    {
+                        "case": name,
+                        "max_abs_err": None,
+                        "ok": skipped,
+                        "outcome": "skipped" if skipped else "error",
+                        "error": text[:2000],
+                    }
+                ]
             for result in results:
                 result.update(stage=stage, seconds=round(time.monotonic() - started, 3))
                 events.say(event="result", **result)

@@ -15,7 +15,6 @@ starts a fresh VM for the cells left. Facts only; the host classifies them (rdna
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
 
@@ -73,7 +72,9 @@ def main(rundir: str) -> int:
             entry["load"]["state"] = module_state(name, [QUIRKS_PARAM])
             save()
         if not module or entry["load"]["rc"] == 0:
-            entry["workload"] = run_workload(plan["workload"], timeout, cell_environment(plan.get("base_env", {}), cell))
+            entry["workload"] = run_workload(
+                plan["workload"], timeout, cell_environment(plan.get("base_env", {}), cell)
+            )
             save()
             if module:
                 entry["unload"] = run(["rmmod", name], 120)

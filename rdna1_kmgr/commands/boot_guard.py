@@ -8,8 +8,12 @@ from rdna1_kmgr.install.target_root import TargetRoot
 
 @click.command()
 @click.option("--auto", is_flag=True, help="Confirm only if this boot is good (what the confirm timer runs).")
-@click.option("--target", type=click.Choice(boot_guard.TARGETS), default=None,
-              help="With --auto: the systemd target that must be reached (default: multi-user.target).")
+@click.option(
+    "--target",
+    type=click.Choice(boot_guard.TARGETS),
+    default=None,
+    help="With --auto: the systemd target that must be reached (default: multi-user.target).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the command that would record it; change nothing.")
 def confirm(auto, target, dry_run):
     """Confirm this trial boot: later boots keep the RDNA1 quirks on."""

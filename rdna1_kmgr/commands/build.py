@@ -4,11 +4,11 @@ import sys
 
 import click
 
-from rdna1_kmgr.modbuild.build_plan import plan
-from rdna1_kmgr.modbuild.module_build import BuildRequest, default_jobs, run
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.modbuild.build_plan import plan
+from rdna1_kmgr.modbuild.module_build import BuildRequest, default_jobs, run
 
 
 def _confirm_install(plan_) -> bool:
@@ -22,26 +22,43 @@ def _confirm_install(plan_) -> bool:
 
 @click.command()
 @click.option("--kernel", metavar="KREL", help="Kernel release to build for (default: the running kernel).")
-@click.option("--source", metavar="PATH|URL",
-              help="Driver source: an unpacked tree, a tarball or .deb, or a tarball URL (default: the distro's).")
+@click.option(
+    "--source",
+    metavar="PATH|URL",
+    help="Driver source: an unpacked tree, a tarball or .deb, or a tarball URL (default: the distro's).",
+)
 @click.option("--sha256", metavar="HEX", help="Expected SHA-256 of the --source tarball.")
 @click.option("--quirk", "quirks", multiple=True, metavar="ID", help="Only this quirk (repeatable; default all).")
-@click.option("--device", "devices", multiple=True, metavar="0xNNNN",
-              help="RDNA1 PCI device id the quirks apply to (repeatable; default 0x731F).")
-@click.option("-j", "--jobs", type=int, metavar="N", help=f"Parallel compile jobs (default: cores + 1 = {default_jobs()}).")
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    metavar="0xNNNN",
+    help="RDNA1 PCI device id the quirks apply to (repeatable; default 0x731F).",
+)
+@click.option(
+    "-j", "--jobs", type=int, metavar="N", help=f"Parallel compile jobs (default: cores + 1 = {default_jobs()})."
+)
 @click.option("--key", metavar="FILE", help="Private key to sign with (with --cert; default: the distro's DKMS key).")
 @click.option("--cert", metavar="FILE", help="Certificate of --key (DER or PEM).")
 @click.option("--yes", is_flag=True, help="Install missing prerequisites without asking.")
 @click.option("--no-install", is_flag=True, help="Fail, naming the missing prerequisites, instead of installing them.")
-@click.option("--debug-info", is_flag=True,
-              help="Compile with the kernel config's debug info (slower, a larger kbuild tree; for reading crash "
-                   "dumps). Default: without; the installed module is stripped either way.")
-@click.option("--dry-run", is_flag=True,
-              help="Print the plan with its exact commands; change nothing (the source is fetched into the cache).")
+@click.option(
+    "--debug-info",
+    is_flag=True,
+    help="Compile with the kernel config's debug info (slower, a larger kbuild tree; for reading crash "
+    "dumps). Default: without; the installed module is stripped either way.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan with its exact commands; change nothing (the source is fetched into the cache).",
+)
 @click.option("--sysroot", metavar="DIR", help="With --dry-run: read the kernel and distribution facts under DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object describing the built module.")
-def build(kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_install, debug_info, dry_run, sysroot,
-          as_json):
+def build(
+    kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_install, debug_info, dry_run, sysroot, as_json
+):
     """Build the patched amdgpu module for a kernel through DKMS, sign it and verify it."""
     if jobs is not None and jobs < 1:
         raise UsageError(f"invalid job count {jobs}", "give -j 1 or more")
@@ -80,8 +97,10 @@ def build(kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_inst
     click.echo(f"{result['module']} ({verb})")
     click.echo(f"  kernel {result['kernel']}, package {result['package']}/{result['package_version']}")
     click.echo(f"  signed by {result['signer']!r}, verified against {result['certificate']}")
-    click.echo(f"  quirks {' '.join(result['quirks'])}; devices {' '.join(result['devices'])}; "
-               f"parameters {' '.join(result['parameters'])}")
+    click.echo(
+        f"  quirks {' '.join(result['quirks'])}; devices {' '.join(result['devices'])}; "
+        f"parameters {' '.join(result['parameters'])}"
+    )
     click.echo(f"  sha256 {result['sha256']}")
     for old in result["removed_versions"]:
         click.echo(f"  removed the older build {result['package']}/{old}")

@@ -9,12 +9,26 @@ from rdna1_kmgr.doctor.report import run, text_lines
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
-@click.option("--sysroot", default="/", show_default=True, metavar="DIR",
-              help="Read this tree instead of / (a fixture or a mounted system).")
-@click.option("--python", "pythons", multiple=True, metavar="PATH",
-              help="Also read this interpreter's or venv's PyTorch (repeatable).")
-@click.option("--user", "user_name", metavar="NAME",
-              help="Check device access and shell files for this user (default: SUDO_USER, else you).")
+@click.option(
+    "--sysroot",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="Read this tree instead of / (a fixture or a mounted system).",
+)
+@click.option(
+    "--python",
+    "pythons",
+    multiple=True,
+    metavar="PATH",
+    help="Also read this interpreter's or venv's PyTorch (repeatable).",
+)
+@click.option(
+    "--user",
+    "user_name",
+    metavar="NAME",
+    help="Check device access and shell files for this user (default: SUDO_USER, else you).",
+)
 def doctor(as_json, sysroot, pythons, user_name):
     """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION, gfx1010 code in PyTorch and ROCm (TheRock's
     split wheels too), the CWSR queue check, mixed stacks, MIOpen settings, PCIe atomics, hangs. Reads only."""

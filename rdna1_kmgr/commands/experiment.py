@@ -7,24 +7,53 @@ import click
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.experiment import answer, apply as apply_answer, cell_run, host_run, kernel_run
+from rdna1_kmgr.experiment import answer, cell_run, host_run, kernel_run
+from rdna1_kmgr.experiment import apply as apply_answer
 from rdna1_kmgr.vm import cell_outcomes
 
 
 @click.group(invoke_without_command=True)
-@click.option("--python", "python", metavar="PATH",
-              help="The python of your PyTorch (default: the first ROCm build doctor finds).")
+@click.option(
+    "--python",
+    "python",
+    metavar="PATH",
+    help="The python of your PyTorch (default: the first ROCm build doctor finds).",
+)
 @click.option("--profile", "profiles", multiple=True, metavar="NAME", help="Only these profiles (repeatable).")
-@click.option("--backend", "backends", multiple=True, type=click.Choice(list(cell_outcomes.BACKENDS)),
-              help="Only these backend settings (repeatable).")
-@click.option("--cells", "pattern", metavar="GLOB", help="Only cells whose PROFILE/BACKEND id matches, e.g. 'no-override/*'.")
-@click.option("--case-timeout", type=float, default=cell_run.Limits.case, show_default=True, metavar="S",
-              help="A case with no progress (no new case, MIOpen's caches not growing) for this long is a hang.")
-@click.option("--cell-timeout", type=float, default=cell_run.Limits.cell, show_default=True, metavar="S",
-              help="Hard limit for one cell.")
+@click.option(
+    "--backend",
+    "backends",
+    multiple=True,
+    type=click.Choice(list(cell_outcomes.BACKENDS)),
+    help="Only these backend settings (repeatable).",
+)
+@click.option(
+    "--cells", "pattern", metavar="GLOB", help="Only cells whose PROFILE/BACKEND id matches, e.g. 'no-override/*'."
+)
+@click.option(
+    "--case-timeout",
+    type=float,
+    default=cell_run.Limits.case,
+    show_default=True,
+    metavar="S",
+    help="A case with no progress (no new case, MIOpen's caches not growing) for this long is a hang.",
+)
+@click.option(
+    "--cell-timeout",
+    type=float,
+    default=cell_run.Limits.cell,
+    show_default=True,
+    metavar="S",
+    help="Hard limit for one cell.",
+)
 @click.option("--quick", is_flag=True, help="Small shapes only (a first look).")
-@click.option("--sysroot", default="/", show_default=True, metavar="DIR",
-              help="Read the board and the kernel log under this tree (a fixture).")
+@click.option(
+    "--sysroot",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="Read the board and the kernel log under this tree (a fixture).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @click.pass_context
 def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_timeout, quick, sysroot, as_json):
@@ -36,25 +65,47 @@ def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_time
     for name, value in (("--case-timeout", case_timeout), ("--cell-timeout", cell_timeout)):
         if value <= 0:
             raise UsageError(f"invalid {name} {value:g}", "give a number of seconds > 0")
-    request = host_run.Request(python, user_input.existing_dir(sysroot, "sysroot"), tuple(profiles), tuple(backends),
-                               pattern, cell_run.Limits(case_timeout, cell_timeout), quick)
-    done = host_run.run(request, say=lambda line: click.echo(line, err=True),
-                        warn=lambda line: click.echo(f"rdna1-kmgr: {line}", err=True))
+    request = host_run.Request(
+        python,
+        user_input.existing_dir(sysroot, "sysroot"),
+        tuple(profiles),
+        tuple(backends),
+        pattern,
+        cell_run.Limits(case_timeout, cell_timeout),
+        quick,
+    )
+    done = host_run.run(
+        request,
+        say=lambda line: click.echo(line, err=True),
+        warn=lambda line: click.echo(f"rdna1-kmgr: {line}", err=True),
+    )
     record = done["record"]
     if as_json:
         emit_json(record)
     else:
         rows = [answer.host_row(r) for r in done["results"]]
-        click.echo("\n".join(answer.table(rows) + [""] + record["answer"]
-                              + [f"table: {record['html']}", f"record: {Path(record['folder']) / 'record.json'}"]))
+        click.echo(
+            "\n".join(
+                answer.table(rows)
+                + [""]
+                + record["answer"]
+                + [f"table: {record['html']}", f"record: {Path(record['folder']) / 'record.json'}"]
+            )
+        )
     if record.get("stopped"):
         ctx.exit(6)
 
 
 @experiment.command("apply")
-@click.option("--cell", "cell_id", metavar="PROFILE/BACKEND", help="A passing cell of the last run (default: the answer).")
-@click.option("--kernel-cell", "kernel_cell", metavar="NAME",
-              help="A kernel cell that passed in the last kernel cells' run (instead of the user-space answer).")
+@click.option(
+    "--cell", "cell_id", metavar="PROFILE/BACKEND", help="A passing cell of the last run (default: the answer)."
+)
+@click.option(
+    "--kernel-cell",
+    "kernel_cell",
+    metavar="NAME",
+    help="A kernel cell that passed in the last kernel cells' run (instead of the user-space answer).",
+)
 @click.option("--kernel", "kernel_answer", is_flag=True, help="The kernel cells' answer (the smallest that passed).")
 @click.option("--dry-run", is_flag=True, help="Print the exact plan; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -86,10 +137,19 @@ def apply(cell_id, kernel_cell, kernel_answer, dry_run, as_json):
 
 @experiment.command("kernel")
 @click.option("--python", "python", metavar="PATH", help="The python of your PyTorch (default: as stage 1's).")
-@click.option("--kernel-cell", "kernel_cells", multiple=True, metavar="NAME",
-              help="Only these kernel cells (repeatable; default: every one; `--dry-run` lists them).")
-@click.option("--cells", "pattern", metavar="GLOB",
-              help="The host cells each boot runs (default: stage 1's best two, else as-installed/miopen).")
+@click.option(
+    "--kernel-cell",
+    "kernel_cells",
+    multiple=True,
+    metavar="NAME",
+    help="Only these kernel cells (repeatable; default: every one; `--dry-run` lists them).",
+)
+@click.option(
+    "--cells",
+    "pattern",
+    metavar="GLOB",
+    help="The host cells each boot runs (default: stage 1's best two, else as-installed/miopen).",
+)
 @click.option("--case-timeout", type=float, default=cell_run.Limits.case, show_default=True, metavar="S")
 @click.option("--cell-timeout", type=float, default=cell_run.Limits.cell, show_default=True, metavar="S")
 @click.option("--quick", is_flag=True, help="Small shapes only.")
@@ -105,10 +165,21 @@ def kernel(python, kernel_cells, pattern, case_timeout, cell_timeout, quick, reb
     for name, value in (("--case-timeout", case_timeout), ("--cell-timeout", cell_timeout)):
         if value <= 0:
             raise UsageError(f"invalid {name} {value:g}", "give a number of seconds > 0")
-    request = kernel_run.Request(python, user_input.existing_dir(sysroot, "sysroot"), tuple(kernel_cells), pattern,
-                                 cell_run.Limits(case_timeout, cell_timeout), quick, reboot)
-    result = kernel_run.start(request, dry_run, say=lambda line: click.echo(line, err=True),
-                              warn=lambda line: click.echo(f"rdna1-kmgr: {line}", err=True))
+    request = kernel_run.Request(
+        python,
+        user_input.existing_dir(sysroot, "sysroot"),
+        tuple(kernel_cells),
+        pattern,
+        cell_run.Limits(case_timeout, cell_timeout),
+        quick,
+        reboot,
+    )
+    result = kernel_run.start(
+        request,
+        dry_run,
+        say=lambda line: click.echo(line, err=True),
+        warn=lambda line: click.echo(f"rdna1-kmgr: {line}", err=True),
+    )
     if as_json:
         emit_json(result)
     else:
@@ -124,8 +195,9 @@ def status(as_json):
         emit_json(result)
     elif not result["running"]:
         latest = result["latest"]
-        click.echo("no experiment's kernel cells are under way" + (
-            f"; the last one ({latest['folder']}):" if latest else ""))
+        click.echo(
+            "no experiment's kernel cells are under way" + (f"; the last one ({latest['folder']}):" if latest else "")
+        )
         if latest:
             click.echo("\n".join(latest["table"] + [""] + latest["answer"]))
     else:

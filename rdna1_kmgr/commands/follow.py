@@ -15,12 +15,16 @@ from rdna1_kmgr.install import follow_record
 @click.option("--kernel", metavar="KREL", help="The kernel to follow (or, with --removed, to forget).")
 @click.option("--pending", "run_pending", is_flag=True, help="Follow every kernel the hooks noted as pending.")
 @click.option("--defer", is_flag=True, help="Only note KREL as pending (what the kernel hooks do inside dpkg).")
-@click.option("--removed", is_flag=True,
-              help="KREL was removed: drop its DKMS package, kbuild tree, journal and records.")
+@click.option(
+    "--removed", is_flag=True, help="KREL was removed: drop its DKMS package, kbuild tree, journal and records."
+)
 @click.option("--source", metavar="PATH|URL", help="Driver source for KREL instead of the distribution's.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-@click.option("--hook", is_flag=True,
-              help="As the package manager's hooks run it: exit status 0 whatever happens, one line per kernel.")
+@click.option(
+    "--hook",
+    is_flag=True,
+    help="As the package manager's hooks run it: exit status 0 whatever happens, one line per kernel.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def follow(kernel, run_pending, defer, removed, source, dry_run, hook, as_json):
     """Build, sign, VM-test and install the patched amdgpu for a new kernel, with the quirks installed now."""
@@ -60,8 +64,7 @@ def _follow(kernel, run_pending, defer, removed, source, dry_run) -> dict:
         if dry_run:
             return {"plan": [f"note {kernel} as pending in {follow_record.pending_dir()}"]}
         said = kernel_follow.defer(kernel)
-        return {"kernel": kernel, "deferred": said is not None,
-                "lines": [f"rdna1-kmgr: {said}"] if said else []}
+        return {"kernel": kernel, "deferred": said is not None, "lines": [f"rdna1-kmgr: {said}"] if said else []}
     kernels = follow_record.pending() if run_pending else [kernel]
     if dry_run:
         return {"plan": [line for k in kernels for line in kernel_follow.plan(k, source)]}
@@ -74,6 +77,9 @@ def _follow(kernel, run_pending, defer, removed, source, dry_run) -> dict:
                 raise  # one kernel by hand: its reason is the error line
             records.append(follow_record.read(k) or {"kernel": k, "state": "stock", "reason": err.line()})
             failed = failed or err.exit_code
-    lines = [f"rdna1-kmgr: {r['kernel']}: {follow_record.describe(r) or r.get('reason')}" for r in records
-             if r.get("state") != "not-opted-in"]
+    lines = [
+        f"rdna1-kmgr: {r['kernel']}: {follow_record.describe(r) or r.get('reason')}"
+        for r in records
+        if r.get("state") != "not-opted-in"
+    ]
     return {"kernels": records, "failed": failed, "lines": lines}

@@ -12,42 +12,72 @@ from rdna1_kmgr.install.module_install import InstallRequest, run
 
 def confirm_plan(question: str):
     """Ask on a terminal; without one, nobody can say yes (pass --yes)."""
+
     def confirm(lines: list[str]) -> bool:
         if not sys.stdin.isatty():
             return False
         click.echo("\n".join(lines), err=True)
         return click.confirm(question, default=False, err=True)
+
     return confirm
 
 
 @click.command()
-@click.option("--kernel", metavar="KREL", help="Kernel release to install for (default: the running kernel, "
-              "or the distribution's current one when the running kernel is not the distribution's).")
+@click.option(
+    "--kernel",
+    metavar="KREL",
+    help="Kernel release to install for (default: the running kernel, "
+    "or the distribution's current one when the running kernel is not the distribution's).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the exact ordered plan (commands, files); change nothing.")
-@click.option("--skip-vm-check", is_flag=True,
-              help="Install without a passing VM verdict (warned about, and recorded in the journal).")
+@click.option(
+    "--skip-vm-check",
+    is_flag=True,
+    help="Install without a passing VM verdict (warned about, and recorded in the journal).",
+)
 @click.option("--cert", metavar="FILE", help="Certificate the module was signed with (default: the distro's DKMS one).")
-@click.option("--quirks", "quirks", metavar="MASK",
-              help="rdna1_quirks to set (e.g. 0x1, the experiment's pick; default: all the build's).")
-@click.option("--confirm-after", type=click.IntRange(min=0), default=boot_guard.CONFIRM_AFTER, show_default=True,
-              metavar="SECONDS", help="Boot guard: how long the trial boot must be up before it confirms itself.")
-@click.option("--confirm-target", type=click.Choice(boot_guard.TARGETS), default=None,
-              help="Boot guard: the systemd target the trial boot must reach (default: the machine's default).")
+@click.option(
+    "--quirks",
+    "quirks",
+    metavar="MASK",
+    help="rdna1_quirks to set (e.g. 0x1, the experiment's pick; default: all the build's).",
+)
+@click.option(
+    "--confirm-after",
+    type=click.IntRange(min=0),
+    default=boot_guard.CONFIRM_AFTER,
+    show_default=True,
+    metavar="SECONDS",
+    help="Boot guard: how long the trial boot must be up before it confirms itself.",
+)
+@click.option(
+    "--confirm-target",
+    type=click.Choice(boot_guard.TARGETS),
+    default=None,
+    help="Boot guard: the systemd target the trial boot must reach (default: the machine's default).",
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm_target, yes, as_json):
     """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
-    request = InstallRequest(kernel=user_input.kernel_release(kernel) if kernel is not None else None,
-                             skip_vm_check=skip_vm_check, cert=cert, dry_run=dry_run,
-                             quirks=user_input.quirk_mask(quirks) if quirks is not None else None,
-                             confirm_after=confirm_after, confirm_target=confirm_target)
+    request = InstallRequest(
+        kernel=user_input.kernel_release(kernel) if kernel is not None else None,
+        skip_vm_check=skip_vm_check,
+        cert=cert,
+        dry_run=dry_run,
+        quirks=user_input.quirk_mask(quirks) if quirks is not None else None,
+        confirm_after=confirm_after,
+        confirm_target=confirm_target,
+    )
     result = run(request, confirm=None if yes else confirm_plan("Install it?"))
     if as_json:
         emit_json(result)
         return
     if result.get("already_installed"):
-        click.echo(f"{result['package']}/{result['package_version']} is already installed for {result['kernel']} "
-                   f"and verified: {result['module']}")
+        click.echo(
+            f"{result['package']}/{result['package_version']} is already installed for {result['kernel']} "
+            f"and verified: {result['module']}"
+        )
         return
     if result["dry_run"]:
         click.echo("\n".join(result["plan"]))

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import click
 
-from rdna1_kmgr.modbuild import signing
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.host_facts import detect
+from rdna1_kmgr.modbuild import signing
 
 _key_options = [
     click.option("--key", metavar="FILE", help="Private key (with --cert; default: the distro's DKMS key)."),
@@ -47,26 +47,42 @@ def status(key, cert, sysroot, as_json):
         "cert_exists": cert_file.is_file(),
         "certificate": signing.certificate_info(cert_file).to_json() if cert_file.is_file() else None,
         # mokutil asks this machine's firmware: only meaningful for the running system.
-        "enrollment": ("no certificate" if not cert_file.is_file() else signing.enrollment(cert_file)
-                       if system.on_host else "not asked (sysroot)"),
+        "enrollment": (
+            "no certificate"
+            if not cert_file.is_file()
+            else signing.enrollment(cert_file)
+            if system.on_host
+            else "not asked (sysroot)"
+        ),
         "enroll_command": signing.enroll_command(pair.cert, pair.convention, root),
     }
     if as_json:
         emit_json(state)
         return
     click.echo(f"secure boot  {facts.secure_boot_state}")
-    key_note = "missing" if not state["key_exists"] else ("private (0600)" if state["key_private"]
-                                                          else "READABLE BY OTHERS: chmod 600 it")
+    key_note = (
+        "missing"
+        if not state["key_exists"]
+        else ("private (0600)" if state["key_private"] else "READABLE BY OTHERS: chmod 600 it")
+    )
     click.echo(f"key          {pair.key} ({pair.convention}): {key_note}")
-    click.echo(f"certificate  {pair.cert}: " + ("missing" if not state["cert_exists"] else
-               f"{state['certificate']['subject']!r}, SHA-1 {state['certificate']['sha1_fingerprint']}, "
-               f"valid until {state['certificate']['not_after']}"))
+    click.echo(
+        f"certificate  {pair.cert}: "
+        + (
+            "missing"
+            if not state["cert_exists"]
+            else f"{state['certificate']['subject']!r}, SHA-1 {state['certificate']['sha1_fingerprint']}, "
+            f"valid until {state['certificate']['not_after']}"
+        )
+    )
     click.echo(f"enrollment   {state['enrollment']}")
     if not state["key_exists"] and not state["cert_exists"]:
         click.echo("make one with `rdna1-kmgr keys generate` (or let `rdna1-kmgr build` do it)")
     elif facts.secure_boot_enabled and state["enrollment"] != "enrolled":
-        click.echo("Secure Boot is on: the module will not load until the certificate is enrolled "
-                   "(`rdna1-kmgr keys enroll`)")
+        click.echo(
+            "Secure Boot is on: the module will not load until the certificate is enrolled "
+            "(`rdna1-kmgr keys enroll`)"
+        )
 
 
 @keys.command()
@@ -78,8 +94,10 @@ def generate(key, cert, force, dry_run):
     pair = signing.resolve(key, cert)
     if dry_run:
         click.echo(f"openssl req -new -x509 -nodes -newkey rsa:2048 -subj /CN={signing.DEFAULT_SUBJECT} ...")
-        click.echo(f"write {pair.key} (mode 0600) and {pair.cert} (DER, mode 0644)"
-                   + (" replacing the existing pair" if force and (pair.key.exists() or pair.cert.exists()) else ""))
+        click.echo(
+            f"write {pair.key} (mode 0600) and {pair.cert} (DER, mode 0644)"
+            + (" replacing the existing pair" if force and (pair.key.exists() or pair.cert.exists()) else "")
+        )
         return
     signing.generate(pair, force=force)
     info = signing.certificate_info(pair.cert)
@@ -89,8 +107,13 @@ def generate(key, cert, force, dry_run):
 
 @keys.command()
 @click.option("--cert", metavar="FILE", help="Certificate to enroll (default: the distro's DKMS certificate).")
-@click.option("--sysroot", default="/", show_default=True, metavar="DIR",
-              help="The system whose convention applies (with --dry-run).")
+@click.option(
+    "--sysroot",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="The system whose convention applies (with --dry-run).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the command; change nothing.")
 def enroll(cert, sysroot, dry_run):
     """Queue the certificate for enrollment as a Machine Owner Key (finished at the next boot)."""

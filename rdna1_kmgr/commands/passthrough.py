@@ -12,16 +12,24 @@ from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.vm import passthrough, plumbing_run
 
 _OPTIONS = (
-    click.option("--plumbing-only", is_flag=True,
-                 help="With --gpu: check only the VFIO plumbing (bound, seen by the guest, given back); "
-                      "any PCI device will do. Try it with a harmless device before the GPU."),
-    click.option("--restore", is_flag=True,
-                 help="Give back every device a killed run left on vfio-pci, then exit."),
-    click.option("--accept-reset-risk", is_flag=True,
-                 help="Pass a board with the AMD reset bug without vendor-reset's device_specific reset; it may "
-                      "stay dead until a power cycle. Recorded in the verdict."),
-    click.option("--force", is_flag=True,
-                 help="Pass a GPU that drives this host's display (boot VGA, or its DRM card held open)."),
+    click.option(
+        "--plumbing-only",
+        is_flag=True,
+        help="With --gpu: check only the VFIO plumbing (bound, seen by the guest, given back); "
+        "any PCI device will do. Try it with a harmless device before the GPU.",
+    ),
+    click.option("--restore", is_flag=True, help="Give back every device a killed run left on vfio-pci, then exit."),
+    click.option(
+        "--accept-reset-risk",
+        is_flag=True,
+        help="Pass a board with the AMD reset bug without vendor-reset's device_specific reset; it may "
+        "stay dead until a power cycle. Recorded in the verdict.",
+    ),
+    click.option(
+        "--force",
+        is_flag=True,
+        help="Pass a GPU that drives this host's display (boot VGA, or its DRM card held open).",
+    ),
 )
 
 
@@ -47,11 +55,15 @@ def dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, acce
                 click.echo(("ok    " if entry["ok"] else "FAIL  ") + entry["detail"])
         failed = [r for r in results if not r["ok"]]
         if failed:
-            raise HostError(f"{len(failed)} device(s) not given back: {failed[0]['detail']}",
-                            "see above; a GPU that did not come back needs a power cycle")
+            raise HostError(
+                f"{len(failed)} device(s) not given back: {failed[0]['detail']}",
+                "see above; a GPU that did not come back needs a power cycle",
+            )
         return True
     if plumbing_only and not gpu:
-        raise UsageError("--plumbing-only needs --gpu BDF", "e.g. rdna1-kmgr vm-test --gpu 0000:05:00.0 --plumbing-only")
+        raise UsageError(
+            "--plumbing-only needs --gpu BDF", "e.g. rdna1-kmgr vm-test --gpu 0000:05:00.0 --plumbing-only"
+        )
     if (accept_reset_risk or force) and not gpu:
         raise UsageError("--accept-reset-risk and --force only apply with --gpu", "add --gpu BDF|auto")
     if not gpu:
@@ -61,8 +73,9 @@ def dispatch(gpu, plumbing_only, restore, accept_reset_risk, force, kernel, acce
         # bad address, is refused now, before a missing build could hide it.
         passthrough.resolve_gpu(gpu)
         return False
-    result = plumbing_run.run_plumbing(gpu, release=kernel, accel=accel, timeout=timeout, fetch=yes, force=force,
-                                      accept_reset_risk=accept_reset_risk)
+    result = plumbing_run.run_plumbing(
+        gpu, release=kernel, accel=accel, timeout=timeout, fetch=yes, force=force, accept_reset_risk=accept_reset_risk
+    )
     if as_json:
         emit_json(result)
     else:
@@ -77,18 +90,32 @@ def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, 
     manifest = built.manifest or {}
     # the bits the module turns on by itself (it is loaded without rdna1_quirks); older manifests: every quirk
     quirks = manifest.get("active_by_default", [q["id"] for q in manifest["quirks"]] if "quirks" in manifest else None)
-    return passthrough.run_gpu(gpu, built.path, quirks, release=release, accel=accel, timeout=timeout, fetch=yes,
-                               force=force, accept_reset_risk=accept_reset_risk, workload=workload,
-                               selftest_required=built.selftest_cases)
+    return passthrough.run_gpu(
+        gpu,
+        built.path,
+        quirks,
+        release=release,
+        accel=accel,
+        timeout=timeout,
+        fetch=yes,
+        force=force,
+        accept_reset_risk=accept_reset_risk,
+        workload=workload,
+        selftest_required=built.selftest_cases,
+    )
 
 
 def report(result: dict) -> str:
-    lines = [f"verdict      {result['verdict']}: {result['reason']}",
-             f"device       {result['device']} ({result['vendor_device']}), IOMMU group {result['iommu_group']}",
-             f"guest saw    {result['guest_saw'] or 'nothing'}"]
+    lines = [
+        f"verdict      {result['verdict']}: {result['reason']}",
+        f"device       {result['device']} ({result['vendor_device']}), IOMMU group {result['iommu_group']}",
+        f"guest saw    {result['guest_saw'] or 'nothing'}",
+    ]
     for dev in result["devices"]:
-        lines.append(f"  {dev['bdf']}  before {dev['before'] or 'none'}, during {dev['during'] or 'none'}, "
-                     f"after {dev['after'] or 'none'}")
+        lines.append(
+            f"  {dev['bdf']}  before {dev['before'] or 'none'}, during {dev['during'] or 'none'}, "
+            f"after {dev['after'] or 'none'}"
+        )
     for check in result["checks"]:
         lines.append(f"  {'ok  ' if check['ok'] else 'FAIL'}  {check['name']}: {check['detail']}")
     lines.append(f"record       {result['record']}")

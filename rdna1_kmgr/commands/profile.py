@@ -22,8 +22,11 @@ def list_profiles(as_json):
         return
     for p in catalog.values():
         changes = " ".join([f"unset {u}" for u in p.unset] + [f"{k}={v}" for k, v in p.set.items()])
-        click.echo(f"{p.name:20} {p.summary}" + (f"\n{'':20} {changes}" if changes else "")
-                   + (f"\n{'':20} experiment only (not installed): {p.experiment_only}" if p.experiment_only else ""))
+        click.echo(
+            f"{p.name:20} {p.summary}"
+            + (f"\n{'':20} {changes}" if changes else "")
+            + (f"\n{'':20} experiment only (not installed): {p.experiment_only}" if p.experiment_only else "")
+        )
 
 
 @profile.command("install")
@@ -40,8 +43,10 @@ def install(name, dry_run, as_json):
         click.echo("\n".join(result["plan"]))
     else:
         click.echo("\n".join(result["done"]))
-        click.echo(f"profile {name} installed; log in again (or `source /{user_profile.PROFILE_D}`) to use it; "
-                   "undo with `rdna1-kmgr profile remove`")
+        click.echo(
+            f"profile {name} installed; log in again (or `source /{user_profile.PROFILE_D}`) to use it; "
+            "undo with `rdna1-kmgr profile remove`"
+        )
 
 
 @profile.command("remove")

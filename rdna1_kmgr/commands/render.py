@@ -12,12 +12,24 @@ from rdna1_kmgr.render.patch_series import render as render_series
 
 
 @click.command()
-@click.option("--source", "source", required=True, metavar="SRC",
-              help="Kernel source root (its top Makefile and drivers/gpu/drm/amd are enough).")
+@click.option(
+    "--source",
+    "source",
+    required=True,
+    metavar="SRC",
+    help="Kernel source root (its top Makefile and drivers/gpu/drm/amd are enough).",
+)
 @click.option("--out", "out", required=True, metavar="OUT", help="Folder for series, patches and manifest.json.")
-@click.option("--quirk", "quirks", multiple=True, metavar="ID", help="Render only this quirk (repeatable; default all).")
-@click.option("--device", "devices", multiple=True, metavar="0xNNNN",
-              help="RDNA1 PCI device id the quirks apply to (repeatable; default 0x731F).")
+@click.option(
+    "--quirk", "quirks", multiple=True, metavar="ID", help="Render only this quirk (repeatable; default all)."
+)
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    metavar="0xNNNN",
+    help="RDNA1 PCI device id the quirks apply to (repeatable; default 0x731F).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, ...], as_json: bool):
     """Render the amdgpu/amdkfd patch series for a kernel source."""
@@ -46,14 +58,30 @@ def quirks(as_json: bool):
     """List the quirks in the catalog, each variant with the facts of the source that choose it."""
     found = sorted(quirk_catalog.load_quirks().values(), key=lambda q: q.bit)
     if as_json:
-        emit_json([
-            dict(id=q.id, summary=q.summary, changes=q.changes, evidence=list(q.evidence),
-                 needed_when=[str(f) for f in q.needed_when],
-                 bits=[dict(bit=b.bit, id=b.id, mask=format_id(1 << b.bit), title=b.title, default=b.default,
-                            risk=b.risk) for b in q.bits],
-                 variants=[dict(id=v.id, kernels=v.kernels, facts=[str(f) for f in v.facts]) for v in q.variants])
-            for q in found
-        ])
+        emit_json(
+            [
+                dict(
+                    id=q.id,
+                    summary=q.summary,
+                    changes=q.changes,
+                    evidence=list(q.evidence),
+                    needed_when=[str(f) for f in q.needed_when],
+                    bits=[
+                        dict(
+                            bit=b.bit,
+                            id=b.id,
+                            mask=format_id(1 << b.bit),
+                            title=b.title,
+                            default=b.default,
+                            risk=b.risk,
+                        )
+                        for b in q.bits
+                    ],
+                    variants=[dict(id=v.id, kernels=v.kernels, facts=[str(f) for f in v.facts]) for v in q.variants],
+                )
+                for q in found
+            ]
+        )
         return
     for q in found:
         click.echo(f"{q.id}: {q.summary}")

@@ -10,11 +10,18 @@ from rdna1_kmgr.install.rollback import run
 
 
 @click.command()
-@click.option("--kernel", metavar="KREL", help="Roll back this kernel only; every other kernel's install stays working.")
-@click.option("--all", "every", is_flag=True, help="Roll back every kernel with an install (the default without --kernel).")
+@click.option(
+    "--kernel", metavar="KREL", help="Roll back this kernel only; every other kernel's install stays working."
+)
+@click.option(
+    "--all", "every", is_flag=True, help="Roll back every kernel with an install (the default without --kernel)."
+)
 @click.option("--dry-run", is_flag=True, help="Print the exact ordered plan; change nothing.")
-@click.option("--keep-build", is_flag=True,
-              help="Keep the built DKMS package (a later install needs no rebuild); by default it is removed.")
+@click.option(
+    "--keep-build",
+    is_flag=True,
+    help="Keep the built DKMS package (a later install needs no rebuild); by default it is removed.",
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def rollback(kernel, every, dry_run, keep_build, yes, as_json):
@@ -22,8 +29,7 @@ def rollback(kernel, every, dry_run, keep_build, yes, as_json):
     if kernel is not None and every:
         raise UsageError("--kernel and --all exclude each other", "give one of them")
     kernel = user_input.kernel_release(kernel) if kernel is not None else None
-    result = run(kernel, keep_build=keep_build, dry_run=dry_run,
-                 confirm=None if yes else confirm_plan("Roll back?"))
+    result = run(kernel, keep_build=keep_build, dry_run=dry_run, confirm=None if yes else confirm_plan("Roll back?"))
     if as_json:
         emit_json(result)
     elif result["nothing_installed"]:

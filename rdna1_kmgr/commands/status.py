@@ -7,7 +7,9 @@ from rdna1_kmgr.install.status import run, text_lines
 
 
 @click.command()
-@click.option("--cert", metavar="FILE", help="Certificate to check signatures against (default: the distro's DKMS one).")
+@click.option(
+    "--cert", metavar="FILE", help="Certificate to check signatures against (default: the distro's DKMS one)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(cert, as_json):
     """Per kernel: package and version, module sha256, signature and enrollment, verdict, parameters, loaded."""

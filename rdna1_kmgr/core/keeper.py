@@ -103,8 +103,9 @@ def still_running(session: int, started: int, boot: str | None = None) -> list[i
     return [pid for pid, since in _members(session) if since >= started]
 
 
-def stop_sessions(sessions: list[tuple[int, int]], grace: float = GRACE, wait: float = 10.0,
-                  drain: Callable[[], None] = lambda: None) -> list[int]:
+def stop_sessions(
+    sessions: list[tuple[int, int]], grace: float = GRACE, wait: float = 10.0, drain: Callable[[], None] = lambda: None
+) -> list[int]:
     """Stop each recorded (session, start time) still running: SIGTERM to its group and members, SIGKILL to
     what is left after `grace`, until none is left or `wait` runs out (`drain` called while it waits). The
     sessions that were running."""
@@ -172,8 +173,7 @@ def stop_left_over(programs: list[Started]) -> list[Started]:
     running = [p for p in programs if still_running(p.session, p.start_time, p.boot_id)]
     stopped = set(stop_sessions([(p.session, p.start_time) for p in running], grace=GRACE))
     for program in running:
-        log.info("stopped %s (session %d), left running by an earlier run", shlex.join(program.argv),
-                 program.session)
+        log.info("stopped %s (session %d), left running by an earlier run", shlex.join(program.argv), program.session)
     return [p for p in running if p.session in stopped]
 
 

@@ -86,16 +86,27 @@ def run(
     """Run argv to its end and return what it printed.
 
     `on_line` gets each line of its stdout (and stderr, with merge_stderr) as it comes, and `on_tick` is
-    called twice a second while it runs: live progress for a long build. With `check`, a non-zero exit raises `error`: "<doing> failed (exit N): <last stderr line>".
+    called twice a second while it runs: live progress for a long build. With `check`, a non-zero exit raises
+    `error`: "<doing> failed (exit N): <last stderr line>".
     A program that is not there, or that runs past `timeout` seconds (killed with all its children), raises
     `error` whatever `check` says."""
     argv = [str(arg) for arg in argv]
     what = doing or Path(argv[0]).name
     log.info("run: %s", shlex.join(argv))
     started = time.monotonic()
-    proc = _start(argv, what, error, hint, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                  env=env, cwd=cwd, text=text, **({"errors": "replace"} if text else {}))
+    proc = _start(
+        argv,
+        what,
+        error,
+        hint,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        text=text,
+        **({"errors": "replace"} if text else {}),
+    )
     timer = _Watchdog(proc, timeout)
     ticker = _Ticker(proc, on_tick)
     try:
@@ -120,8 +131,9 @@ def run(
     return result
 
 
-def interactive(argv: list[str], *, error: type[KmgrError] = HostError, doing: str | None = None,
-                hint: str | None = None) -> int:
+def interactive(
+    argv: list[str], *, error: type[KmgrError] = HostError, doing: str | None = None, hint: str | None = None
+) -> int:
     """Run a program on this terminal (it may ask the user something); its exit code.
 
     No time limit and no new session: the user is at the keyboard, and the program needs the terminal."""
@@ -136,8 +148,9 @@ def interactive(argv: list[str], *, error: type[KmgrError] = HostError, doing: s
 
 
 @contextmanager
-def pipe_from(argv: list[str], *, error: type[KmgrError] = HostError, doing: str | None = None,
-              hint: str | None = None) -> Iterator[IO[bytes]]:
+def pipe_from(
+    argv: list[str], *, error: type[KmgrError] = HostError, doing: str | None = None, hint: str | None = None
+) -> Iterator[IO[bytes]]:
     """A program's stdout as a binary stream; a failure of the program raises `error`.
 
     The reader may stop early (it found what it wanted): the program is then stopped, and that is no failure.
@@ -191,8 +204,14 @@ class Sink:
 
 
 @contextmanager
-def pipe_into(argv: list[str], *, check: bool = True, error: type[KmgrError] = HostError,
-              doing: str | None = None, hint: str | None = None) -> Iterator[Sink]:
+def pipe_into(
+    argv: list[str],
+    *,
+    check: bool = True,
+    error: type[KmgrError] = HostError,
+    doing: str | None = None,
+    hint: str | None = None,
+) -> Iterator[Sink]:
     """A program's stdin as a binary stream. After the block, with `check` a failure of the program raises
     `error`; without, the yielded Sink's `result` holds its exit code and stderr for the caller to judge."""
     argv = [str(arg) for arg in argv]
@@ -262,8 +281,9 @@ def run_session(
     log.info("run (session, %.0f s, output in %s): %s", timeout, output, shlex.join(str(a) for a in argv))
     started = time.monotonic()
     with open(output, "wb") as sink:
-        proc = _popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                      env=env, cwd=cwd)
+        proc = _popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd
+        )
         pipe = proc.stdout
         os.set_blocking(pipe.fileno(), False)
 
@@ -401,8 +421,13 @@ def _keeper_alive() -> bool:
     # Through the saved Popen: the keeper is not one of the programs a caller asked for (tests count those).
     try:
         with ours, theirs:
-            _keeper = _KEEPER_POPEN([sys.executable, "-I", "-S", keeper.__file__], stdin=theirs.fileno(),
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            _keeper = _KEEPER_POPEN(
+                [sys.executable, "-I", "-S", keeper.__file__],
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             _keeper_channel = ours.dup()
         return True
     except OSError as err:
@@ -459,6 +484,7 @@ class _Ticker:
     def __init__(self, proc: subprocess.Popen, tick: Callable[[], None] | None):
         self._thread = None
         if tick is not None:
+
             def loop() -> None:
                 while proc.poll() is None:
                     tick()
@@ -508,8 +534,13 @@ def _log_result(result: Result, elapsed: float) -> None:
     out = result.stdout.decode(errors="replace") if isinstance(result.stdout, bytes) else result.stdout
     err = result.stderr.decode(errors="replace") if isinstance(result.stderr, bytes) else result.stderr
     text = (out + err).strip()
-    log.info("exit %d after %.1f s: %s%s", result.returncode, elapsed, result.argv[0],
-             f"\n{text[-_LOGGED_OUTPUT:]}" if text else "")
+    log.info(
+        "exit %d after %.1f s: %s%s",
+        result.returncode,
+        elapsed,
+        result.argv[0],
+        f"\n{text[-_LOGGED_OUTPUT:]}" if text else "",
+    )
 
 
 def _signal_group(pgid: int, sig: int) -> None:

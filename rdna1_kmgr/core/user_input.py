@@ -30,7 +30,7 @@ def named_by_release(folder: Path, suffix: str = "") -> list[tuple[str, Path]]:
         if not entry.name.endswith(suffix):
             continue
         try:
-            found.append((kernel_release(entry.name[:len(entry.name) - len(suffix)]), entry))
+            found.append((kernel_release(entry.name[: len(entry.name) - len(suffix)]), entry))
         except UsageError:
             continue
     return found

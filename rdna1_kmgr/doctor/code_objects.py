@@ -34,13 +34,33 @@ _MAX_ENTRIES = 4096
 
 # The processors in EF_AMDGPU_MACH (LLVM's BinaryFormat/ELF.h) that matter here; others print as mach-0xNN.
 ELF_MACH = {
-    0x02A: "gfx803", 0x02C: "gfx900", 0x02F: "gfx906", 0x030: "gfx908", 0x03F: "gfx90a", 0x04C: "gfx942",
-    0x033: "gfx1010", 0x034: "gfx1011", 0x035: "gfx1012", 0x042: "gfx1013",
-    0x036: "gfx1030", 0x037: "gfx1031", 0x038: "gfx1032", 0x039: "gfx1033", 0x03E: "gfx1034",
-    0x03D: "gfx1035", 0x045: "gfx1036",
-    0x041: "gfx1100", 0x046: "gfx1101", 0x047: "gfx1102", 0x044: "gfx1103",
-    0x048: "gfx1200", 0x04E: "gfx1201",
-    0x051: "gfx9-generic", 0x052: "gfx10-1-generic", 0x053: "gfx10-3-generic", 0x054: "gfx11-generic",
+    0x02A: "gfx803",
+    0x02C: "gfx900",
+    0x02F: "gfx906",
+    0x030: "gfx908",
+    0x03F: "gfx90a",
+    0x04C: "gfx942",
+    0x033: "gfx1010",
+    0x034: "gfx1011",
+    0x035: "gfx1012",
+    0x042: "gfx1013",
+    0x036: "gfx1030",
+    0x037: "gfx1031",
+    0x038: "gfx1032",
+    0x039: "gfx1033",
+    0x03E: "gfx1034",
+    0x03D: "gfx1035",
+    0x045: "gfx1036",
+    0x041: "gfx1100",
+    0x046: "gfx1101",
+    0x047: "gfx1102",
+    0x044: "gfx1103",
+    0x048: "gfx1200",
+    0x04E: "gfx1201",
+    0x051: "gfx9-generic",
+    0x052: "gfx10-1-generic",
+    0x053: "gfx10-3-generic",
+    0x054: "gfx11-generic",
     0x059: "gfx12-generic",
 }
 
@@ -94,7 +114,7 @@ class CodeObjects:
     elf_objects: int = 0
     unreadable: list[str] = field(default_factory=list)  # compressed bundles that could not be inflated, why
 
-    def add(self, other: "CodeObjects") -> None:
+    def add(self, other: CodeObjects) -> None:
         self.targets.update(other.targets)
         self.bundles += other.bundles
         self.compressed += other.compressed
@@ -105,9 +125,13 @@ class CodeObjects:
         return any(runs_on(target, processor) for target in self.targets)
 
     def to_json(self) -> dict:
-        return {"targets": dict(sorted(self.targets.items())), "bundles": self.bundles,
-                "compressed_bundles": self.compressed, "elf_code_objects": self.elf_objects,
-                "unreadable": self.unreadable}
+        return {
+            "targets": dict(sorted(self.targets.items())),
+            "bundles": self.bundles,
+            "compressed_bundles": self.compressed,
+            "elf_code_objects": self.elf_objects,
+            "unreadable": self.unreadable,
+        }
 
 
 def scan_binary(path: Path) -> CodeObjects:
@@ -147,7 +171,7 @@ def bundle_ids(data, start: int = 0, whole: bool = True) -> list[str] | None:
     header (the magic also occurs as a constant in the code that reads bundles). With whole=False `data`
     is only the head of a bundle (an inflated compressed one): entries may point past its end."""
     end = len(data)
-    if data[start:start + 24] != BUNDLE_MAGIC or start + 32 > end:
+    if data[start : start + 24] != BUNDLE_MAGIC or start + 32 > end:
         return None
     (count,) = struct.unpack_from("<Q", data, start + 24)
     if not 0 < count <= _MAX_ENTRIES:
@@ -160,7 +184,7 @@ def bundle_ids(data, start: int = 0, whole: bool = True) -> list[str] | None:
         pos += 24
         if not 0 < length <= 256 or pos + length > end or (whole and start + offset + size > end):
             return None
-        raw = bytes(data[pos:pos + length])
+        raw = bytes(data[pos : pos + length])
         pos += length
         if not raw.isascii() or not raw.decode().isprintable():
             return None
@@ -189,7 +213,7 @@ def _scan_compressed(data, found: CodeObjects) -> None:
             method, body_start, body_end = header
             found.compressed += 1
             try:
-                inner = inflate_head(method, data[body_start:min(body_end, body_start + _STREAM_HEAD)])
+                inner = inflate_head(method, data[body_start : min(body_end, body_start + _STREAM_HEAD)])
             except Exception as err:  # noqa: BLE001 - a damaged stream is reported, the scan goes on
                 found.unreadable.append(f"compressed bundle at offset {pos}: {err}")
             else:
@@ -228,7 +252,7 @@ def compressed_header(data, pos: int) -> tuple[int, int, int] | None:
     stop = pos + total
     if stop > end or stop <= start:
         return None
-    stream = bytes(data[start:start + 4])
+    stream = bytes(data[start : start + 4])
     zstd_frame = stream == b"\x28\xb5\x2f\xfd"
     zlib_stream = len(stream) >= 2 and stream[0] & 0x0F == 8 and int.from_bytes(stream[:2], "big") % 31 == 0
     if (method == 1 and not zstd_frame) or (method == 0 and not zlib_stream):

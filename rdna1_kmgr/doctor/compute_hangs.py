@@ -29,17 +29,39 @@ def findings(records: list[Record], readable: bool) -> list[Finding]:
     other = [r.message for r in records if not COMPUTE.search(r.message) and OTHER.search(r.message)]
     facts = {"compute": compute[-20:], "other": other[-20:]}
     if compute:
-        return [Finding("compute-hangs", "problem", f"{len(compute)} compute hang line(s) in the kernel log, "
-                        f"last: {compute[-1]}" + (f" (and {len(other)} reset or ring line(s))" if other else ""),
-                        "a compute queue stopped making progress: the GPU was reset or the process's queues "
-                        "could not be stopped; ROCm work on the board then fails or hangs",
-                        "note what ran then (`journalctl -k -b -1` for the boot before); check the queue "
-                        "finding and MIOpen settings first, then run the experiment to find the setting that "
-                        "avoids it", facts)]
+        return [
+            Finding(
+                "compute-hangs",
+                "problem",
+                f"{len(compute)} compute hang line(s) in the kernel log, "
+                f"last: {compute[-1]}" + (f" (and {len(other)} reset or ring line(s))" if other else ""),
+                "a compute queue stopped making progress: the GPU was reset or the process's queues "
+                "could not be stopped; ROCm work on the board then fails or hangs",
+                "note what ran then (`journalctl -k -b -1` for the boot before); check the queue "
+                "finding and MIOpen settings first, then run the experiment to find the setting that "
+                "avoids it",
+                facts,
+            )
+        ]
     if other:
-        return [Finding("compute-hangs", "warn", f"{len(other)} GPU reset or ring timeout line(s) in the kernel "
-                        f"log, last: {other[-1]}", "not on a compute ring: the desktop or video may have hung "
-                        "the GPU; compute on the board was reset with it", "if it repeats, note what ran then",
-                        facts)]
-    return [Finding("compute-hangs", "ok", f"no ring timeouts or GPU resets in the kernel log "
-                    f"({len(records)} records)", "", "", facts)]
+        return [
+            Finding(
+                "compute-hangs",
+                "warn",
+                f"{len(other)} GPU reset or ring timeout line(s) in the kernel " f"log, last: {other[-1]}",
+                "not on a compute ring: the desktop or video may have hung "
+                "the GPU; compute on the board was reset with it",
+                "if it repeats, note what ran then",
+                facts,
+            )
+        ]
+    return [
+        Finding(
+            "compute-hangs",
+            "ok",
+            f"no ring timeouts or GPU resets in the kernel log " f"({len(records)} records)",
+            "",
+            "",
+            facts,
+        )
+    ]

@@ -23,5 +23,11 @@ class Finding:
             raise ValueError(f"unknown finding level {self.level!r}")
 
     def to_json(self) -> dict:
-        return {"check": self.check, "level": self.level, "seen": self.seen, "why": self.why, "todo": self.todo,
-                "facts": self.facts}
+        return {
+            "check": self.check,
+            "level": self.level,
+            "seen": self.seen,
+            "why": self.why,
+            "todo": self.todo,
+            "facts": self.facts,
+        }

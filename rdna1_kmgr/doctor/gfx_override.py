@@ -39,9 +39,16 @@ def findings(found: list[environment_files.Assignment], board: str, checked: str
     nothing overrides it). `checked` says which files and environments were read."""
     sets = [a for a in found if a.value is not None]
     if not sets:
-        return [Finding("gfx-override", "ok", f"{OVERRIDE} is not set ({checked})",
-                        f"ROCm loads the board's own {board} code", "",
-                        {"assignments": [a.to_json() for a in found]})], board
+        return [
+            Finding(
+                "gfx-override",
+                "ok",
+                f"{OVERRIDE} is not set ({checked})",
+                f"ROCm loads the board's own {board} code",
+                "",
+                {"assignments": [a.to_json() for a in found]},
+            )
+        ], board
     in_force = effective(found)
     loads = processor_of(in_force.value) if in_force is not None else None
     result = []
@@ -49,13 +56,18 @@ def findings(found: list[environment_files.Assignment], board: str, checked: str
         target = processor_of(assignment.value)
         what = f"ROCm loads {target} code instead of {board}" if target else "ROCm refuses a malformed value"
         active = assignment is in_force
-        result.append(Finding(
-            "gfx-override", "problem" if target != board else "info",
-            f"{OVERRIDE}={assignment.value} in {assignment.where()}" + (" (in force)" if active else ""),
-            f"{what}: code built for another processor on RDNA1 hardware; owners report crashes with the "
-            f"common 10.3.0 advice and working PyTorch without it on libraries built for {board}",
-            f"remove it from {assignment.where()}" + (" (e.g. `unset` it in that shell)" if assignment.scope == "process"
-                                                      else "") + f", and use libraries with {board} code "
-            "(see rocblas, torch); `rdna1-kmgr profile install` writes a profile without it",
-            assignment.to_json()))
+        result.append(
+            Finding(
+                "gfx-override",
+                "problem" if target != board else "info",
+                f"{OVERRIDE}={assignment.value} in {assignment.where()}" + (" (in force)" if active else ""),
+                f"{what}: code built for another processor on RDNA1 hardware; owners report crashes with the "
+                f"common 10.3.0 advice and working PyTorch without it on libraries built for {board}",
+                f"remove it from {assignment.where()}"
+                + (" (e.g. `unset` it in that shell)" if assignment.scope == "process" else "")
+                + f", and use libraries with {board} code "
+                "(see rocblas, torch); `rdna1-kmgr profile install` writes a profile without it",
+                assignment.to_json(),
+            )
+        )
     return result, loads or board

@@ -19,8 +19,14 @@ from rdna1_kmgr.doctor import code_objects
 from rdna1_kmgr.doctor.finding import Finding
 
 TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
-HEAP_TYPES = {0: "system", 1: "FB_PUBLIC (host-visible VRAM)", 2: "FB_PRIVATE", 3: "GPU GDS", 4: "GPU LDS",
-              5: "GPU scratch"}
+HEAP_TYPES = {
+    0: "system",
+    1: "FB_PUBLIC (host-visible VRAM)",
+    2: "FB_PRIVATE",
+    3: "GPU GDS",
+    4: "GPU LDS",
+    5: "GPU scratch",
+}
 GPU_GROUPS = ("render", "video")
 
 
@@ -45,9 +51,14 @@ class KfdNode:
         return minor if minor is not None and minor >= 0 else None
 
     def to_json(self) -> dict:
-        return {"node": self.index, "processor": self.processor, "gfx_target_version":
-                self.properties.get("gfx_target_version"), "device_id": self.properties.get("device_id"),
-                "drm_render_minor": self.drm_render_minor, "heap_types": list(self.heap_types)}
+        return {
+            "node": self.index,
+            "processor": self.processor,
+            "gfx_target_version": self.properties.get("gfx_target_version"),
+            "device_id": self.properties.get("device_id"),
+            "drm_render_minor": self.drm_render_minor,
+            "heap_types": list(self.heap_types),
+        }
 
 
 def read_nodes(sysroot: Path) -> list[KfdNode]:
@@ -112,8 +123,9 @@ def invoking_user(sysroot: Path, name: str | None = None) -> User | None:
             groups[entry.pw_gid] = grp.getgrgid(entry.pw_gid).gr_name
         except KeyError:
             groups[entry.pw_gid] = str(entry.pw_gid)
-        return User(name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir), tuple(sorted(groups)),
-                    tuple(sorted(groups.values())))
+        return User(
+            name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir), tuple(sorted(groups)), tuple(sorted(groups.values()))
+        )
     passwd = _colon_file(sysroot / "etc/passwd")
     row = next((r for r in passwd if r[0] == name and len(r) >= 6), None)
     if row is None:
@@ -168,33 +180,59 @@ def findings(sysroot: Path, nodes: list[KfdNode], user: User | None, board_prese
     facts = {"nodes": [n.to_json() for n in nodes]}
     if not nodes:
         level = "problem" if board_present else "info"
-        result.append(Finding("kfd", level, f"no KFD topology ({sysroot / TOPOLOGY} is absent)",
-                              "ROCm finds GPUs only through KFD",
-                              "load amdgpu for the board (KFD is part of it)" if board_present else "", facts))
+        result.append(
+            Finding(
+                "kfd",
+                level,
+                f"no KFD topology ({sysroot / TOPOLOGY} is absent)",
+                "ROCm finds GPUs only through KFD",
+                "load amdgpu for the board (KFD is part of it)" if board_present else "",
+                facts,
+            )
+        )
     elif not gpus:
         level = "problem" if board_present else "info"
-        result.append(Finding("kfd", level, f"KFD lists {len(nodes)} node(s), none of them a GPU",
-                              "ROCm will report no GPU agent",
-                              "check the kernel log for amdgpu/KFD errors (see probe-errors)" if board_present else "",
-                              facts))
+        result.append(
+            Finding(
+                "kfd",
+                level,
+                f"KFD lists {len(nodes)} node(s), none of them a GPU",
+                "ROCm will report no GPU agent",
+                "check the kernel log for amdgpu/KFD errors (see probe-errors)" if board_present else "",
+                facts,
+            )
+        )
     for node in gpus:
         processor = node.processor or "unknown"
         heaps = ", ".join(HEAP_TYPES.get(h, str(h)) for h in node.heap_types) or "none"
         level = "ok" if processor == "gfx1010" else "warn"
-        result.append(Finding("kfd", level, f"KFD node {node.index}: {processor} (gfx_target_version "
-                              f"{node.properties.get('gfx_target_version')}), VRAM heaps: {heaps}",
-                              "ROCm loads code for the processor KFD reports (unless HSA_OVERRIDE_GFX_VERSION "
-                              "says otherwise); heap FB_PUBLIC means a large BAR as ROCm sees it (see bar)",
-                              "" if level == "ok" else "this is not the RX 5600 XT's gfx1010", facts))
+        result.append(
+            Finding(
+                "kfd",
+                level,
+                f"KFD node {node.index}: {processor} (gfx_target_version "
+                f"{node.properties.get('gfx_target_version')}), VRAM heaps: {heaps}",
+                "ROCm loads code for the processor KFD reports (unless HSA_OVERRIDE_GFX_VERSION "
+                "says otherwise); heap FB_PUBLIC means a large BAR as ROCm sees it (see bar)",
+                "" if level == "ok" else "this is not the RX 5600 XT's gfx1010",
+                facts,
+            )
+        )
     result += _access(sysroot, gpus, user)
     return result
 
 
 def _access(sysroot: Path, gpus: list[KfdNode], user: User | None) -> list[Finding]:
     if user is None:
-        return [Finding("access", "warn", "cannot tell which user to check device access for",
-                        "ROCm opens /dev/kfd and the render node as the user who runs PyTorch",
-                        "run as that user, through sudo (SUDO_USER), or give --user NAME")]
+        return [
+            Finding(
+                "access",
+                "warn",
+                "cannot tell which user to check device access for",
+                "ROCm opens /dev/kfd and the render node as the user who runs PyTorch",
+                "run as that user, through sudo (SUDO_USER), or give --user NAME",
+            )
+        ]
     devices = [sysroot / "dev/kfd"]
     devices += [sysroot / f"dev/dri/renderD{n.drm_render_minor}" for n in gpus if n.drm_render_minor is not None]
     if not gpus:
@@ -212,12 +250,22 @@ def _access(sysroot: Path, gpus: list[KfdNode], user: User | None) -> list[Findi
     missing = [g for g in GPU_GROUPS if g not in user.group_names and group_id(sysroot, g) is not None]
     groups = f"groups {' '.join(user.group_names) or '(none)'}"
     if blocked:
-        return [Finding("access", "problem", f"user {user.name} ({groups}) cannot open {', '.join(blocked)}",
-                        "ROCm then sees no GPU at all (hipErrorNoDevice, torch.cuda.is_available() False)",
-                        f"add the user to the {' and '.join(missing or GPU_GROUPS)} group(s): "
-                        f"`usermod -aG {','.join(missing or GPU_GROUPS)} {user.name}`, then log in again", facts)]
+        return [
+            Finding(
+                "access",
+                "problem",
+                f"user {user.name} ({groups}) cannot open {', '.join(blocked)}",
+                "ROCm then sees no GPU at all (hipErrorNoDevice, torch.cuda.is_available() False)",
+                f"add the user to the {' and '.join(missing or GPU_GROUPS)} group(s): "
+                f"`usermod -aG {','.join(missing or GPU_GROUPS)} {user.name}`, then log in again",
+                facts,
+            )
+        ]
     present = [str(d.relative_to(sysroot)) for d in devices if d.exists()]
     if not present:
-        return [Finding("access", "info", f"user {user.name} ({groups}): no /dev/kfd or render node to check",
-                        "", "", facts)]
+        return [
+            Finding(
+                "access", "info", f"user {user.name} ({groups}): no /dev/kfd or render node to check", "", "", facts
+            )
+        ]
     return [Finding("access", "ok", f"user {user.name} ({groups}) may open {', '.join(present)}", "", "", facts)]

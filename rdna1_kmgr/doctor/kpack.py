@@ -48,8 +48,15 @@ class KpackArchive:
         return any(Path(key.split("#")[0]).name.startswith(stem) for key in self.binaries)
 
     def to_json(self) -> dict:
-        return {"path": str(self.path), "group": self.group, "family": self.family, "arches": list(self.arches),
-                "binaries": len(self.binaries), "kernels": self.kernels, "error": self.error}
+        return {
+            "path": str(self.path),
+            "group": self.group,
+            "family": self.family,
+            "arches": list(self.arches),
+            "binaries": len(self.binaries),
+            "kernels": self.kernels,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True)
@@ -65,8 +72,7 @@ class KpackRef:
         return [(self.library.parent / p.replace(GFXARCH, processor)).resolve() for p in self.search_paths]
 
     def to_json(self) -> dict:
-        return {"library": str(self.library), "search_paths": list(self.search_paths),
-                "kernel_name": self.kernel_name}
+        return {"library": str(self.library), "search_paths": list(self.search_paths), "kernel_name": self.kernel_name}
 
 
 def read_archive(path: Path) -> KpackArchive:
@@ -89,9 +95,16 @@ def read_archive(path: Path) -> KpackArchive:
     entries = toc.get("toc") if isinstance(toc.get("toc"), dict) else {}
     kernels = sum(len(v) for v in entries.values() if isinstance(v, dict))
     arches = tuple(str(a) for a in toc.get("gfx_arches") or ()) or tuple(
-        sorted({str(a) for v in entries.values() if isinstance(v, dict) for a in v}))
-    return KpackArchive(path, str(toc.get("group_name", "?")), str(toc.get("gfx_arch_family", "?")), arches,
-                        tuple(str(k) for k in entries), kernels)
+        sorted({str(a) for v in entries.values() if isinstance(v, dict) for a in v})
+    )
+    return KpackArchive(
+        path,
+        str(toc.get("group_name", "?")),
+        str(toc.get("gfx_arch_family", "?")),
+        arches,
+        tuple(str(k) for k in entries),
+        kernels,
+    )
 
 
 def _broken(path: Path, why: str) -> KpackArchive:
@@ -121,7 +134,7 @@ def marker(library: Path) -> KpackRef | None:
             sections = [struct.unpack_from("<IIQQQQ", table, i * 64) for i in range(shnum)]
             names = _section(handle, sections[shstrndx])
             for name_at, _, _, _, offset, size in sections:
-                if names[name_at:name_at + len(MARKER_SECTION) + 1] == MARKER_SECTION.encode() + b"\0":
+                if names[name_at : name_at + len(MARKER_SECTION) + 1] == MARKER_SECTION.encode() + b"\0":
                     return _ref(library, _section(handle, (0, 0, 0, 0, offset, size)))
     except (OSError, struct.error):
         return None

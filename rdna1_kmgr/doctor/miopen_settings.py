@@ -51,47 +51,102 @@ def findings(found: list[environment_files.Assignment], loads: str, checked: str
     active = in_force(found)
     facts = {"in_force": {k: a.to_json() for k, a in active.items()}}
     if not active:
-        return [Finding("miopen-settings", "ok", f"no MIOPEN_* variable is set ({checked})",
-                        "MIOpen picks among every solver that supports the board", "", facts)]
+        return [
+            Finding(
+                "miopen-settings",
+                "ok",
+                f"no MIOPEN_* variable is set ({checked})",
+                "MIOpen picks among every solver that supports the board",
+                "",
+                facts,
+            )
+        ]
     result = []
     for name, a in active.items():
         value = (a.value or "").strip()
         where = f"{name}={value} in {a.where()}"
         boolean = name.startswith(SOLVER_PREFIX) or name in (DEPRECATED, "MIOPEN_DEBUG_GCN_ASM_KERNELS")
         if boolean and value.lower() not in FALSE + TRUE:
-            result.append(Finding("miopen-settings", "problem", where, "MIOpen stops with \"Invalid value "
-                                  "for env variable\" at its first convolution", f"set 0 or 1 in {a.where()}",
-                                  a.to_json()))
+            result.append(
+                Finding(
+                    "miopen-settings",
+                    "problem",
+                    where,
+                    'MIOpen stops with "Invalid value ' 'for env variable" at its first convolution',
+                    f"set 0 or 1 in {a.where()}",
+                    a.to_json(),
+                )
+            )
             continue
         if name == SOLVER_PREFIX + "DIRECT" and value.lower() in FALSE:
-            result.append(Finding("miopen-settings", "problem", where, "the naive solvers, MIOpen's fallback "
-                                  "for what no other solver takes, belong to the direct family: without them "
-                                  "such convolutions fail with \"No suitable algorithm\"",
-                                  f"remove it from {a.where()} (an experiment control, not a setting to keep)",
-                                  a.to_json()))
+            result.append(
+                Finding(
+                    "miopen-settings",
+                    "problem",
+                    where,
+                    "the naive solvers, MIOpen's fallback "
+                    "for what no other solver takes, belong to the direct family: without them "
+                    'such convolutions fail with "No suitable algorithm"',
+                    f"remove it from {a.where()} (an experiment control, not a setting to keep)",
+                    a.to_json(),
+                )
+            )
         elif name.startswith(SOLVER_PREFIX) and value.lower() in TRUE:
             gated = ""
             if name == SOLVER_PREFIX + "IMPLICIT_GEMM" and loads == "gfx1010":
-                gated = (f"; on gfx1010 MIOpen runs its deprecated implicit-GEMM solvers only on {GATED_TO}, "
-                         "and its composable-kernel ones not at all: the setting the owner's notes measured "
-                         "worked under HSA_OVERRIDE_GFX_VERSION=10.3.0")
-            result.append(Finding("miopen-settings", "warn", f"{where}: does nothing",
-                                  "MIOpen only reads 0 as switching a family off; 1 does not make a family the "
-                                  "only one" + gated, f"remove it from {a.where()}, or set the families you do "
-                                  "not want to 0", a.to_json()))
+                gated = (
+                    f"; on gfx1010 MIOpen runs its deprecated implicit-GEMM solvers only on {GATED_TO}, "
+                    "and its composable-kernel ones not at all: the setting the owner's notes measured "
+                    "worked under HSA_OVERRIDE_GFX_VERSION=10.3.0"
+                )
+            result.append(
+                Finding(
+                    "miopen-settings",
+                    "warn",
+                    f"{where}: does nothing",
+                    "MIOpen only reads 0 as switching a family off; 1 does not make a family the " "only one" + gated,
+                    f"remove it from {a.where()}, or set the families you do " "not want to 0",
+                    a.to_json(),
+                )
+            )
         elif name.startswith(SOLVER_PREFIX):
-            result.append(Finding("miopen-settings", "info", f"{where}: that family is off",
-                                  "MIOpen chooses among the other families", "", a.to_json()))
+            result.append(
+                Finding(
+                    "miopen-settings",
+                    "info",
+                    f"{where}: that family is off",
+                    "MIOpen chooses among the other families",
+                    "",
+                    a.to_json(),
+                )
+            )
         elif name == "MIOPEN_FIND_MODE":
             known = value.upper() in FIND_MODES
-            result.append(Finding("miopen-settings", "info" if known else "warn", where,
-                                  "how long MIOpen searches for a solver on first use" if known else
-                                  f"not one of MIOpen's find modes ({', '.join(FIND_MODES)})",
-                                  "" if known else f"correct it in {a.where()}", a.to_json()))
+            result.append(
+                Finding(
+                    "miopen-settings",
+                    "info" if known else "warn",
+                    where,
+                    "how long MIOpen searches for a solver on first use"
+                    if known
+                    else f"not one of MIOpen's find modes ({', '.join(FIND_MODES)})",
+                    "" if known else f"correct it in {a.where()}",
+                    a.to_json(),
+                )
+            )
         elif name == DEPRECATED and value.lower() in TRUE and loads == "gfx1010":
-            result.append(Finding("miopen-settings", "info", where, f"MIOpen's deprecated solvers, kept for "
-                                  f"{GATED_TO}, also run on gfx1010: untested there by MIOpen; the experiment's "
-                                  "deprecated-solvers profile measures it", "", a.to_json()))
+            result.append(
+                Finding(
+                    "miopen-settings",
+                    "info",
+                    where,
+                    f"MIOpen's deprecated solvers, kept for "
+                    f"{GATED_TO}, also run on gfx1010: untested there by MIOpen; the experiment's "
+                    "deprecated-solvers profile measures it",
+                    "",
+                    a.to_json(),
+                )
+            )
         else:
             result.append(Finding("miopen-settings", "info", where, "", "", a.to_json()))
     return result

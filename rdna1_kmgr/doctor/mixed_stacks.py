@@ -35,28 +35,48 @@ def findings(found: list[environment_files.Assignment], own_rocm: list[str], che
     pointing = [(a, opt_rocm_in(a.value)) for a in found if a.value is not None and opt_rocm_in(a.value)]
     facts = {"assignments": [a.to_json() for a, _ in pointing], "pytorch_rocm": own_rocm}
     if not pointing:
-        return [Finding("mixed-stacks", "ok", f"no {', '.join(NAMES)} pointing at /opt/rocm* ({checked})",
-                        "", "", facts)]
+        return [
+            Finding("mixed-stacks", "ok", f"no {', '.join(NAMES)} pointing at /opt/rocm* ({checked})", "", "", facts)
+        ]
     result = []
     for assignment, trees in pointing:
         seen = f"{assignment.name}={assignment.value} in {assignment.where()}"
         remove = f"remove {', '.join(trees)} from {assignment.name} in {assignment.where()}"
         if not own_rocm:
-            result.append(Finding("mixed-stacks", "info", seen, "no PyTorch with its own ROCm was found: "
-                                  "programs use this ROCm as set", "", assignment.to_json()))
+            result.append(
+                Finding(
+                    "mixed-stacks",
+                    "info",
+                    seen,
+                    "no PyTorch with its own ROCm was found: " "programs use this ROCm as set",
+                    "",
+                    assignment.to_json(),
+                )
+            )
         elif assignment.name == LOADER:
-            result.append(Finding("mixed-stacks", "problem", f"{seen}, while PyTorch brings its own ROCm "
-                                  f"({', '.join(own_rocm)})",
-                                  "the loader searches LD_LIBRARY_PATH before the wheel's RUNPATH: PyTorch then "
-                                  "runs with this tree's HIP runtime or libraries instead of its own (mixed "
-                                  "versions crash or compute wrong)",
-                                  f"{remove} (set it only for programs that use that ROCm)", assignment.to_json()))
+            result.append(
+                Finding(
+                    "mixed-stacks",
+                    "problem",
+                    f"{seen}, while PyTorch brings its own ROCm " f"({', '.join(own_rocm)})",
+                    "the loader searches LD_LIBRARY_PATH before the wheel's RUNPATH: PyTorch then "
+                    "runs with this tree's HIP runtime or libraries instead of its own (mixed "
+                    "versions crash or compute wrong)",
+                    f"{remove} (set it only for programs that use that ROCm)",
+                    assignment.to_json(),
+                )
+            )
         else:
-            result.append(Finding("mixed-stacks", "warn", f"{seen}, while PyTorch brings its own ROCm "
-                                  f"({', '.join(own_rocm)})",
-                                  "the loader does not read it, but hipcc, runtime compilation and PyTorch's C++ "
-                                  "extension builds take their ROCm from it: they then use another ROCm than "
-                                  "the one PyTorch runs",
-                                  f"{remove}, or point it at PyTorch's ROCm (`rocm-sdk path --root`)",
-                                  assignment.to_json()))
+            result.append(
+                Finding(
+                    "mixed-stacks",
+                    "warn",
+                    f"{seen}, while PyTorch brings its own ROCm " f"({', '.join(own_rocm)})",
+                    "the loader does not read it, but hipcc, runtime compilation and PyTorch's C++ "
+                    "extension builds take their ROCm from it: they then use another ROCm than "
+                    "the one PyTorch runs",
+                    f"{remove}, or point it at PyTorch's ROCm (`rocm-sdk path --root`)",
+                    assignment.to_json(),
+                )
+            )
     return result

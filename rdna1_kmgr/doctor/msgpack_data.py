@@ -41,8 +41,18 @@ def _read(data: memoryview, pos: int, depth: int):
     fixed = {0xC0: None, 0xC2: False, 0xC3: True}
     if tag in fixed:
         return fixed[tag], pos
-    sized = {0xC4: "B", 0xC5: "H", 0xC6: "I", 0xD9: "B", 0xDA: "H", 0xDB: "I", 0xDC: "H", 0xDD: "I",
-             0xDE: "H", 0xDF: "I"}
+    sized = {
+        0xC4: "B",
+        0xC5: "H",
+        0xC6: "I",
+        0xD9: "B",
+        0xDA: "H",
+        0xDB: "I",
+        0xDC: "H",
+        0xDD: "I",
+        0xDE: "H",
+        0xDF: "I",
+    }
     if tag in sized:
         fmt = ">" + sized[tag]
         (length,) = _unpack(fmt, data, pos)
@@ -54,8 +64,18 @@ def _read(data: memoryview, pos: int, depth: int):
         if tag in (0xDC, 0xDD):
             return _array(data, pos, length, depth)
         return _map(data, pos, length, depth)
-    numbers = {0xCA: ">f", 0xCB: ">d", 0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q",
-               0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q"}
+    numbers = {
+        0xCA: ">f",
+        0xCB: ">d",
+        0xCC: ">B",
+        0xCD: ">H",
+        0xCE: ">I",
+        0xCF: ">Q",
+        0xD0: ">b",
+        0xD1: ">h",
+        0xD2: ">i",
+        0xD3: ">q",
+    }
     if tag in numbers:
         (value,) = _unpack(numbers[tag], data, pos)
         return value, pos + struct.calcsize(numbers[tag])
@@ -71,7 +91,7 @@ def _unpack(fmt: str, data: memoryview, pos: int):
 def _bytes(data: memoryview, pos: int, length: int):
     if pos + length > len(data):
         raise MsgpackError("truncated")
-    return bytes(data[pos:pos + length]), pos + length
+    return bytes(data[pos : pos + length]), pos + length
 
 
 def _text(data: memoryview, pos: int, length: int):
@@ -92,5 +112,5 @@ def _map(data: memoryview, pos: int, count: int, depth: int):
     for _ in range(count):
         key, pos = _read(data, pos, depth + 1)
         value, pos = _read(data, pos, depth + 1)
-        result[key if isinstance(key, (str, int, bool, type(None))) else repr(key)] = value
+        result[key if key is None or isinstance(key, str | int | bool) else repr(key)] = value
     return result, pos

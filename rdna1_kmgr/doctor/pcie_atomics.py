@@ -35,15 +35,31 @@ def findings(sysroot: Path, gpus: list[KfdNode], records: list[Record], board_pr
     without = [i for i, values in flags.items() if any(v & NO_ATOMICS for v in values)]
     facts = {"kernel_log": logged[-5:], "io_link_flags": flags}
     if logged or without:
-        seen = "; ".join(([f"kernel log: {logged[-1]}"] if logged else []) +
-                         ([f"KFD node(s) {', '.join(map(str, without))}: io_link without atomics"] if without else []))
-        return [Finding("pcie-atomics", "problem", f"PCIe atomics missing ({seen})",
-                        "ROCm's hostcall and device printf, and kernels that signal the host, rely on PCIe "
-                        "atomics: they hang or fail; ordinary kernels and copies still work",
-                        "put the board in a CPU-attached slot (not behind a chipset or a riser/bridge without "
-                        "AtomicOps routing), update the firmware; avoid printf/hostcall in GPU code", facts)]
+        seen = "; ".join(
+            ([f"kernel log: {logged[-1]}"] if logged else [])
+            + ([f"KFD node(s) {', '.join(map(str, without))}: io_link without atomics"] if without else [])
+        )
+        return [
+            Finding(
+                "pcie-atomics",
+                "problem",
+                f"PCIe atomics missing ({seen})",
+                "ROCm's hostcall and device printf, and kernels that signal the host, rely on PCIe "
+                "atomics: they hang or fail; ordinary kernels and copies still work",
+                "put the board in a CPU-attached slot (not behind a chipset or a riser/bridge without "
+                "AtomicOps routing), update the firmware; avoid printf/hostcall in GPU code",
+                facts,
+            )
+        ]
     if any(flags.values()):
         return [Finding("pcie-atomics", "ok", "PCIe atomics available (KFD io_link flags)", "", "", facts)]
-    return [Finding("pcie-atomics", "warn", "PCIe atomics could not be checked (no KFD io_link and no kernel "
-                    "log line about them)", "hostcall and device printf need them", "run doctor as root with "
-                    "amdgpu loaded", facts)]
+    return [
+        Finding(
+            "pcie-atomics",
+            "warn",
+            "PCIe atomics could not be checked (no KFD io_link and no kernel " "log line about them)",
+            "hostcall and device printf need them",
+            "run doctor as root with " "amdgpu loaded",
+            facts,
+        )
+    ]

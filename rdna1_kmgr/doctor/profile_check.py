@@ -21,8 +21,9 @@ def _profile_variable(name: str) -> bool:
 
 def findings(sysroot: Path, home: Path | None) -> list[Finding]:
     on_host = sysroot.resolve() == Path("/")
-    named = {f"/{rel}": user_profile.named_in(sysroot / rel)
-             for rel in (user_profile.ENVIRONMENT_D, user_profile.PROFILE_D)}
+    named = {
+        f"/{rel}": user_profile.named_in(sysroot / rel) for rel in (user_profile.ENVIRONMENT_D, user_profile.PROFILE_D)
+    }
     names = {n for n in named.values() if n is not None}
     # The journal is this machine's; under --sysroot the files alone say what is installed.
     journal = ProfileJournal() if on_host else None
@@ -32,23 +33,50 @@ def findings(sysroot: Path, home: Path | None) -> list[Finding]:
     facts = {"files": named, "journaled": installed if journal is not None else "not read (sysroot)"}
     result = []
     if not names and installed is None:
-        result.append(Finding("profile", "info", "no rdna1-kmgr user-space profile installed", "",
-                              "find what your board needs with `rdna1-kmgr experiment` (on this desktop, no "
-                              "reboot), then `rdna1-kmgr experiment apply`", facts))
+        result.append(
+            Finding(
+                "profile",
+                "info",
+                "no rdna1-kmgr user-space profile installed",
+                "",
+                "find what your board needs with `rdna1-kmgr experiment` (on this desktop, no "
+                "reboot), then `rdna1-kmgr experiment apply`",
+                facts,
+            )
+        )
     elif names == {installed} and None not in named.values():
-        result.append(Finding("profile", "ok", f"profile {installed} installed ({', '.join(named)})",
-                              profiles.get(installed).summary if installed in profiles.load() else "",
-                              "log in again for a desktop session to pick it up", facts))
+        result.append(
+            Finding(
+                "profile",
+                "ok",
+                f"profile {installed} installed ({', '.join(named)})",
+                profiles.get(installed).summary if installed in profiles.load() else "",
+                "log in again for a desktop session to pick it up",
+                facts,
+            )
+        )
     else:
-        result.append(Finding("profile", "warn", f"profile files and journal disagree: files {named}, "
-                              f"journal {installed or 'none'}",
-                              "a file was changed or removed by hand since `profile install`",
-                              "run `rdna1-kmgr profile install NAME` again, or `rdna1-kmgr profile remove`", facts))
-    elsewhere = [a for a in environment_files.assignments(sysroot, home, _profile_variable)
-                 if str(a.path) not in OURS]
+        result.append(
+            Finding(
+                "profile",
+                "warn",
+                f"profile files and journal disagree: files {named}, " f"journal {installed or 'none'}",
+                "a file was changed or removed by hand since `profile install`",
+                "run `rdna1-kmgr profile install NAME` again, or `rdna1-kmgr profile remove`",
+                facts,
+            )
+        )
+    elsewhere = [a for a in environment_files.assignments(sysroot, home, _profile_variable) if str(a.path) not in OURS]
     if elsewhere:
         shown = "; ".join(f"{a.name}={a.value} in {a.where()}" for a in elsewhere[:5])
-        result.append(Finding("profile", "warn", f"profile variables also set outside rdna1-kmgr's files: {shown}",
-                              "whichever file is read last wins: the experiment's result may not be what runs",
-                              "keep these settings in one place", {"assignments": [a.to_json() for a in elsewhere]}))
+        result.append(
+            Finding(
+                "profile",
+                "warn",
+                f"profile variables also set outside rdna1-kmgr's files: {shown}",
+                "whichever file is read last wins: the experiment's result may not be what runs",
+                "keep these settings in one place",
+                {"assignments": [a.to_json() for a in elsewhere]},
+            )
+        )
     return result

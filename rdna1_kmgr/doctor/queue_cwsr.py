@@ -71,8 +71,11 @@ def kernel_validates(sysroot: Path, release: str) -> tuple[bool, str]:
     symbols when /proc/kallsyms lists them, else the release (upstream 6.12 on, RHEL's el9 builds from
     5.14.0-570 and el10)."""
     try:
-        symbols = [line for line in (sysroot / "proc/kallsyms").read_text(errors="replace").splitlines()
-                   if line.endswith("[amdgpu]")]
+        symbols = [
+            line
+            for line in (sysroot / "proc/kallsyms").read_text(errors="replace").splitlines()
+            if line.endswith("[amdgpu]")
+        ]
     except OSError:
         symbols = []
     if symbols:
@@ -86,42 +89,90 @@ def kernel_validates(sysroot: Path, release: str) -> tuple[bool, str]:
     return validates, f"{release}: by its version (the check came with Linux 6.12)"
 
 
-def findings(board_present: bool, release: str, sysroot: Path, mask: int | None,
-             runtimes: list[RocmRuntime]) -> list[Finding]:
+def findings(
+    board_present: bool, release: str, sysroot: Path, mask: int | None, runtimes: list[RocmRuntime]
+) -> list[Finding]:
     if not board_present:
         return []
     validates, how = kernel_validates(sysroot, release)
-    facts = {"kernel": release, "validates": validates, "how": how, "rdna1_quirks": mask,
-             "runtimes": [r.to_json() for r in runtimes]}
+    facts = {
+        "kernel": release,
+        "validates": validates,
+        "how": how,
+        "rdna1_quirks": mask,
+        "runtimes": [r.to_json() for r in runtimes],
+    }
     if not validates:
-        return [Finding("queue", "ok", f"KFD does not check the CWSR buffer size ({how})",
-                        "the queue failure of 2026 ROCm on RDNA1 needs a kernel that checks it", "", facts)]
+        return [
+            Finding(
+                "queue",
+                "ok",
+                f"KFD does not check the CWSR buffer size ({how})",
+                "the queue failure of 2026 ROCm on RDNA1 needs a kernel that checks it",
+                "",
+                facts,
+            )
+        ]
     bit = quirk_bit()
     if mask is not None and mask >> bit & 1:
-        return [Finding("queue", "ok", f"KFD checks the CWSR size ({how}); this amdgpu has {QUIRK} "
-                        f"(rdna1_quirks=0x{mask:x})", f"{QUIRK} accepts the size libhsakmt uses since "
-                        "rocm-systems #6125 as well as KFD's own", "", facts)]
+        return [
+            Finding(
+                "queue",
+                "ok",
+                f"KFD checks the CWSR size ({how}); this amdgpu has {QUIRK} " f"(rdna1_quirks=0x{mask:x})",
+                f"{QUIRK} accepts the size libhsakmt uses since " "rocm-systems #6125 as well as KFD's own",
+                "",
+                facts,
+            )
+        ]
     driver = "the stock amdgpu" if mask is None else f"an rdna1-kmgr amdgpu without {QUIRK} (rdna1_quirks=0x{mask:x})"
     carrying = [r for r in runtimes if r.carries_6125]
     unknown = [r for r in runtimes if r.carries_6125 is None]
-    todo = (f"1. install rdna1-kmgr's build, which has {QUIRK} on by default (`rdna1-kmgr build`, `vm-test`, "
-            f"`install`{'' if mask is None else ' with the default mask'}); 2. or boot the distribution's "
-            "kernel from before 6.12 (Debian 12's 6.1, Ubuntu 24.04's GA 6.8); 3. or use a ROCm from before "
-            "the change (a rocm-sdk-core nightly dated before 2026-05-14). A ROCm carrying the revert "
-            "(rocm-systems #11299) would do too; none is known yet")
-    why = ("libhsakmt since rocm-systems #6125 maps a CWSR area for 40 waves per CU on RDNA1, KFD expects "
-           "32: queue creation fails with EINVAL, the first kernel with HSA_STATUS_ERROR_OUT_OF_RESOURCES "
-           "(PyTorch then segfaults)")
+    todo = (
+        f"1. install rdna1-kmgr's build, which has {QUIRK} on by default (`rdna1-kmgr build`, `vm-test`, "
+        f"`install`{'' if mask is None else ' with the default mask'}); 2. or boot the distribution's "
+        "kernel from before 6.12 (Debian 12's 6.1, Ubuntu 24.04's GA 6.8); 3. or use a ROCm from before "
+        "the change (a rocm-sdk-core nightly dated before 2026-05-14). A ROCm carrying the revert "
+        "(rocm-systems #11299) would do too; none is known yet"
+    )
+    why = (
+        "libhsakmt since rocm-systems #6125 maps a CWSR area for 40 waves per CU on RDNA1, KFD expects "
+        "32: queue creation fails with EINVAL, the first kernel with HSA_STATUS_ERROR_OUT_OF_RESOURCES "
+        "(PyTorch then segfaults)"
+    )
     if carrying:
         shown = "; ".join(f"{r.where} {r.version}" for r in carrying)
-        return [Finding("queue", "problem", f"KFD checks the CWSR size ({how}), {driver}, and ROCm from after "
-                        f"rocm-systems #6125: {shown}", why, todo, facts)]
+        return [
+            Finding(
+                "queue",
+                "problem",
+                f"KFD checks the CWSR size ({how}), {driver}, and ROCm from after " f"rocm-systems #6125: {shown}",
+                why,
+                todo,
+                facts,
+            )
+        ]
     if unknown:
         shown = "; ".join(f"{r.where} {r.version}" for r in unknown)
-        return [Finding("queue", "warn", f"KFD checks the CWSR size ({how}), {driver}; whether this ROCm has "
-                        f"rocm-systems #6125 cannot be told from its version: {shown}",
-                        why + "; if the first GPU operator fails that way, this is why", todo, facts)]
+        return [
+            Finding(
+                "queue",
+                "warn",
+                f"KFD checks the CWSR size ({how}), {driver}; whether this ROCm has "
+                f"rocm-systems #6125 cannot be told from its version: {shown}",
+                why + "; if the first GPU operator fails that way, this is why",
+                todo,
+                facts,
+            )
+        ]
     shown = "; ".join(f"{r.where} {r.version}" for r in runtimes) or "no ROCm user space found"
-    return [Finding("queue", "ok", f"KFD checks the CWSR size ({how}), {driver}; ROCm from before rocm-systems "
-                    f"#6125 ({shown})", "a ROCm update from after 2026-05-14 would fail to create queues "
-                    f"without {QUIRK}", "", facts)]
+    return [
+        Finding(
+            "queue",
+            "ok",
+            f"KFD checks the CWSR size ({how}), {driver}; ROCm from before rocm-systems " f"#6125 ({shown})",
+            "a ROCm update from after 2026-05-14 would fail to create queues " f"without {QUIRK}",
+            "",
+            facts,
+        )
+    ]

@@ -7,9 +7,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rdna1_kmgr.doctor import board, compute_hangs, gfx_override, kfd_access, miopen_settings, mixed_stacks
-from rdna1_kmgr.doctor import pcie_atomics, profile_check, queue_cwsr, rocm_libraries, therock_wheels
-from rdna1_kmgr.doctor import torch_builds, versions
+from rdna1_kmgr.doctor import (
+    board,
+    compute_hangs,
+    gfx_override,
+    kfd_access,
+    miopen_settings,
+    mixed_stacks,
+    pcie_atomics,
+    profile_check,
+    queue_cwsr,
+    rocm_libraries,
+    therock_wheels,
+    torch_builds,
+    versions,
+)
 from rdna1_kmgr.doctor.finding import LEVELS, Finding
 from rdna1_kmgr.host import host_facts, kmsg
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of
@@ -32,10 +44,14 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
 
     home = user.home if user is not None else None
     environ = dict(os.environ) if on_host else None
-    checked = ("this process's environment, " if on_host else "") + "system files" + \
-              (f" and {user.name}'s shell files" if user else "")
+    checked = (
+        ("this process's environment, " if on_host else "")
+        + "system files"
+        + (f" and {user.name}'s shell files" if user else "")
+    )
     override, loads = gfx_override.findings(
-        environment_files.assignments(sysroot, home, lambda name: name == OVERRIDE, environ), processor, checked)
+        environment_files.assignments(sysroot, home, lambda name: name == OVERRIDE, environ), processor, checked
+    )
     found += override
 
     processors = tuple(sorted({processor, loads}))
@@ -47,13 +63,16 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     found += rocm_libraries.findings(installs, processor, loads, bundled)
 
     sdks = [s for s in (therock_wheels.find(site) for site in sites) if s is not None]
-    found += queue_cwsr.findings(device is not None, facts.kernel_release, sysroot, board.quirk_mask(sysroot),
-                                 _runtimes(sysroot, sdks))
+    found += queue_cwsr.findings(
+        device is not None, facts.kernel_release, sysroot, board.quirk_mask(sysroot), _runtimes(sysroot, sdks)
+    )
     own = sorted({str(i.lib_dir) for i in bundled})
-    found += mixed_stacks.findings(environment_files.assignments(sysroot, home, mixed_stacks.wanted, environ),
-                                   own, checked)
-    found += miopen_settings.findings(environment_files.assignments(sysroot, home, miopen_settings.wanted, environ),
-                                      loads, checked)
+    found += mixed_stacks.findings(
+        environment_files.assignments(sysroot, home, mixed_stacks.wanted, environ), own, checked
+    )
+    found += miopen_settings.findings(
+        environment_files.assignments(sysroot, home, miopen_settings.wanted, environ), loads, checked
+    )
     records = kmsg.records(sysroot)
     found += pcie_atomics.findings(sysroot, [n for n in nodes if n.is_gpu], records, device is not None)
     found += compute_hangs.findings(records, bool(records))
@@ -74,10 +93,14 @@ def _runtimes(sysroot: Path, sdks: list[therock_wheels.RocmSdk]) -> list[queue_c
     """Every ROCm user space whose libhsakmt may create the queues: TheRock's rocm-sdk-core wheels, AMD's
     /opt/rocm* trees and the distribution's HSA runtime package."""
     found = [queue_cwsr.RocmRuntime(f"rocm-sdk-core in {s.site}", s.core_version) for s in sdks if s.core_version]
-    found += [queue_cwsr.RocmRuntime(path, version) for path, version in versions.opt_rocm(sysroot).items()
-              if version != "?"]
-    found += [queue_cwsr.RocmRuntime(f"package {name}", version.split(":")[-1])
-              for name, version in versions.installed_packages(sysroot).items() if name.startswith("libhsa-runtime64")]
+    found += [
+        queue_cwsr.RocmRuntime(path, version) for path, version in versions.opt_rocm(sysroot).items() if version != "?"
+    ]
+    found += [
+        queue_cwsr.RocmRuntime(f"package {name}", version.split(":")[-1])
+        for name, version in versions.installed_packages(sysroot).items()
+        if name.startswith("libhsa-runtime64")
+    ]
     return found
 
 
@@ -93,8 +116,11 @@ def _board_processor(device, nodes: list[kfd_access.KfdNode]) -> str:
 
 def text_lines(result: dict) -> list[str]:
     marks = {"ok": "ok     ", "info": "info   ", "warn": "WARN   ", "problem": "PROBLEM"}
-    lines = [f"doctor for {result['board_processor']}" + (f" (board {result['board']})" if result["board"] else
-             " (no board here)") + f"; ROCm loads {result['rocm_loads']} code; user {result['user'] or '?'}"]
+    lines = [
+        f"doctor for {result['board_processor']}"
+        + (f" (board {result['board']})" if result["board"] else " (no board here)")
+        + f"; ROCm loads {result['rocm_loads']} code; user {result['user'] or '?'}"
+    ]
     for finding in result["findings"]:
         lines.append(f"{marks[finding['level']]} {finding['check']:15} {finding['seen']}")
         if finding["why"] and finding["level"] in ("warn", "problem", "info"):
@@ -102,6 +128,8 @@ def text_lines(result: dict) -> list[str]:
         if finding["todo"]:
             lines.append(f"{'':24}do:  {finding['todo']}")
     summary = result["summary"]
-    lines.append(f"{summary['problem']} problem(s), {summary['warn']} warning(s), {summary['ok']} ok, "
-                 f"{summary['info']} note(s)")
+    lines.append(
+        f"{summary['problem']} problem(s), {summary['warn']} warning(s), {summary['ok']} ok, "
+        f"{summary['info']} note(s)"
+    )
     return lines

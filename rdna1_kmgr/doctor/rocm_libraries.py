@@ -34,17 +34,43 @@ class Family:
 
 
 FAMILIES = (
-    Family("rocblas", "rocBLAS", ("librocblas.so",), ("rocblas", "../share/rocblas"),
-           "every matrix product (torch.matmul, nn.Linear) and MIOpen's GEMM convolutions fail with "
-           "\"invalid device function\" or fall back to nothing", needed=True),
-    Family("miopen", "MIOpen", ("libMIOpen.so",), ("../share/miopen/db", "miopen"),
-           "Conv2d: MIOpen compiles its kernels for the board at run time (needs ROCm's compiler support for "
-           "gfx1010); precompiled kernel databases only spare that time", needed=False, prebuilt=False),
-    Family("hipblaslt", "hipBLASLt", ("libhipblaslt.so",), ("hipblaslt",),
-           "int8 and FP8 matrix products (torch._int_mm, torch._scaled_mm) fail; fp32, fp16 and bf16 products "
-           "go through rocBLAS, which PyTorch uses where hipBLASLt has no code", needed=False),
-    Family("hip", "HIP runtime", ("libamdhip64.so",), (),
-           "everything: it is the runtime every ROCm library and PyTorch calls", needed=True, prebuilt=False),
+    Family(
+        "rocblas",
+        "rocBLAS",
+        ("librocblas.so",),
+        ("rocblas", "../share/rocblas"),
+        "every matrix product (torch.matmul, nn.Linear) and MIOpen's GEMM convolutions fail with "
+        '"invalid device function" or fall back to nothing',
+        needed=True,
+    ),
+    Family(
+        "miopen",
+        "MIOpen",
+        ("libMIOpen.so",),
+        ("../share/miopen/db", "miopen"),
+        "Conv2d: MIOpen compiles its kernels for the board at run time (needs ROCm's compiler support for "
+        "gfx1010); precompiled kernel databases only spare that time",
+        needed=False,
+        prebuilt=False,
+    ),
+    Family(
+        "hipblaslt",
+        "hipBLASLt",
+        ("libhipblaslt.so",),
+        ("hipblaslt",),
+        "int8 and FP8 matrix products (torch._int_mm, torch._scaled_mm) fail; fp32, fp16 and bf16 products "
+        "go through rocBLAS, which PyTorch uses where hipBLASLt has no code",
+        needed=False,
+    ),
+    Family(
+        "hip",
+        "HIP runtime",
+        ("libamdhip64.so",),
+        (),
+        "everything: it is the runtime every ROCm library and PyTorch calls",
+        needed=True,
+        prebuilt=False,
+    ),
 )
 
 # Where libraries live, relative to the sysroot: AMD's trees first, then the distribution's paths.
@@ -68,18 +94,27 @@ class Install:
         return {a for archive in self.archives for a in archive.arches}
 
     def has(self, processor: str) -> bool:
-        return (self.code.has(processor) or self.files.has(processor)
-                or any(code_objects.runs_on(t, processor) for t in self.archive_targets()))
+        return (
+            self.code.has(processor)
+            or self.files.has(processor)
+            or any(code_objects.runs_on(t, processor) for t in self.archive_targets())
+        )
 
     def targets(self) -> list[str]:
         return sorted(set(self.code.targets) | set(self.files.targets) | self.archive_targets())
 
     def to_json(self) -> dict:
-        return {"family": self.family.id, "lib_dir": str(self.lib_dir),
-                "libraries": [str(p) for p in self.libraries], "in_libraries": self.code.to_json(),
-                "code_object_files": dict(sorted(self.files.targets.items())), "confirmed": self.confirmed,
-                "mismatched": self.mismatched, "kpack_split": self.split,
-                "kpack_archives": [a.to_json() for a in self.archives]}
+        return {
+            "family": self.family.id,
+            "lib_dir": str(self.lib_dir),
+            "libraries": [str(p) for p in self.libraries],
+            "in_libraries": self.code.to_json(),
+            "code_object_files": dict(sorted(self.files.targets.items())),
+            "confirmed": self.confirmed,
+            "mismatched": self.mismatched,
+            "kpack_split": self.split,
+            "kpack_archives": [a.to_json() for a in self.archives],
+        }
 
 
 def lib_dirs(sysroot: Path) -> list[Path]:
@@ -163,15 +198,30 @@ def findings(installs: list[Install], board: str, loads: str, bundled: list[Inst
         places = [i for i in installs if i.family is family]
         own = sorted({str(i.lib_dir) for i in bundled if i.family is family})
         if not places and own:
-            result.append(Finding(family.id, "info", f"{family.name}: not installed system-wide; PyTorch brings "
-                                  f"its own ({', '.join(own)}), reported with it", "", ""))
+            result.append(
+                Finding(
+                    family.id,
+                    "info",
+                    f"{family.name}: not installed system-wide; PyTorch brings "
+                    f"its own ({', '.join(own)}), reported with it",
+                    "",
+                    "",
+                )
+            )
         elif not places:
-            result.append(Finding(family.id, "warn" if family.needed else "info",
-                                  f"{family.name}: not installed (looked in {', '.join(LIB_GLOBS)})",
-                                  f"without it {family.lacking}" if family.needed else "",
-                                  "nothing to do if PyTorch brings its own ROCm (TheRock's wheels do); install "
-                                  "ROCm's or the distribution's package only for programs that use the "
-                                  "system's" if family.needed else ""))
+            result.append(
+                Finding(
+                    family.id,
+                    "warn" if family.needed else "info",
+                    f"{family.name}: not installed (looked in {', '.join(LIB_GLOBS)})",
+                    f"without it {family.lacking}" if family.needed else "",
+                    "nothing to do if PyTorch brings its own ROCm (TheRock's wheels do); install "
+                    "ROCm's or the distribution's package only for programs that use the "
+                    "system's"
+                    if family.needed
+                    else "",
+                )
+            )
         for install in places:
             result.append(install_finding(install, board, loads))
     return result
@@ -184,29 +234,46 @@ def install_finding(install: Install, board: str, loads: str) -> Finding:
     targets = install.targets()
     counts = _counts(install, loads)
     if not family.prebuilt and not targets:
-        return Finding(family.id, "info", f"{where}: found; no prebuilt GPU code (compiled at run time)",
-                       f"for {family.name}, {family.lacking}", "", facts)
+        return Finding(
+            family.id,
+            "info",
+            f"{where}: found; no prebuilt GPU code (compiled at run time)",
+            f"for {family.name}, {family.lacking}",
+            "",
+            facts,
+        )
     others = " ".join(t for t in targets if not code_objects.runs_on(t, loads)) or "none"
     if install.has(loads):
         level = "warn" if install.mismatched else "ok"
         own = f"; the board's own {board}: {'present' if install.has(board) else 'ABSENT'}" if loads != board else ""
         seen = f"{where}: {loads} code present ({counts}){own}; other targets: {others}"
-        todo = f"check the files whose name and content disagree: {install.mismatched[:3]}" if install.mismatched else ""
+        todo = (
+            f"check the files whose name and content disagree: {install.mismatched[:3]}" if install.mismatched else ""
+        )
         return Finding(family.id, level, seen, f"ROCm loads {loads} code on this board", todo, facts)
     level = "problem" if family.needed and family.prebuilt else "warn" if family.prebuilt else "info"
     seen = f"{where}: NO {loads} code; it carries {' '.join(targets) or 'no GPU code'}"
     why = f"ROCm loads {loads} code on this board; without it {family.lacking}"
     if loads != board:
-        todo = (f"this library has {'' if install.has(board) else 'no '}{board} code of the board's own; "
-                f"{'remove HSA_OVERRIDE_GFX_VERSION (see gfx-override)' if install.has(board) else 'use a build for ' + board}")
+        fix = "remove HSA_OVERRIDE_GFX_VERSION (see gfx-override)" if install.has(board) else f"use a build for {board}"
+        todo = f"this library has {'' if install.has(board) else 'no '}{board} code of the board's own; {fix}"
     elif install.split:
-        todo = (f"install the device wheels for {board} (see rocm-sdk and torch: TheRock's split libraries keep "
-                "their kernels in the device wheels' .kpack archives)" if family.needed else "")
+        todo = (
+            f"install the device wheels for {board} (see rocm-sdk and torch: TheRock's split libraries keep "
+            "their kernels in the device wheels' .kpack archives)"
+            if family.needed
+            else ""
+        )
     else:
-        todo = (f"use a {family.name} with {board} code: TheRock's multi-arch wheels (device-{board}) carry it; "
-                f"AMD's /opt/rocm 6.3 and 6.4 no longer ship {board} rocBLAS files; Debian's librocblas (trixie, "
-                "sid) does" if family.needed else
-                f"nothing to install: no {family.name} has {board} code" if family.id == "hipblaslt" else "")
+        todo = (
+            f"use a {family.name} with {board} code: TheRock's multi-arch wheels (device-{board}) carry it; "
+            f"AMD's /opt/rocm 6.3 and 6.4 no longer ship {board} rocBLAS files; Debian's librocblas (trixie, "
+            "sid) does"
+            if family.needed
+            else f"nothing to install: no {family.name} has {board} code"
+            if family.id == "hipblaslt"
+            else ""
+        )
     return Finding(family.id, level, seen, why, todo, facts)
 
 

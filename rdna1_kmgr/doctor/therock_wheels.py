@@ -48,9 +48,12 @@ class RocmSdk:
         return [t / "lib" for t in self.trees if (t / "lib").is_dir()]
 
     def to_json(self) -> dict:
-        return {"site": str(self.site), "trees": [str(t) for t in self.trees],
-                "versions": {k: v for k, v in sorted(self.versions.items()) if _ours(k)},
-                "archives": [a.to_json() for a in self.archives]}
+        return {
+            "site": str(self.site),
+            "trees": [str(t) for t in self.trees],
+            "versions": {k: v for k, v in sorted(self.versions.items()) if _ours(k)},
+            "archives": [a.to_json() for a in self.archives],
+        }
 
 
 def normalise(name: str) -> str:
@@ -80,7 +83,7 @@ def dist_versions(site: Path) -> dict[str, str]:
         except OSError:
             pass
         if name is None or version is None:
-            stem = info.name[:-len(".dist-info")]
+            stem = info.name[: -len(".dist-info")]
             name, _, version = stem.partition("-")
         found[normalise(name)] = version
     return found
@@ -134,17 +137,29 @@ def findings(sdk: RocmSdk, sysroot: Path, board: str, loads: str) -> list[Findin
     where = f"TheRock ROCm in {sdk.site} (rocm-sdk-core {core or '?'}, rocm-sdk-libraries {libraries or '?'})"
     kernels = f"kpack archives for: {' '.join(carried) or 'no processor'}"
     if device is None:
-        return [Finding("rocm-sdk", "problem", f"{where}: {wanted} is NOT installed; {kernels}",
-                        f"the host wheels carry no device code: every ROCm library call on the {loads} fails "
-                        "(\"device kernel image is invalid\", kpack_load_code_object)",
-                        f"install the device wheels: `{pip_line(sdk.site, sysroot, loads, sdk.versions)}`", facts)]
+        return [
+            Finding(
+                "rocm-sdk",
+                "problem",
+                f"{where}: {wanted} is NOT installed; {kernels}",
+                f"the host wheels carry no device code: every ROCm library call on the {loads} fails "
+                '("device kernel image is invalid", kpack_load_code_object)',
+                f"install the device wheels: `{pip_line(sdk.site, sysroot, loads, sdk.versions)}`",
+                facts,
+            )
+        ]
     if libraries is not None and device != libraries:
-        return [Finding("rocm-sdk", "problem", f"{where}: {wanted} {device} does not match "
-                        f"rocm-sdk-libraries {libraries}",
-                        "device wheels are version-locked to their host wheels: the archives' offsets belong to "
-                        "the exact host libraries they were split from (TheRock RFC0008)",
-                        f"reinstall both at one version: `{pip_line(sdk.site, sysroot, loads, sdk.versions)}`",
-                        facts)]
+        return [
+            Finding(
+                "rocm-sdk",
+                "problem",
+                f"{where}: {wanted} {device} does not match " f"rocm-sdk-libraries {libraries}",
+                "device wheels are version-locked to their host wheels: the archives' offsets belong to "
+                "the exact host libraries they were split from (TheRock RFC0008)",
+                f"reinstall both at one version: `{pip_line(sdk.site, sysroot, loads, sdk.versions)}`",
+                facts,
+            )
+        ]
     level = "ok" if loads in carried or not sdk.archives else "warn"
     seen = f"{where}: {wanted} {device}; {kernels}"
     todo = "" if level == "ok" else f"reinstall {wanted}: its archives are not in the .kpack folders"

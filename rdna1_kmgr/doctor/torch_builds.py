@@ -21,10 +21,20 @@ from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.doctor import code_objects, kpack, rocm_libraries, therock_wheels
 from rdna1_kmgr.doctor.finding import Finding
 
-SYSTEM_SITES = ("usr/lib/python3/dist-packages", "usr/lib/python3*/site-packages", "usr/local/lib/python3*/dist-packages",
-                "usr/local/lib/python3*/site-packages", "opt/*/lib/python3*/site-packages")
-USER_SITES = (".local/lib/python3*/site-packages", "*/lib/python3*/site-packages", ".*/lib/python3*/site-packages",
-              "*/*/lib/python3*/site-packages", "*/envs/*/lib/python3*/site-packages")
+SYSTEM_SITES = (
+    "usr/lib/python3/dist-packages",
+    "usr/lib/python3*/site-packages",
+    "usr/local/lib/python3*/dist-packages",
+    "usr/local/lib/python3*/site-packages",
+    "opt/*/lib/python3*/site-packages",
+)
+USER_SITES = (
+    ".local/lib/python3*/site-packages",
+    "*/lib/python3*/site-packages",
+    ".*/lib/python3*/site-packages",
+    "*/*/lib/python3*/site-packages",
+    "*/envs/*/lib/python3*/site-packages",
+)
 
 
 @dataclass
@@ -44,11 +54,17 @@ class TorchBuild:
         return [a for a in self.archives if any(code_objects.runs_on(t, processor) for t in a.arches)]
 
     def to_json(self) -> dict:
-        return {"site": str(self.site), "version": self.version, "hip": self.hip, "cuda": self.cuda,
-                "libtorch_hip": self.kernels.to_json(), "bundled": [i.to_json() for i in self.bundled],
-                "kpack_marker": self.marker.to_json() if self.marker else None,
-                "kpack_archives": [a.to_json() for a in self.archives],
-                "rocm_sdk": self.sdk.to_json() if self.sdk else None}
+        return {
+            "site": str(self.site),
+            "version": self.version,
+            "hip": self.hip,
+            "cuda": self.cuda,
+            "libtorch_hip": self.kernels.to_json(),
+            "bundled": [i.to_json() for i in self.bundled],
+            "kpack_marker": self.marker.to_json() if self.marker else None,
+            "kpack_archives": [a.to_json() for a in self.archives],
+            "rocm_sdk": self.sdk.to_json() if self.sdk else None,
+        }
 
 
 def sites_of(sysroot: Path, home: Path | None, named: list[str]) -> list[Path]:
@@ -114,23 +130,38 @@ def _version_fields(text: str) -> dict[str, str | None]:
     return fields
 
 
-def findings(builds: list[TorchBuild], sites: list[Path], board: str, loads: str,
-             sysroot: Path = Path("/")) -> list[Finding]:
+def findings(
+    builds: list[TorchBuild], sites: list[Path], board: str, loads: str, sysroot: Path = Path("/")
+) -> list[Finding]:
     if not builds:
-        return [Finding("torch", "info", f"no PyTorch found ({len(sites)} site-packages folders read)", "",
-                        "name a venv or interpreter with --python if PyTorch lives elsewhere",
-                        {"sites": [str(s) for s in sites]})]
+        return [
+            Finding(
+                "torch",
+                "info",
+                f"no PyTorch found ({len(sites)} site-packages folders read)",
+                "",
+                "name a venv or interpreter with --python if PyTorch lives elsewhere",
+                {"sites": [str(s) for s in sites]},
+            )
+        ]
     result = []
     for build in builds:
         where = f"torch {build.version} in {build.site}"
         facts = build.to_json()
         if not build.hip:
             kind = f"a CUDA {build.cuda} build" if build.cuda else "a CPU-only build"
-            result.append(Finding("torch", "warn", f"{where}: {kind}, no HIP",
-                                  "it cannot use an AMD GPU at all",
-                                  f"install a ROCm build of PyTorch that carries {board} code: pytorch.org's ROCm "
-                                  "wheels do not; TheRock's multi-arch wheels do (`pip install --index-url "
-                                  f"{therock_wheels.INDEX} \"torch[device-{board}]\"`)", facts))
+            result.append(
+                Finding(
+                    "torch",
+                    "warn",
+                    f"{where}: {kind}, no HIP",
+                    "it cannot use an AMD GPU at all",
+                    f"install a ROCm build of PyTorch that carries {board} code: pytorch.org's ROCm "
+                    "wheels do not; TheRock's multi-arch wheels do (`pip install --index-url "
+                    f'{therock_wheels.INDEX} "torch[device-{board}]"`)',
+                    facts,
+                )
+            )
             continue
         if build.marker is not None:
             result.append(_split_finding(build, where, sysroot, board, loads))
@@ -149,10 +180,12 @@ def findings(builds: list[TorchBuild], sites: list[Path], board: str, loads: str
         else:
             level = "problem"
             seen = f"{where} (HIP {build.hip}): libtorch_hip has NO {loads} code (it has: {targets}){unread}"
-            why = "every GPU operator fails with \"HIP error: invalid device function\""
-            todo = (f"install TheRock's multi-arch PyTorch, which carries {board} code: `pip install --index-url "
-                    f"{therock_wheels.INDEX} \"torch[device-{board}]\" \"torchvision[device-{board}]\"` "
-                    "(in a venv); do not reach for HSA_OVERRIDE_GFX_VERSION")
+            why = 'every GPU operator fails with "HIP error: invalid device function"'
+            todo = (
+                f"install TheRock's multi-arch PyTorch, which carries {board} code: `pip install --index-url "
+                f'{therock_wheels.INDEX} "torch[device-{board}]" "torchvision[device-{board}]"` '
+                "(in a venv); do not reach for HSA_OVERRIDE_GFX_VERSION"
+            )
         result.append(Finding("torch", level, seen, why, todo, facts))
         for install in build.bundled:
             result.append(rocm_libraries.install_finding(install, board, loads))
@@ -169,16 +202,26 @@ def _split_finding(build: TorchBuild, where: str, sysroot: Path, board: str, loa
     carried = " ".join(sorted({a for archive in build.archives for a in archive.arches})) or "none"
     pip = therock_wheels.pip_line(build.site, sysroot, loads, {"torch": torch, **build.versions})
     if found and device is not None and device != torch:
-        return Finding("torch", "problem", f"{where}: {wheel} {device} does not match torch {torch}",
-                       "device wheels are locked to their host wheel's exact version: the archive belongs to "
-                       "another libtorch_hip", f"reinstall both at one version: `{pip}`", facts)
+        return Finding(
+            "torch",
+            "problem",
+            f"{where}: {wheel} {device} does not match torch {torch}",
+            "device wheels are locked to their host wheel's exact version: the archive belongs to "
+            "another libtorch_hip",
+            f"reinstall both at one version: `{pip}`",
+            facts,
+        )
     if found:
         names = ", ".join(f"torch/.kpack/{a.path.name}" for a in found)
         version = f" ({wheel} {device})" if device else ""
-        return Finding("torch", "ok", f"{where} (HIP {build.hip}): {loads} kernels in {names}{version}", "", "",
-                       facts)
-    return Finding("torch", "problem", f"{where} (HIP {build.hip}): libtorch_hip is host-only (kpack marker) and "
-                   f"torch/.kpack has no {loads} archive ({wheel} {'not installed' if device is None else device}; "
-                   f"archives for: {carried})",
-                   "every GPU operator fails with \"HIP error: device kernel image is invalid\" "
-                   "(kpack_load_code_object failed)", f"install the device wheels: `{pip}`", facts)
+        return Finding("torch", "ok", f"{where} (HIP {build.hip}): {loads} kernels in {names}{version}", "", "", facts)
+    return Finding(
+        "torch",
+        "problem",
+        f"{where} (HIP {build.hip}): libtorch_hip is host-only (kpack marker) and "
+        f"torch/.kpack has no {loads} archive ({wheel} {'not installed' if device is None else device}; "
+        f"archives for: {carried})",
+        'every GPU operator fails with "HIP error: device kernel image is invalid" ' "(kpack_load_code_object failed)",
+        f"install the device wheels: `{pip}`",
+        facts,
+    )

@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rdna1_kmgr.modbuild.dkms_package import PACKAGE_NAME
 from rdna1_kmgr.doctor.finding import Finding
+from rdna1_kmgr.modbuild.dkms_package import PACKAGE_NAME
 from rdna1_kmgr.source.debian_archive import parse_record
 
 # Debian/Ubuntu packages that make up a ROCm stack (the HIP runtime and the libraries doctor reads).
-ROCM_PACKAGES = re.compile(r"^(libamdhip64-\d+|librocblas\d+|libmiopen\d*|libhipblaslt\d+|libhsa-runtime64-\d+|"
-                           r"rocminfo|rocm-core|hip-runtime-amd|rocblas|miopen-hip|hipblaslt|amdgpu-dkms)$")
+ROCM_PACKAGES = re.compile(
+    r"^(libamdhip64-\d+|librocblas\d+|libmiopen\d*|libhipblaslt\d+|libhsa-runtime64-\d+|"
+    r"rocminfo|rocm-core|hip-runtime-amd|rocblas|miopen-hip|hipblaslt|amdgpu-dkms)$"
+)
 
 
 def installed_packages(sysroot: Path) -> dict[str, str]:
@@ -49,7 +51,9 @@ def opt_rocm(sysroot: Path) -> dict[str, str]:
 def findings(sysroot: Path, kernel: str) -> list[Finding]:
     packages = installed_packages(sysroot)
     trees = opt_rocm(sysroot)
-    out_of_tree = sorted(str(p.relative_to(sysroot)) for p in sysroot.glob(f"lib/modules/{kernel}/updates/dkms/amdgpu.ko*"))
+    out_of_tree = sorted(
+        str(p.relative_to(sysroot)) for p in sysroot.glob(f"lib/modules/{kernel}/updates/dkms/amdgpu.ko*")
+    )
     facts = {"kernel": kernel, "packages": packages, "opt_rocm": trees, "updates_amdgpu": out_of_tree}
     stacks = [f"{path} {version}" for path, version in trees.items()]
     hip = {k: v for k, v in packages.items() if k.startswith(("libamdhip64", "hip-runtime-amd"))}
@@ -57,21 +61,44 @@ def findings(sysroot: Path, kernel: str) -> list[Finding]:
         stacks.append("distribution " + " ".join(f"{k} {v}" for k, v in sorted(hip.items())))
     result = []
     if not stacks:
-        result.append(Finding("versions", "info", f"no ROCm runtime installed (kernel {kernel})", "",
-                              "PyTorch's ROCm wheels bring their own; nothing else needs one", facts))
+        result.append(
+            Finding(
+                "versions",
+                "info",
+                f"no ROCm runtime installed (kernel {kernel})",
+                "",
+                "PyTorch's ROCm wheels bring their own; nothing else needs one",
+                facts,
+            )
+        )
     else:
         level = "warn" if len(stacks) > 1 else "info"
-        result.append(Finding("versions", level, f"ROCm: {'; '.join(stacks)} with kernel {kernel}",
-                              "more than one ROCm stack: a program may load a library of one and the runtime of "
-                              "the other (LD_LIBRARY_PATH, ld.so.conf decide)" if len(stacks) > 1 else
-                              "gfx1010 regressed in ROCm 5.3 (ROCm/legacy-rocm-build#2527); which libraries of "
-                              "it carry gfx1010 code is read from the files (rocblas, miopen, hipblaslt, hip)",
-                              "keep one stack, or pin LD_LIBRARY_PATH per program" if len(stacks) > 1 else "", facts))
+        result.append(
+            Finding(
+                "versions",
+                level,
+                f"ROCm: {'; '.join(stacks)} with kernel {kernel}",
+                "more than one ROCm stack: a program may load a library of one and the runtime of "
+                "the other (LD_LIBRARY_PATH, ld.so.conf decide)"
+                if len(stacks) > 1
+                else "gfx1010 regressed in ROCm 5.3 (ROCm/legacy-rocm-build#2527); which libraries of "
+                "it carry gfx1010 code is read from the files (rocblas, miopen, hipblaslt, hip)",
+                "keep one stack, or pin LD_LIBRARY_PATH per program" if len(stacks) > 1 else "",
+                facts,
+            )
+        )
     if out_of_tree:
         # DKMS keeps a folder per package it manages: ours is rdna1-amdgpu, AMD's amdgpu-dkms is amdgpu.
         ours = (sysroot / "var/lib/dkms" / PACKAGE_NAME).is_dir()
-        result.append(Finding("versions", "info" if ours else "warn",
-                              f"an out-of-tree amdgpu for {kernel}: {', '.join(out_of_tree)}",
-                              "it replaces the kernel's own amdgpu and KFD" + ("" if ours else
-                              " (AMD's amdgpu-dkms?); rdna1-kmgr's builds and it exclude each other"), "", facts))
+        result.append(
+            Finding(
+                "versions",
+                "info" if ours else "warn",
+                f"an out-of-tree amdgpu for {kernel}: {', '.join(out_of_tree)}",
+                "it replaces the kernel's own amdgpu and KFD"
+                + ("" if ours else " (AMD's amdgpu-dkms?); rdna1-kmgr's builds and it exclude each other"),
+                "",
+                facts,
+            )
+        )
     return result

@@ -39,8 +39,17 @@ class Row:
 
 def host_row(result: HostResult) -> Row:
     where = f"{result.stage}: {result.case}" if result.stage and result.case else (result.stage or "-")
-    return Row(result.cell.id, "as running", result.cell.profile.name, result.cell.backend.name, result.outcome,
-               where, result.max_error, result.seconds, result.detail)
+    return Row(
+        result.cell.id,
+        "as running",
+        result.cell.profile.name,
+        result.cell.backend.name,
+        result.outcome,
+        where,
+        result.max_error,
+        result.seconds,
+        result.detail,
+    )
 
 
 def table(rows: list[Row]) -> list[str]:
@@ -60,25 +69,35 @@ def recommend(results: list[HostResult]) -> HostResult | None:
     passing = [r for r in results if r.outcome == "pass" and not r.cell.profile.experiment_only]
     if not passing:
         return None
-    return min(passing, key=lambda r: (r.cell.changes, order.index(r.cell.profile.name) if r.cell.profile.name in order
-                                       else len(order), backends.index(r.cell.backend.name)))
+    return min(
+        passing,
+        key=lambda r: (
+            r.cell.changes,
+            order.index(r.cell.profile.name) if r.cell.profile.name in order else len(order),
+            backends.index(r.cell.backend.name),
+        ),
+    )
 
 
 def recommendation(best: HostResult | None, results: list[HostResult]) -> list[str]:
     controls = sorted({r.cell.id for r in results if r.outcome == "pass" and r.cell.profile.experiment_only})
     tail = [f"(controls that passed, never recommended: {', '.join(controls)})"] if controls else []
     if best is None:
-        return ["no user-space cell passed: no profile or backend setting made Conv2d right with this PyTorch and "
-                "this kernel. Next: the kernel axis (quirk masks, amdgpu parameters), one boot per cell on this "
-                "desktop: `sudo rdna1-kmgr experiment kernel` (or `vm-test --gpu auto --matrix` on a host with a "
-                "second GPU)"] + tail
+        return [
+            "no user-space cell passed: no profile or backend setting made Conv2d right with this PyTorch and "
+            "this kernel. Next: the kernel axis (quirk masks, amdgpu parameters), one boot per cell on this "
+            "desktop: `sudo rdna1-kmgr experiment kernel` (or `vm-test --gpu auto --matrix` on a host with a "
+            "second GPU)"
+        ] + tail
     cell = best.cell
     if cell.changes == 0:
         return [f"nothing to change: {cell.id} passes, your system as it is with PyTorch's defaults"] + tail
     lines = [f"smallest change that passes: {cell.id}"]
     if not cell.profile.changes_nothing:
-        lines.append(f"  sudo rdna1-kmgr experiment apply      # installs profile {cell.profile.name}, journaled "
-                     f"(= profile install {cell.profile.name})")
+        lines.append(
+            f"  sudo rdna1-kmgr experiment apply      # installs profile {cell.profile.name}, journaled "
+            f"(= profile install {cell.profile.name})"
+        )
     if cell.backend.code:
         lines.append(f"  in your program, after `import torch`: {cell.backend.code}")
     return lines + tail
@@ -100,16 +119,31 @@ def html_page(rows: list[Row], title: str, lines: list[str]) -> str:
                 squares.append("<td></td>")
                 continue
             colour = cell_outcomes.BY_NAME.get(r.outcome, cell_outcomes.BY_NAME["crash"]).colour
-            squares.append(f'<td style="background:{colour}" title="{esc(r.detail)}"><b>{esc(r.outcome)}</b>'
-                           f"<br><small>{esc(r.stopped_at)}</small></td>")
+            squares.append(
+                f'<td style="background:{colour}" title="{esc(r.detail)}"><b>{esc(r.outcome)}</b>'
+                f"<br><small>{esc(r.stopped_at)}</small></td>"
+            )
         body.append(f"<tr><th>{esc(profile)}</th>{''.join(squares)}</tr>")
-    legend = "".join(f'<li><span style="background:{o.colour}">&nbsp;&nbsp;&nbsp;</span> <b>{o.name}</b>: '
-                     f"{esc(o.meaning)}</li>" for o in cell_outcomes.OUTCOMES)
+    legend = "".join(
+        f'<li><span style="background:{o.colour}">&nbsp;&nbsp;&nbsp;</span> <b>{o.name}</b>: ' f"{esc(o.meaning)}</li>"
+        for o in cell_outcomes.OUTCOMES
+    )
     text = esc("\n".join(lines))
-    return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>" + esc(title) + "</title><style>"
-            "table{border-collapse:collapse}td,th{border:1px solid #888;padding:4px 8px;text-align:center}"
-            "</style></head><body><h1>" + esc(title) + "</h1><table><tr><th>profile</th>" + head + "</tr>"
-            + "".join(body) + "</table><pre>" + text + "</pre><ul>" + legend + "</ul></body></html>\n")
+    return (
+        '<!doctype html><html><head><meta charset="utf-8"><title>' + esc(title) + "</title><style>"
+        "table{border-collapse:collapse}td,th{border:1px solid #888;padding:4px 8px;text-align:center}"
+        "</style></head><body><h1>"
+        + esc(title)
+        + "</h1><table><tr><th>profile</th>"
+        + head
+        + "</tr>"
+        + "".join(body)
+        + "</table><pre>"
+        + text
+        + "</pre><ul>"
+        + legend
+        + "</ul></body></html>\n"
+    )
 
 
 def new_run_dir() -> Path:
@@ -119,8 +153,10 @@ def new_run_dir() -> Path:
         make_dirs(folder)
         (folder / "cells").mkdir(exist_ok=True)
     except OSError as err:
-        raise HostError(f"cannot write the experiment's results under {folder}: {err.strerror}",
-                        "run as root (sudo), or point RDNA1_KMGR_STATE at a folder you may write") from None
+        raise HostError(
+            f"cannot write the experiment's results under {folder}: {err.strerror}",
+            "run as root (sudo), or point RDNA1_KMGR_STATE at a folder you may write",
+        ) from None
     return folder
 
 
@@ -128,11 +164,17 @@ def write(folder: Path, results: list[HostResult], best: HostResult | None, cont
     """record.json and table.html in the run's folder, and experiments/host-latest.json (each atomically)."""
     rows = [host_row(r) for r in results]
     lines = table(rows) + [""] + recommendation(best, results)
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "host", **context,
-              "cells": [r.to_json() for r in results],
-              "counts": {o: sum(r.outcome == o for r in results) for o in cell_outcomes.NAMES},
-              "recommended": best.to_json() if best else None, "answer": recommendation(best, results),
-              "folder": str(folder), "html": str(folder / "table.html")}
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "kind": "host",
+        **context,
+        "cells": [r.to_json() for r in results],
+        "counts": {o: sum(r.outcome == o for r in results) for o in cell_outcomes.NAMES},
+        "recommended": best.to_json() if best else None,
+        "answer": recommendation(best, results),
+        "folder": str(folder),
+        "html": str(folder / "table.html"),
+    }
     page = html_page(rows, f"rdna1-kmgr experiment {record['time']}", lines)
     write_durably(folder / "table.html", page.encode())
     data = (json.dumps(record, indent=1) + "\n").encode()
@@ -162,14 +204,36 @@ def kernel_rows(plan, events: list[dict]) -> list[Row]:
         if event["event"] == "hang":
             for host_id in plan.host_cells:
                 profile, backend = host_id.split("/", 1)
-                rows.append(Row(host_id, kernel_cell.name, profile, backend, "hang", "boot", None, None,
-                                f"the boot with {kernel_cell.parameter} never came back to run the cell (a hang, "
-                                "or the machine was power-cycled)"))
+                rows.append(
+                    Row(
+                        host_id,
+                        kernel_cell.name,
+                        profile,
+                        backend,
+                        "hang",
+                        "boot",
+                        None,
+                        None,
+                        f"the boot with {kernel_cell.parameter} never came back to run the cell (a hang, "
+                        "or the machine was power-cycled)",
+                    )
+                )
             continue
         for r in event.get("results", []):
             where = f"{r['stage']}: {r['case']}" if r.get("stage") and r.get("case") else (r.get("stage") or "-")
-            rows.append(Row(r["cell"], kernel_cell.name, r["profile"], r["backend"], r["outcome"], where,
-                            r.get("max_error"), r.get("seconds"), r.get("detail", "")))
+            rows.append(
+                Row(
+                    r["cell"],
+                    kernel_cell.name,
+                    r["profile"],
+                    r["backend"],
+                    r["outcome"],
+                    where,
+                    r.get("max_error"),
+                    r.get("seconds"),
+                    r.get("detail", ""),
+                )
+            )
     return rows
 
 
@@ -183,8 +247,14 @@ def best_kernel_row(plan, rows: list[Row]) -> Row | None:
     passing = [r for r in rows if r.outcome == "pass"]
     if not passing:
         return None
-    return min(passing, key=lambda r: (changes.get(r.cell, 2), order.index(r.kernel),
-                                       plan.host_cells.index(r.cell) if r.cell in plan.host_cells else 0))
+    return min(
+        passing,
+        key=lambda r: (
+            changes.get(r.cell, 2),
+            order.index(r.kernel),
+            plan.host_cells.index(r.cell) if r.cell in plan.host_cells else 0,
+        ),
+    )
 
 
 def kernel_recommendation(plan, rows: list[Row], why: str) -> list[str]:
@@ -195,13 +265,18 @@ def kernel_recommendation(plan, rows: list[Row], why: str) -> list[str]:
     lines = [f"not run: {', '.join(n for n in order if n not in ran)} ({why})"] if why and ran != set(order) else []
     best = best_kernel_row(plan, rows)
     if best is None:
-        return lines + ["no kernel cell made a host cell pass: neither these amdgpu parameters nor these quirk "
-                        "masks are the answer on this board. Keep the stock boot; `rdna1-kmgr doctor` lists what "
-                        "else is wrong"]
+        return lines + [
+            "no kernel cell made a host cell pass: neither these amdgpu parameters nor these quirk "
+            "masks are the answer on this board. Keep the stock boot; `rdna1-kmgr doctor` lists what "
+            "else is wrong"
+        ]
     cell = next(c for c in plan.kernel_cells if c.name == best.kernel)
     lines.append(f"smallest change that passes: kernel cell {cell.name} ({cell.parameter}) with {best.cell}")
-    how = ("install --quirks: the installed build with that mask, journaled" if cell.parameter.startswith(
-        "amdgpu.rdna1_quirks=") else "on every boot's command line through GRUB, journaled")
+    how = (
+        "install --quirks: the installed build with that mask, journaled"
+        if cell.parameter.startswith("amdgpu.rdna1_quirks=")
+        else "on every boot's command line through GRUB, journaled"
+    )
     lines.append(f"  sudo rdna1-kmgr experiment apply --kernel-cell {cell.name}   # {how}")
     host = next((c for c in host_cells.select() if c.id == best.cell), None)
     if host is not None and not host.profile.changes_nothing:
@@ -218,14 +293,25 @@ def write_kernel_record(plan, events: list[dict], why: str) -> dict:
     lines = table(rows)
     said = kernel_recommendation(plan, rows, why)
     best = best_kernel_row(plan, rows)
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "kernel", "plan": plan.to_json(),
-              "recommended_kernel_cell": best.kernel if best else None,
-              "rows": [r.__dict__ for r in rows], "events": events, "stopped": why or None,
-              "counts": {o: sum(r.outcome == o for r in rows) for o in cell_outcomes.NAMES},
-              "table": lines, "answer": said, "folder": str(folder), "html": str(folder / "table.html")}
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "kind": "kernel",
+        "plan": plan.to_json(),
+        "recommended_kernel_cell": best.kernel if best else None,
+        "rows": [r.__dict__ for r in rows],
+        "events": events,
+        "stopped": why or None,
+        "counts": {o: sum(r.outcome == o for r in rows) for o in cell_outcomes.NAMES},
+        "table": lines,
+        "answer": said,
+        "folder": str(folder),
+        "html": str(folder / "table.html"),
+    }
     make_dirs(folder)
-    write_durably(folder / "table.html", html_page(rows, f"rdna1-kmgr experiment, kernel cells {record['time']}",
-                                                   lines + [""] + said).encode())
+    write_durably(
+        folder / "table.html",
+        html_page(rows, f"rdna1-kmgr experiment, kernel cells {record['time']}", lines + [""] + said).encode(),
+    )
     write_durably(folder / "record.json", (json.dumps(record, indent=1) + "\n").encode())
     return record
 

@@ -56,5 +56,9 @@ def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
     if word.startswith("amdgpu.rdna1_quirks="):
         done = module_install.run(module_install.InstallRequest(quirks=int(word.split("=", 1)[1], 0), dry_run=dry_run))
         return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done}
-    return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run,
-            "parameters": kernel_parameters.install(word, dry_run)}
+    return {
+        "kernel_cell": chosen,
+        "parameter": word,
+        "dry_run": dry_run,
+        "parameters": kernel_parameters.install(word, dry_run),
+    }

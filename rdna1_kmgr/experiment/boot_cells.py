@@ -70,7 +70,8 @@ def files(root: TargetRoot) -> dict[Path, tuple[str, int]]:
     return {
         root.path / GRUB_SCRIPT: (_GRUB_SCRIPT, 0o755),
         root.path / GRUB_DEFAULTS: (_GRUB_DEFAULTS, 0o644),
-        root.path / UNIT: (f"""\
+        root.path / UNIT: (
+            f"""\
 [Unit]
 Description=rdna1-kmgr experiment: run this boot's kernel cell, record it, arm the next
 After=multi-user.target graphical.target
@@ -84,7 +85,9 @@ TimeoutStartSec=infinity
 
 [Install]
 WantedBy=multi-user.target
-""", 0o644),
+""",
+            0o644,
+        ),
     }
 
 
@@ -113,8 +116,9 @@ def install(root: TargetRoot, journal: ExperimentJournal, first: KernelCell) -> 
     cell armed. A run killed anywhere in here is undone by `experiment stop` or `rollback`."""
     paths = [*files(root), root.path / UNIT_LINK]
     parents = sorted({p.parent for p in paths if not p.parent.exists()}, key=lambda d: len(d.parts))
-    journal.record_intent(STEP, None, replaces=paths, dirs=parents,
-                          undo={"kind": "experiment-boots", "after": undo_commands(root)})
+    journal.record_intent(
+        STEP, None, replaces=paths, dirs=parents, undo={"kind": "experiment-boots", "after": undo_commands(root)}
+    )
     for path, (text, mode) in files(root).items():
         make_dirs(path.parent)
         write_durably(path, text.encode(), mode)

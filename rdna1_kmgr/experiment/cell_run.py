@@ -31,8 +31,11 @@ from rdna1_kmgr.host import kmsg
 from rdna1_kmgr.vm import cell_outcomes
 
 EVENT = "@@rdna1-kmgr "  # the workload's event lines (qemu/guest/conv2d.py)
-RESET_FAILED = re.compile(r"GPU reset\(\d+\) failed|GPU reset failed|GPU Recovery Failed|ASIC reset failed|"
-                          r"failed to (?:reset|recover) (?:the )?GPU", re.I)
+RESET_FAILED = re.compile(
+    r"GPU reset\(\d+\) failed|GPU reset failed|GPU Recovery Failed|ASIC reset failed|"
+    r"failed to (?:reset|recover) (?:the )?GPU",
+    re.I,
+)
 RING = re.compile(r"ring \S+ timeout", re.I)
 STARTUP = 120.0  # seconds before the first case: the interpreter, torch and the ROCm libraries load
 
@@ -59,11 +62,22 @@ class HostResult:
     reset_failed: bool = False
 
     def to_json(self) -> dict:
-        return {"cell": self.cell.id, "profile": self.cell.profile.name, "backend": self.cell.backend.name,
-                "outcome": self.outcome, "detail": self.detail, "stage": self.stage, "case": self.case,
-                "max_error": self.max_error, "seconds": self.seconds, "versions": self.versions,
-                "kernel_log": list(self.kernel_log), "heartbeats": self.beats, "folder": self.folder,
-                "reset_failed": self.reset_failed}
+        return {
+            "cell": self.cell.id,
+            "profile": self.cell.profile.name,
+            "backend": self.cell.backend.name,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "stage": self.stage,
+            "case": self.case,
+            "max_error": self.max_error,
+            "seconds": self.seconds,
+            "versions": self.versions,
+            "kernel_log": list(self.kernel_log),
+            "heartbeats": self.beats,
+            "folder": self.folder,
+            "reset_failed": self.reset_failed,
+        }
 
 
 def kernel_log_reader(sysroot: Path) -> Callable[[], list[str]]:
@@ -71,8 +85,11 @@ def kernel_log_reader(sysroot: Path) -> Callable[[], list[str]]:
     start = kmsg.last_seq(sysroot)
 
     def read() -> list[str]:
-        return [r.message for r in kmsg.since(start, sysroot)
-                if compute_hangs.is_hang(r.message) or RESET_FAILED.search(r.message)]
+        return [
+            r.message
+            for r in kmsg.since(start, sysroot)
+            if compute_hangs.is_hang(r.message) or RESET_FAILED.search(r.message)
+        ]
 
     return read
 
@@ -80,8 +97,13 @@ def kernel_log_reader(sysroot: Path) -> Callable[[], list[str]]:
 class Monitor:
     """Reads the workload's events as they come and decides, each poll, whether the cell must stop."""
 
-    def __init__(self, limits: Limits, caches: list[Path], kernel_log: Callable[[], list[str]],
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        limits: Limits,
+        caches: list[Path],
+        kernel_log: Callable[[], list[str]],
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.limits, self.caches, self.kernel_log, self.clock = limits, caches, kernel_log, clock
         self.progress_at = self.checked_at = clock()
         self.case: str | None = None
@@ -100,7 +122,7 @@ class Monitor:
             if not line.startswith(EVENT):
                 continue
             try:
-                event = json.loads(line[len(EVENT):])
+                event = json.loads(line[len(EVENT) :])
             except ValueError:
                 continue
             kind = event.get("event")
@@ -130,38 +152,72 @@ class Monitor:
         return False
 
 
-def run_cell(cell: HostCell, python: str, script: Path, base_env: dict[str, str], folder: Path, limits: Limits,
-             sysroot: Path, sweep: str = "experiment") -> HostResult:
+def run_cell(
+    cell: HostCell,
+    python: str,
+    script: Path,
+    base_env: dict[str, str],
+    folder: Path,
+    limits: Limits,
+    sysroot: Path,
+    sweep: str = "experiment",
+) -> HostResult:
     """Run one cell in `folder` (created; its caches and output.log stay there) and classify it."""
     db, cache = folder / "miopen-db", folder / "miopen-cache"
     for path in (db, cache):
         path.mkdir(parents=True, exist_ok=True)
     env = cell.environment(base_env)
-    env.update(MIOPEN_USER_DB_PATH=str(db), MIOPEN_CUSTOM_CACHE_DIR=str(cache), RDNA1_KMGR_CELL=cell.id,
-               PYTHONUNBUFFERED="1")
-    argv = [python, str(script), "--device", "cuda", "--sweep", sweep, *cell.backend.workload_args(), "--events",
-            "--case-limit", f"{limits.case:g}"]
+    env.update(
+        MIOPEN_USER_DB_PATH=str(db), MIOPEN_CUSTOM_CACHE_DIR=str(cache), RDNA1_KMGR_CELL=cell.id, PYTHONUNBUFFERED="1"
+    )
+    argv = [
+        python,
+        str(script),
+        "--device",
+        "cuda",
+        "--sweep",
+        sweep,
+        *cell.backend.workload_args(),
+        "--events",
+        "--case-limit",
+        f"{limits.case:g}",
+    ]
     monitor = Monitor(limits, [db, cache], kernel_log_reader(sysroot))
     output = folder / "output.log"
-    ended = runner.run_session(argv, output, limits.cell, env=env, cwd=str(folder), watch=monitor.feed,
-                               until=monitor.until)
+    ended = runner.run_session(
+        argv, output, limits.cell, env=env, cwd=str(folder), watch=monitor.feed, until=monitor.until
+    )
     log_lines = tuple(monitor.kernel_log())
     text = output.read_text(errors="replace")
     report = _report(text)
     outcome, detail, stage, case, worst = classify(ended, monitor, report, text, log_lines, limits)
     versions = (report or {}).get("versions") or monitor.versions
-    return HostResult(cell, outcome, detail, stage, case, worst, round(ended.elapsed, 1), versions, log_lines,
-                      monitor.beats, str(folder), monitor.stopped == "reset-failed")
+    return HostResult(
+        cell,
+        outcome,
+        detail,
+        stage,
+        case,
+        worst,
+        round(ended.elapsed, 1),
+        versions,
+        log_lines,
+        monitor.beats,
+        str(folder),
+        monitor.stopped == "reset-failed",
+    )
 
 
-def classify(ended: runner.Outcome, monitor: Monitor, report: dict | None, text: str, log_lines: tuple[str, ...],
-             limits: Limits) -> tuple[str, str, str | None, str | None, float | None]:
+def classify(
+    ended: runner.Outcome, monitor: Monitor, report: dict | None, text: str, log_lines: tuple[str, ...], limits: Limits
+) -> tuple[str, str, str | None, str | None, float | None]:
     """(outcome, detail, stage, case, max error): the kernel log first (the GPU itself hung), then the time
     limits, then the failure's own text, then the numbers."""
     cases = (report or {}).get("cases") or []
     # float32 cases only: float16's errors are of another scale (the report has each case's own)
-    worst = max((c["max_abs_err"] for c in cases if c.get("max_abs_err") is not None and c.get("stage") != "fp16"),
-                default=None)
+    worst = max(
+        (c["max_abs_err"] for c in cases if c.get("max_abs_err") is not None and c.get("stage") != "fp16"), default=None
+    )
     where = monitor.stage, monitor.case
     if monitor.stopped == "reset-failed":
         line = next(line for line in log_lines if RESET_FAILED.search(line))
@@ -174,8 +230,15 @@ def classify(ended: runner.Outcome, monitor: Monitor, report: dict | None, text:
         return kind, f"kernel log during the cell: {(rings or log_lines)[0]}", *at, worst
     if monitor.stopped == "hang" or ended.timed_out:
         limit = f"{limits.case:g} s without progress" if monitor.stopped == "hang" else f"the cell's {limits.cell:g} s"
-        return "hang", (f"killed after {limit} in {monitor.case or 'start-up'} ({monitor.beats} heartbeats, MIOpen "
-                        f"caches {monitor.cache_bytes} bytes)"), *where, worst
+        return (
+            "hang",
+            (
+                f"killed after {limit} in {monitor.case or 'start-up'} ({monitor.beats} heartbeats, MIOpen "
+                f"caches {monitor.cache_bytes} bytes)"
+            ),
+            *where,
+            worst,
+        )
     if report is None:
         how = f"killed by signal {-ended.returncode}" if (ended.returncode or 0) < 0 else f"exit {ended.returncode}"
         kind = cell_outcomes.from_text(text) or "crash"
@@ -189,8 +252,13 @@ def classify(ended: runner.Outcome, monitor: Monitor, report: dict | None, text:
     stage = first.get("stage") or report.get("stopped_at")
     if kind == "wrong":
         bad = [c for c in cases if not c.get("ok")]
-        return kind, f"{len(bad)} of {len(cases)} off, first {first['case']} (error {first['max_abs_err']:.3g})", \
-            stage, first["case"], worst
+        return (
+            kind,
+            f"{len(bad)} of {len(cases)} off, first {first['case']} (error {first['max_abs_err']:.3g})",
+            stage,
+            first["case"],
+            worst,
+        )
     return kind, f"{first['case']}: {first.get('error', '')}", stage, first["case"], worst
 
 

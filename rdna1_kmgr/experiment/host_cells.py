@@ -30,8 +30,11 @@ class HostCell:
         return int(not self.profile.changes_nothing) + int(self.backend.name != cell_outcomes.DEFAULT_BACKEND)
 
 
-def select(profile_names: list[str] | tuple[str, ...] = (), backend_names: list[str] | tuple[str, ...] = (),
-           pattern: str | None = None) -> list[HostCell]:
+def select(
+    profile_names: list[str] | tuple[str, ...] = (),
+    backend_names: list[str] | tuple[str, ...] = (),
+    pattern: str | None = None,
+) -> list[HostCell]:
     """Every profile (the file's order) by every backend, narrowed by names and a glob on the cell id
     (`no-override/*`, `*/no-miopen`). An unknown name or a pattern that matches nothing is a UsageError."""
     catalog = profile_data.load()
@@ -44,7 +47,9 @@ def select(profile_names: list[str] | tuple[str, ...] = (), backend_names: list[
     if pattern:
         cells = [c for c in cells if fnmatch.fnmatchcase(c.id, pattern)]
         if not cells:
-            raise UsageError(f"--cells {pattern!r} matches no cell",
-                             "cells are PROFILE/BACKEND, e.g. 'no-override/*' or '*/no-miopen' "
-                             "(`rdna1-kmgr profile list` names the profiles)")
+            raise UsageError(
+                f"--cells {pattern!r} matches no cell",
+                "cells are PROFILE/BACKEND, e.g. 'no-override/*' or '*/no-miopen' "
+                "(`rdna1-kmgr profile list` names the profiles)",
+            )
     return cells

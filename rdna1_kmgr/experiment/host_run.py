@@ -20,9 +20,11 @@ from rdna1_kmgr.host import host_facts, kmsg
 from rdna1_kmgr.host.rdna1_boards import chip_of, format_id
 from rdna1_kmgr.vm import experiment_board
 
-RESET_FAILED_TODO = ("the GPU did not come back after a reset: the experiment stopped. Save what you can, shut the "
-                     "machine down and power it off (a reboot may not reset the board), then run the experiment again "
-                     "with --cells to go on past the cells done (each is in the record)")
+RESET_FAILED_TODO = (
+    "the GPU did not come back after a reset: the experiment stopped. Save what you can, shut the "
+    "machine down and power it off (a reboot may not reset the board), then run the experiment again "
+    "with --cells to go on past the cells done (each is in the record)"
+)
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,11 @@ def the_board(sysroot: Path):
     boards = facts.rdna1_devices
     if not boards:
         seen = ", ".join(f"{d.bdf} {d.vendor:04x}:{d.device:04x}" for d in facts.display_devices) or "none"
-        raise HostError(f"no RDNA1 board in this machine (display devices: {seen}): the experiment runs PyTorch on "
-                        "the board itself, so nothing was run and nothing changed",
-                        "run it on the desktop with the RX 5600 XT; `rdna1-kmgr detect` lists what is seen")
+        raise HostError(
+            f"no RDNA1 board in this machine (display devices: {seen}): the experiment runs PyTorch on "
+            "the board itself, so nothing was run and nothing changed",
+            "run it on the desktop with the RX 5600 XT; `rdna1-kmgr detect` lists what is seen",
+        )
     return facts.target or boards[0]
 
 
@@ -56,23 +60,36 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
     cells = host_cells.select(request.profiles, request.backends, request.pattern)
     board = the_board(request.sysroot)
     base_env = dict(os.environ)
-    python = owner_python.check(request.python or owner_python.default(request.sysroot,
-                                                                      experiment_board.invoking_home()), base_env)
+    python = owner_python.check(
+        request.python or owner_python.default(request.sysroot, experiment_board.invoking_home()), base_env
+    )
     folder = answer.new_run_dir()
     readable = kmsg.last_seq(request.sysroot) is not None
-    warn(f"the board {board.bdf} ({chip_of(board.device) or format_id(board.device)}) is also your display: the "
-         f"screen may freeze while a cell runs (up to {request.limits.case:g} s without progress per case, "
-         f"{request.limits.cell:g} s per cell); a hung cell is killed by itself. Save your work first.")
+    warn(
+        f"the board {board.bdf} ({chip_of(board.device) or format_id(board.device)}) is also your display: the "
+        f"screen may freeze while a cell runs (up to {request.limits.case:g} s without progress per case, "
+        f"{request.limits.cell:g} s per cell); a hung cell is killed by itself. Save your work first."
+    )
     if not readable:
         warn("the kernel log cannot be read (run as root to see ring timeouts and GPU resets per cell)")
-    say(f"experiment: {len(cells)} cell(s), torch {python.torch} (HIP {python.hip}) of {python.path}; results in "
-        f"{folder}")
+    say(
+        f"experiment: {len(cells)} cell(s), torch {python.torch} (HIP {python.hip}) of {python.path}; results in "
+        f"{folder}"
+    )
     results: list[cell_run.HostResult] = []
     stopped = None
     for number, cell in enumerate(cells, 1):
         say(f"[{number}/{len(cells)}] {cell.id} ...")
-        result = cell_run.run_cell(cell, python.path, workload_script(), base_env, folder / "cells" / cell.id.replace("/", "--"),
-                                   request.limits, request.sysroot, "experiment-quick" if request.quick else "experiment")
+        result = cell_run.run_cell(
+            cell,
+            python.path,
+            workload_script(),
+            base_env,
+            folder / "cells" / cell.id.replace("/", "--"),
+            request.limits,
+            request.sysroot,
+            "experiment-quick" if request.quick else "experiment",
+        )
         results.append(result)
         say(f"[{number}/{len(cells)}] {cell.id}: {result.outcome} ({result.seconds:.1f} s) {result.detail}")
         if result.reset_failed:
@@ -80,9 +97,16 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
             warn(stopped)
             break
     best = answer.recommend(results)
-    context = {"board": board.bdf, "python": python.path, "torch": python.torch, "hip": python.hip,
-               "kernel_log_readable": readable, "limits": {"case": request.limits.case, "cell": request.limits.cell},
-               "sweep": "experiment-quick" if request.quick else "experiment", "planned": [c.id for c in cells],
-               "stopped": stopped}
+    context = {
+        "board": board.bdf,
+        "python": python.path,
+        "torch": python.torch,
+        "hip": python.hip,
+        "kernel_log_readable": readable,
+        "limits": {"case": request.limits.case, "cell": request.limits.cell},
+        "sweep": "experiment-quick" if request.quick else "experiment",
+        "planned": [c.id for c in cells],
+        "stopped": stopped,
+    }
     record = answer.write(folder, results, best, context)
     return {"record": record, "results": results, "best": best, "folder": str(folder)}

@@ -35,21 +35,24 @@ class KernelCell:
         return {"name": self.name, "parameter": self.parameter, "summary": self.summary, "evidence": self.evidence}
 
     @classmethod
-    def from_json(cls, data: dict) -> "KernelCell":
+    def from_json(cls, data: dict) -> KernelCell:
         return cls(data["name"], data["parameter"], data.get("summary", ""), data.get("evidence", ""))
 
 
 @dataclass(frozen=True)
 class InstalledBuild:
     """The bits of the patched build installed for the running kernel (from its render manifest)."""
+
     default_mask: int
     carried_mask: int
 
 
 def stock_cells() -> list[KernelCell]:
     text = (resources.files("rdna1_kmgr.experiment") / "kernel_cells.toml").read_text()
-    return [KernelCell(name, entry["parameter"], entry["summary"], entry.get("evidence", ""))
-            for name, entry in tomllib.loads(text).items()]
+    return [
+        KernelCell(name, entry["parameter"], entry["summary"], entry.get("evidence", ""))
+        for name, entry in tomllib.loads(text).items()
+    ]
 
 
 def quirk_cells(build: InstalledBuild | None) -> list[KernelCell]:
@@ -58,13 +61,23 @@ def quirk_cells(build: InstalledBuild | None) -> list[KernelCell]:
     names = {1 << bit.bit: bit.id for quirk in quirk_catalog.load_quirks().values() for bit in quirk.bits}
     cells = []
     if build.default_mask:
-        cells.append(KernelCell("quirks-off", "amdgpu.rdna1_quirks=0",
-                                "the installed build with every rdna1 quirk off (its stock behaviour)"))
+        cells.append(
+            KernelCell(
+                "quirks-off",
+                "amdgpu.rdna1_quirks=0",
+                "the installed build with every rdna1 quirk off (its stock behaviour)",
+            )
+        )
     for value in sorted(names):
         if build.carried_mask & value and not build.default_mask & value:
             mask = build.default_mask | value
-            cells.append(KernelCell(f"quirks+{names[value]}", f"amdgpu.rdna1_quirks=0x{mask:x}",
-                                    f"the installed build's default quirks plus {names[value]} (opt-in)"))
+            cells.append(
+                KernelCell(
+                    f"quirks+{names[value]}",
+                    f"amdgpu.rdna1_quirks=0x{mask:x}",
+                    f"the installed build's default quirks plus {names[value]} (opt-in)",
+                )
+            )
     return cells
 
 
@@ -75,6 +88,7 @@ def select(names: tuple[str, ...], build: InstalledBuild | None) -> list[KernelC
     unknown = [n for n in names if n not in catalog]
     if unknown:
         hint = "the quirk-mask cells need a patched build installed for the running kernel (`rdna1-kmgr install`)"
-        raise UsageError(f"unknown kernel cell {unknown[0]!r}", f"choose from: {', '.join(catalog)}"
-                         + ("" if build else f"; {hint}"))
+        raise UsageError(
+            f"unknown kernel cell {unknown[0]!r}", f"choose from: {', '.join(catalog)}" + ("" if build else f"; {hint}")
+        )
     return [c for c in catalog.values() if c.name in names] if names else list(catalog.values())

@@ -26,8 +26,10 @@ from pathlib import Path
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.experiment import answer, apply, boot_cells, cell_run, host_cells, host_run, owner_python
-from rdna1_kmgr.experiment.kernel_cells import InstalledBuild, KernelCell, select as select_kernel_cells
-from rdna1_kmgr.install import boot_guard, rollback, status as install_status
+from rdna1_kmgr.experiment.kernel_cells import InstalledBuild, KernelCell
+from rdna1_kmgr.experiment.kernel_cells import select as select_kernel_cells
+from rdna1_kmgr.install import boot_guard, rollback
+from rdna1_kmgr.install import status as install_status
 from rdna1_kmgr.install.journal import locked, make_dirs, refuse_if_busy, write_durably
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
@@ -39,9 +41,26 @@ LATEST = apply.KERNEL_LATEST  # the last finished or stopped run's record
 BEST = 2  # stage 1's best cells run in each kernel cell's boot
 # The cells run in the owner's environment as it was at `start` (the unit's own is systemd's), less what
 # belongs to that login session and is stale at the next boot.
-_SESSION = ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "XDG_SESSION_ID", "DBUS_SESSION_BUS_ADDRESS",
-            "SSH_AUTH_SOCK", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TERM", "PWD", "OLDPWD", "SHLVL", "_",
-            "INVOCATION_ID", "JOURNAL_STREAM", "SUDO_COMMAND", "MAIL")
+_SESSION = (
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XDG_RUNTIME_DIR",
+    "XDG_SESSION_ID",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "SSH_AUTH_SOCK",
+    "SSH_CLIENT",
+    "SSH_CONNECTION",
+    "SSH_TTY",
+    "TERM",
+    "PWD",
+    "OLDPWD",
+    "SHLVL",
+    "_",
+    "INVOCATION_ID",
+    "JOURNAL_STREAM",
+    "SUDO_COMMAND",
+    "MAIL",
+)
 _STAGES = ["smoke", "conv2d", "variants", "batchnorm", "fp16", "sustained"]  # the workload's, in order
 
 
@@ -58,16 +77,31 @@ class Plan:
     reboot: bool
 
     def to_json(self) -> dict:
-        return {"folder": self.folder, "kernel_cells": [c.to_json() for c in self.kernel_cells],
-                "host_cells": list(self.host_cells), "python": self.python, "sysroot": self.sysroot,
-                "environment": self.environment, "limits": {"case": self.limits.case, "cell": self.limits.cell},
-                "quick": self.quick, "reboot": self.reboot}
+        return {
+            "folder": self.folder,
+            "kernel_cells": [c.to_json() for c in self.kernel_cells],
+            "host_cells": list(self.host_cells),
+            "python": self.python,
+            "sysroot": self.sysroot,
+            "environment": self.environment,
+            "limits": {"case": self.limits.case, "cell": self.limits.cell},
+            "quick": self.quick,
+            "reboot": self.reboot,
+        }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Plan":
-        return cls(data["folder"], tuple(KernelCell.from_json(c) for c in data["kernel_cells"]),
-                   tuple(data["host_cells"]), data["python"], data["sysroot"], data["environment"],
-                   cell_run.Limits(**data["limits"]), data["quick"], data["reboot"])
+    def from_json(cls, data: dict) -> Plan:
+        return cls(
+            data["folder"],
+            tuple(KernelCell.from_json(c) for c in data["kernel_cells"]),
+            tuple(data["host_cells"]),
+            data["python"],
+            data["sysroot"],
+            data["environment"],
+            cell_run.Limits(**data["limits"]),
+            data["quick"],
+            data["reboot"],
+        )
 
 
 @dataclass(frozen=True)
@@ -116,8 +150,11 @@ def installed_build(root: TargetRoot) -> InstalledBuild | None:
             continue
         for build in kernel["built"]:  # the one the journal installed
             quirks = build.get("quirks") or {}
-            if build["version"] == kernel["journal"].get("version") and isinstance(quirks.get("mask"), int) \
-                    and isinstance(quirks.get("default_mask"), int):
+            if (
+                build["version"] == kernel["journal"].get("version")
+                and isinstance(quirks.get("mask"), int)
+                and isinstance(quirks.get("default_mask"), int)
+            ):
                 return InstalledBuild(quirks["default_mask"], quirks["mask"])
     return None
 
@@ -179,8 +216,10 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
     refuse_if_busy()
     running = current_plan()
     if running is not None:
-        raise UsageError(f"an experiment's kernel cells are under way ({running.folder})",
-                         "`rdna1-kmgr experiment status` says where it is; `rdna1-kmgr experiment stop` ends it")
+        raise UsageError(
+            f"an experiment's kernel cells are under way ({running.folder})",
+            "`rdna1-kmgr experiment status` says where it is; `rdna1-kmgr experiment stop` ends it",
+        )
     hosts = chosen_host_cells(request.host_pattern)  # the input first, then the machine
     kernel_cells = select_kernel_cells(request.kernel_cells, installed_build(root))
     board = host_run.the_board(request.sysroot)
@@ -189,23 +228,43 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
         raise UsageError(f"kernel cells are boots through GRUB, and {why}", "nothing was changed")
     guard = boot_guard.env_values(root).get(boot_guard.STATE) if boot_guard.installed(root) else None
     if guard in ("trial", "trying") and boot_guard.this_boot(root) != "trial":
-        raise UsageError("the boot guard's trial boot is pending", "boot it and let it confirm (or `rdna1-kmgr "
-                         "confirm`) first; nothing was changed")
+        raise UsageError(
+            "the boot guard's trial boot is pending",
+            "boot it and let it confirm (or `rdna1-kmgr " "confirm`) first; nothing was changed",
+        )
     env = dict(os.environ)
-    python = owner_python.check(request.python or owner_python.default(request.sysroot,
-                                                                      experiment_board.invoking_home()), env)
-    lines = [f"kernel cells (one boot each, in this order; {len(hosts)} host cell(s) in each: "
-             f"{', '.join(c.id for c in hosts)}):"]
+    python = owner_python.check(
+        request.python or owner_python.default(request.sysroot, experiment_board.invoking_home()), env
+    )
+    lines = [
+        f"kernel cells (one boot each, in this order; {len(hosts)} host cell(s) in each: "
+        f"{', '.join(c.id for c in hosts)}):"
+    ]
     lines += [f"  {n}. {c.name}: {c.parameter}   {c.summary}" for n, c in enumerate(kernel_cells, 1)]
     lines += ["boot files:"] + [f"  {line}" for line in boot_cells.plan_lines(root, kernel_cells[0])]
     lines.append(f"journal: {ExperimentJournal().path}")
-    result = {"dry_run": dry_run, "plan": lines, "kernel_cells": [c.to_json() for c in kernel_cells],
-              "host_cells": [c.id for c in hosts], "board": board.bdf, "python": python.path}
+    result = {
+        "dry_run": dry_run,
+        "plan": lines,
+        "kernel_cells": [c.to_json() for c in kernel_cells],
+        "host_cells": [c.id for c in hosts],
+        "board": board.bdf,
+        "python": python.path,
+    }
     if dry_run:
         return result
     folder = experiments_dir() / f"kernel-{time.strftime('%Y%m%dT%H%M%S')}"
-    plan = Plan(str(folder), tuple(kernel_cells), tuple(c.id for c in hosts), python.path, str(request.sysroot),
-                owner_environment(env), request.limits, request.quick, request.reboot)
+    plan = Plan(
+        str(folder),
+        tuple(kernel_cells),
+        tuple(c.id for c in hosts),
+        python.path,
+        str(request.sysroot),
+        owner_environment(env),
+        request.limits,
+        request.quick,
+        request.reboot,
+    )
     with locked("experiment kernel"):
         make_dirs(folder)
         write_durably(folder / "plan.json", (json.dumps(plan.to_json(), indent=1) + "\n").encode())
@@ -214,10 +273,14 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
         write_durably(experiments_dir() / CURRENT, (json.dumps({"folder": str(folder)}) + "\n").encode())
         boot_cells.install(root, journal, kernel_cells[0])
         _record_event(plan, cell=kernel_cells[0].name, event="armed")
-    say(f"cell 1 of {len(kernel_cells)} ({kernel_cells[0].name}: {kernel_cells[0].parameter}) is armed: reboot to "
-        "run it; each boot after it runs the next cell (`rdna1-kmgr experiment status`; `experiment stop` ends it)")
-    warn("the board is your display: during a cell's boot the screen may freeze while the workload runs; a boot "
-         "that hangs can be power-cycled, it is recorded as a hang and the boot after it is a normal one")
+    say(
+        f"cell 1 of {len(kernel_cells)} ({kernel_cells[0].name}: {kernel_cells[0].parameter}) is armed: reboot to "
+        "run it; each boot after it runs the next cell (`rdna1-kmgr experiment status`; `experiment stop` ends it)"
+    )
+    warn(
+        "the board is your display: during a cell's boot the screen may freeze while the workload runs; a boot "
+        "that hangs can be power-cycled, it is recorded as a hang and the boot after it is a normal one"
+    )
     return {**result, "folder": str(folder)}
 
 
@@ -247,12 +310,19 @@ def boot_step(say: Callable[[str], None]) -> dict:
     stopped = None
     if action == "hang":
         _record_event(plan, cell=cell.name, event="hang")
-        say(f"rdna1-kmgr experiment: cell {number} of {total} ({cell.name}): its boot never came back to record "
-            "(a hang, or the machine was power-cycled): recorded as a hang; this boot is a normal one")
+        say(
+            f"rdna1-kmgr experiment: cell {number} of {total} ({cell.name}): its boot never came back to record "
+            "(a hang, or the machine was power-cycled): recorded as a hang; this boot is a normal one"
+        )
     else:
         results = _run_host_cells(plan, cell, root, say, number, total)
-        _record_event(plan, cell=cell.name, event="ran", cmdline=root.proc_cmdline.read_text().strip(),
-                      results=[r.to_json() for r in results])
+        _record_event(
+            plan,
+            cell=cell.name,
+            event="ran",
+            cmdline=root.proc_cmdline.read_text().strip(),
+            results=[r.to_json() for r in results],
+        )
         if any(r.reset_failed for r in results):
             stopped = host_run.RESET_FAILED_TODO
     if current_plan() != plan:  # `experiment stop` ended it while the cells ran: arm nothing
@@ -266,8 +336,10 @@ def boot_step(say: Callable[[str], None]) -> dict:
             return {"action": action, "cell": cell.name, "stopped": True}
         boot_cells.arm(root, following)
         _record_event(plan, cell=following.name, event="armed")
-    say(f"rdna1-kmgr experiment: next, cell {plan.kernel_cells.index(following) + 1} of {total} "
-        f"({following.name}: {following.parameter}) is armed: " + ("rebooting" if plan.reboot else "reboot to run it"))
+    say(
+        f"rdna1-kmgr experiment: next, cell {plan.kernel_cells.index(following) + 1} of {total} "
+        f"({following.name}: {following.parameter}) is armed: " + ("rebooting" if plan.reboot else "reboot to run it")
+    )
     if plan.reboot:
         runner.run(["systemctl", "reboot"], check=False)
     return {"action": action, "cell": cell.name, "next": following.name}
@@ -280,10 +352,20 @@ def _run_host_cells(plan: Plan, cell: KernelCell, root: TargetRoot, say, number:
     for host_id in plan.host_cells:
         say(f"rdna1-kmgr experiment: cell {number} of {total} ({cell.name}), {host_id} ...")
         folder = Path(plan.folder) / "cells" / cell.name / host_id.replace("/", "--")
-        result = cell_run.run_cell(by_id[host_id], plan.python, host_run.workload_script(), dict(plan.environment),
-                                   folder, plan.limits, Path(plan.sysroot), sweep)
-        say(f"rdna1-kmgr experiment: cell {number} of {total} ({cell.name}), {host_id}: {result.outcome} "
-            f"{result.detail}")
+        result = cell_run.run_cell(
+            by_id[host_id],
+            plan.python,
+            host_run.workload_script(),
+            dict(plan.environment),
+            folder,
+            plan.limits,
+            Path(plan.sysroot),
+            sweep,
+        )
+        say(
+            f"rdna1-kmgr experiment: cell {number} of {total} ({cell.name}), {host_id}: {result.outcome} "
+            f"{result.detail}"
+        )
         results.append(result)
         if result.reset_failed:
             break
@@ -347,5 +429,10 @@ def status() -> dict:
             cells.append({"cell": c.name, "parameter": c.parameter, "state": state if name == c.name else "armed?"})
         else:
             cells.append({"cell": c.name, "parameter": c.parameter, "state": "waiting"})
-    return {"running": True, "folder": plan.folder, "host_cells": list(plan.host_cells), "cells": cells,
-            "boot_files": boot_cells.installed(root)}
+    return {
+        "running": True,
+        "folder": plan.folder,
+        "host_cells": list(plan.host_cells),
+        "cells": cells,
+        "boot_files": boot_cells.installed(root),
+    }

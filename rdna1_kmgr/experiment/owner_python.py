@@ -11,8 +11,10 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.doctor import torch_builds
 
-PROBE = ("import json, torch; print(json.dumps({'torch': torch.__version__, "
-         "'hip': getattr(torch.version, 'hip', None), 'cuda': getattr(torch.version, 'cuda', None)}))")
+PROBE = (
+    "import json, torch; print(json.dumps({'torch': torch.__version__, "
+    "'hip': getattr(torch.version, 'hip', None), 'cuda': getattr(torch.version, 'cuda', None)}))"
+)
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,10 @@ def default(sysroot: Path, home: Path | None) -> str:
         python = interpreter_of(build.site)
         if python is not None:
             return str(python)
-    raise UsageError(f"no PyTorch for ROCm found ({len(sites)} site-packages folders read, as doctor reads them)",
-                     "give --python PATH: the python of the venv that holds your ROCm PyTorch")
+    raise UsageError(
+        f"no PyTorch for ROCm found ({len(sites)} site-packages folders read, as doctor reads them)",
+        "give --python PATH: the python of the venv that holds your ROCm PyTorch",
+    )
 
 
 def interpreter_of(site: Path) -> Path | None:
@@ -53,11 +57,15 @@ def check(path: str, env: dict[str, str]) -> OwnerPython:
         raise UsageError(f"--python {path!r} cannot be run: {err.what}", "give a python3 interpreter") from None
     lines = [line for line in str(result.stdout).splitlines() if line.startswith("{")]
     if result.returncode != 0 or not lines:
-        raise UsageError(f"--python {path!r} is not a Python with torch ({result.last_error_line()})",
-                         "give the python of the venv that holds your PyTorch")
+        raise UsageError(
+            f"--python {path!r} is not a Python with torch ({result.last_error_line()})",
+            "give the python of the venv that holds your PyTorch",
+        )
     facts = json.loads(lines[-1])
     if not facts.get("hip"):
         kind = f"a CUDA {facts['cuda']} build" if facts.get("cuda") else "a CPU-only build"
-        raise UsageError(f"torch {facts['torch']} of {path} is {kind} (no HIP): it cannot use the board",
-                         "give --python of a ROCm PyTorch with gfx1010 code (see `rdna1-kmgr doctor`)")
+        raise UsageError(
+            f"torch {facts['torch']} of {path} is {kind} (no HIP): it cannot use the board",
+            "give --python of a ROCm PyTorch with gfx1010 code (see `rdna1-kmgr doctor`)",
+        )
     return OwnerPython(path, facts["torch"], facts["hip"])

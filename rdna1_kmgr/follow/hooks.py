@@ -119,5 +119,6 @@ def remove(root: TargetRoot, dry_run: bool = False) -> list[str]:
 
 
 def installed(root: TargetRoot) -> dict[str, bool]:
-    return {str(root.path / h.where): (root.path / h.where).exists() or (root.path / h.where).is_symlink()
-            for h in HOOKS}
+    return {
+        str(root.path / h.where): (root.path / h.where).exists() or (root.path / h.where).is_symlink() for h in HOOKS
+    }

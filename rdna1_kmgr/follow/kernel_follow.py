@@ -29,13 +29,12 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import TextIO
 
-from rdna1_kmgr.modbuild import build_plan, built_module, module_build
-from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import log_dir
@@ -43,6 +42,8 @@ from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.install import follow_record, module_install, rollback
 from rdna1_kmgr.install.journal import Busy, Journal, make_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.modbuild import build_plan, built_module, module_build
+from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.vm import engine, verdict
 
@@ -99,8 +100,10 @@ def current_install(exclude: str | None = None) -> Installed | None:
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as err:
-        raise HostError(f"the render manifest of the installed {package.ref} ({manifest_path}) is unreadable: {err}",
-                        f"rebuild and reinstall it for {kernel}, or give the quirks to `rdna1-kmgr build`") from None
+        raise HostError(
+            f"the render manifest of the installed {package.ref} ({manifest_path}) is unreadable: {err}",
+            f"rebuild and reinstall it for {kernel}, or give the quirks to `rdna1-kmgr build`",
+        ) from None
     # what the owner asked the build for (None: the default, every quirk that fits the kernel); a manifest from
     # before that was recorded names the quirks it carried
     asked = manifest["asked_quirks"] if "asked_quirks" in manifest else manifest.get("quirks", [])
@@ -150,8 +153,9 @@ def follow_lock() -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Busy(f"another `rdna1-kmgr follow` holds {path}",
-                       "it follows the pending kernels too; wait for it") from None
+            raise Busy(
+                f"another `rdna1-kmgr follow` holds {path}", "it follows the pending kernels too; wait for it"
+            ) from None
         yield
 
 
@@ -167,20 +171,31 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     if installed is None:
         return [f"nothing to do for {kernel}: no kernel has an rdna1-kmgr install (follow acts once one has)"]
     request = _build_request(kernel, installed, source)
-    lines = [f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
-             f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"]
+    lines = [
+        f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
+        f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"
+    ]
     lines += [f"  {line}" for line in build_plan.plan(request)["plan"]]
     lines.append(f"  vm-test: the emulated verdict for that module on {kernel} (a stored passing one is reused)")
-    lines.append(f"  install: `rdna1-kmgr install --kernel {kernel}` (journaled; its exact plan once built: "
-                 f"`rdna1-kmgr install --kernel {kernel} --dry-run`)")
-    lines.append(f"  any failure: {kernel} keeps the stock amdgpu; the reason goes to "
-                 f"{follow_record.follow_dir()}/{kernel}.json and `rdna1-kmgr status`")
+    lines.append(
+        f"  install: `rdna1-kmgr install --kernel {kernel}` (journaled; its exact plan once built: "
+        f"`rdna1-kmgr install --kernel {kernel} --dry-run`)"
+    )
+    lines.append(
+        f"  any failure: {kernel} keeps the stock amdgpu; the reason goes to "
+        f"{follow_record.follow_dir()}/{kernel}.json and `rdna1-kmgr status`"
+    )
     return lines
 
 
 def _build_request(kernel: str, installed: Installed, source: str | None) -> module_build.BuildRequest:
-    return module_build.BuildRequest(kernel=kernel, source=source, quirks=installed.quirks or None,
-                                     devices=installed.devices or None, no_install=True)
+    return module_build.BuildRequest(
+        kernel=kernel,
+        source=source,
+        quirks=installed.quirks or None,
+        devices=installed.devices or None,
+        no_install=True,
+    )
 
 
 def follow(kernel: str, source: str | None = None, stream: TextIO | None = None) -> dict:
@@ -189,22 +204,32 @@ def follow(kernel: str, source: str | None = None, stream: TextIO | None = None)
     kernel = user_input.kernel_release(kernel)
     finished = finished_installs().get(kernel)
     if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
-        return follow_record.write(kernel, "patched", package=finished.get("package"),
-                                   package_version=finished.get("version"),
-                                   verdict=(finished.get("vm_check") or {}).get("verdict"),
-                                   module_sha256=finished.get("module_sha256"), reason="installed already")
+        return follow_record.write(
+            kernel,
+            "patched",
+            package=finished.get("package"),
+            package_version=finished.get("version"),
+            verdict=(finished.get("vm_check") or {}).get("verdict"),
+            module_sha256=finished.get("module_sha256"),
+            reason="installed already",
+        )
     installed = current_install(exclude=kernel)
     if installed is None:
         follow_record.forget(kernel)
-        return {"kernel": kernel, "state": "not-opted-in",
-                "reason": "no kernel has an rdna1-kmgr install; follow acts once one has"}
+        return {
+            "kernel": kernel,
+            "state": "not-opted-in",
+            "reason": "no kernel has an rdna1-kmgr install; follow acts once one has",
+        }
     with follow_lock():
         log = log_dir() / f"follow-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         story = Story(stream, log)
         follow_record.write(kernel, "running", pid=os.getpid(), log=str(log))
         try:
-            story.say(f"following {kernel} with the quirks installed for {installed.kernel} "
-                      f"({installed.package.ref}): {' '.join(installed.quirks)}")
+            story.say(
+                f"following {kernel} with the quirks installed for {installed.kernel} "
+                f"({installed.package.ref}): {' '.join(installed.quirks)}"
+            )
             done = _stages(kernel, installed, source, story)
         except StageFailed as err:
             story.say(f"{kernel} keeps the stock amdgpu: {err.line()}")
@@ -240,8 +265,10 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
     request = _build_request(kernel, installed, source)
     with _stage("image", story):
         if not (root.modules_dir(kernel) / "kernel").is_dir():
-            raise HostError(f"kernel {kernel} is not installed ({root.modules_dir(kernel)} holds no modules)",
-                            f"install linux-image-{kernel}; its hook follows it then")
+            raise HostError(
+                f"kernel {kernel} is not installed ({root.modules_dir(kernel)} holds no modules)",
+                f"install linux-image-{kernel}; its hook follows it then",
+            )
     with _stage("source", story):
         system = system_identity.read()
         target = module_build.resolve_kernel(kernel, system=system)
@@ -252,16 +279,23 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         story.say(f"rendered {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]})")
     with _stage("build", story):
         built = module_build.run(request, stream=story)
-        story.say(f"{'reused' if built['reused'] else 'built'} {built['package']}/{built['package_version']}: "
-                  f"{built['module']}")
+        story.say(
+            f"{'reused' if built['reused'] else 'built'} {built['package']}/{built['package_version']}: "
+            f"{built['module']}"
+        )
     with _stage("vm-test", story):
         module = built_module.for_kernel(kernel)
         record = verdict.passing_record(module.path, kernel)
         if record is not None:
             story.say(f"reusing the passing VM verdict {verdict.record_path(record.module_sha256)}")
         else:
-            record = engine.validate_module(module.path, kernel, fetch=True, selftest_required=module.selftest_cases,
-                                            report=lambda line: story.write(f"vm-test: {line}\n"))
+            record = engine.validate_module(
+                module.path,
+                kernel,
+                fetch=True,
+                selftest_required=module.selftest_cases,
+                report=lambda line: story.write(f"vm-test: {line}\n"),
+            )
             if not record.passed:
                 raise BuildError(f"the VM verdict is {record.verdict}: {record.reason}", f"record {record.record}")
     with _stage("install", story):
@@ -272,10 +306,14 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         result = module_install.run(module_install.InstallRequest(kernel=kernel), stream=story)
         for line in result.get("next_boot", []):
             story.say(line)
-    return {"package": built["package"], "package_version": built["package_version"],
-            "module_sha256": built["sha256"], "verdict": record.verdict,
-            "verdict_record": str(verdict.record_path(record.module_sha256)),
-            "quirks": built["quirks"]}
+    return {
+        "package": built["package"],
+        "package_version": built["package_version"],
+        "module_sha256": built["sha256"],
+        "verdict": record.verdict,
+        "verdict_record": str(verdict.record_path(record.module_sha256)),
+        "quirks": built["quirks"],
+    }
 
 
 # --- the hooks' entry points ----------------------------------------------------------------------------------

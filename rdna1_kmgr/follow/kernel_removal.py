@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.install import follow_record, modprobe_conf
 from rdna1_kmgr.install.journal import Journal, locked, remove_created_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.vm import verdict
 
 
@@ -74,8 +74,10 @@ def _packages(kernel: str, journal: Journal, trees: dkms.Trees) -> list[tuple[dk
         begin = {}
     if begin.get("package") == dkms.PACKAGE_NAME and begin.get("version") and shutil.which("dkms"):
         where = begin.get("trees") or {}
-        found.setdefault(begin["version"], dkms.Trees(source=Path(where.get("source", trees.source)),
-                                                      dkms=Path(where.get("dkms", trees.dkms))))
+        found.setdefault(
+            begin["version"],
+            dkms.Trees(source=Path(where.get("source", trees.source)), dkms=Path(where.get("dkms", trees.dkms))),
+        )
     return [(dkms.Package(dkms.PACKAGE_NAME, version), where) for version, where in sorted(found.items())]
 
 
@@ -85,8 +87,10 @@ def plan(kernel: str) -> list[str]:
     journal = Journal(kernel)
     lines = [f"{kernel} was removed: drop what rdna1-kmgr kept for it"]
     for package, package_trees in _packages(kernel, journal, trees):
-        lines.append(f"  {' '.join(dkms.command(dkms.remove_args(package, kernel), package_trees))}   (if DKMS "
-                     f"lists it; {package.source_dir(package_trees)} too when no other kernel uses it)")
+        lines.append(
+            f"  {' '.join(dkms.command(dkms.remove_args(package, kernel), package_trees))}   (if DKMS "
+            f"lists it; {package.source_dir(package_trees)} too when no other kernel uses it)"
+        )
     files, dirs = _journal_files(journal, root)
     lines += [f"  remove {path}" for path in files]
     lines += [f"  remove the directory {d} (if empty)" for d in dirs]

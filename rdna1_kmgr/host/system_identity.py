@@ -18,8 +18,12 @@ from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import HostError
 
 # Distribution families, by the ids os-release gives in ID and ID_LIKE; the first that matches wins.
-FAMILIES = (("ubuntu", {"ubuntu"}), ("debian", {"debian"}), ("fedora", {"fedora", "rhel", "centos"}),
-            ("arch", {"arch", "archlinux"}))
+FAMILIES = (
+    ("ubuntu", {"ubuntu"}),
+    ("debian", {"debian"}),
+    ("fedora", {"fedora", "rhel", "centos"}),
+    ("arch", {"arch", "archlinux"}),
+)
 
 
 @dataclass(frozen=True)
@@ -47,17 +51,23 @@ class SystemIdentity:
         return self.sysroot / str(absolute).lstrip("/")
 
     def to_json(self) -> dict:
-        return {"sysroot": str(self.sysroot), "distro": self.distro_id, "family": self.family,
-                "codename": self.codename, "running_release": self.running_release,
-                "version_signature": self.version_signature}
+        return {
+            "sysroot": str(self.sysroot),
+            "distro": self.distro_id,
+            "family": self.family,
+            "codename": self.codename,
+            "running_release": self.running_release,
+            "version_signature": self.version_signature,
+        }
 
 
 def read(sysroot: Path | str = Path("/")) -> SystemIdentity:
     sysroot = Path(sysroot)
     on_host = sysroot.resolve() == Path("/")
     info = distro if on_host else distro.LinuxDistribution(root_dir=str(sysroot))
-    codename = (info.os_release_attr("version_codename") or info.os_release_attr("ubuntu_codename")
-                or info.codename() or "")
+    codename = (
+        info.os_release_attr("version_codename") or info.os_release_attr("ubuntu_codename") or info.codename() or ""
+    )
     return SystemIdentity(
         sysroot=sysroot,
         running_release=os.uname().release if on_host else _sysroot_release(sysroot),

@@ -90,8 +90,9 @@ class Settings:
     target: str = "multi-user.target"
 
 
-def settings(root: TargetRoot, mask: str | None, confirm_after: int,
-             target: str | None) -> tuple[Settings | None, str | None]:
+def settings(
+    root: TargetRoot, mask: str | None, confirm_after: int, target: str | None
+) -> tuple[Settings | None, str | None]:
     """The guard an install sets up for a build with quirk mask `mask` ("0x3"), or why there is none."""
     if confirm_after < 0:
         raise UsageError(f"--confirm-after {confirm_after} is negative", "give seconds, 0 or more")
@@ -130,8 +131,10 @@ def env_not_writable(root: TargetRoot) -> str | None:
     grub-probe sees /boot/grub: a file system GRUB cannot write, LVM or RAID under it (GRUB writes no
     diskfilter), or /boot/grub on the EFI system partition (Debian and Ubuntu keep it on ext4 /boot or /)."""
     folder = root.boot_dir / "grub"
-    probe = {target: runner.run(["grub-probe", f"--target={target}", str(folder)], check=False)
-             for target in ("fs", "abstraction")}
+    probe = {
+        target: runner.run(["grub-probe", f"--target={target}", str(folder)], check=False)
+        for target in ("fs", "abstraction")
+    }
     fs = probe["fs"].stdout.strip()
     if probe["fs"].returncode != 0 or not fs:
         return f"grub-probe cannot tell the file system of {folder}"
@@ -139,8 +142,10 @@ def env_not_writable(root: TargetRoot) -> str | None:
         return f"{folder} is on {fs}, where GRUB cannot save its environment at boot (the trial could never end)"
     layers = probe["abstraction"].stdout.split()
     if any(layer in ("diskfilter", "lvm", "mdraid09", "mdraid1x", "raid5rec", "raid6rec") for layer in layers):
-        return (f"{folder} is on {' '.join(layers)}, where GRUB cannot save its environment at boot (the trial "
-                "could never end)")
+        return (
+            f"{folder} is on {' '.join(layers)}, where GRUB cannot save its environment at boot (the trial "
+            "could never end)"
+        )
     if fs == "fat" and folder.resolve().is_relative_to(root.boot_dir / "efi"):
         return f"{folder} lies on the EFI system partition; the boot guard needs it on the ext4 /boot or / file system"
     return None
@@ -214,8 +219,10 @@ def runtime_files(root: TargetRoot) -> list[Path]:
 def links(root: TargetRoot) -> dict[Path, str]:
     """The `wants` links `systemctl enable` would make (made by hand: it works in a chroot too)."""
     units = root.path / UNITS
-    return {units / "multi-user.target.wants" / CHECK_UNIT: f"/{UNITS}/{CHECK_UNIT}",
-            units / "timers.target.wants" / CONFIRM_TIMER: f"/{UNITS}/{CONFIRM_TIMER}"}
+    return {
+        units / "multi-user.target.wants" / CHECK_UNIT: f"/{UNITS}/{CHECK_UNIT}",
+        units / "timers.target.wants" / CONFIRM_TIMER: f"/{UNITS}/{CONFIRM_TIMER}",
+    }
 
 
 def editenv(root: TargetRoot, *args: str) -> list[str]:
@@ -285,25 +292,39 @@ def describe(root: TargetRoot) -> dict:
     env = env_values(root)
     state = env.get(STATE)
     boot = this_boot(root)
-    next_boot = {"trial": "trial (quirks on, once)", "confirmed": "quirks on"}.get(state, "quirks off (stock behaviour)")
-    return {"installed": True, "state": state, "mask": env.get(MASK), "this_boot": boot, "next_boot": next_boot,
-            "message": message(boot, state)}
+    next_boot = {"trial": "trial (quirks on, once)", "confirmed": "quirks on"}.get(
+        state, "quirks off (stock behaviour)"
+    )
+    return {
+        "installed": True,
+        "state": state,
+        "mask": env.get(MASK),
+        "this_boot": boot,
+        "next_boot": next_boot,
+        "message": message(boot, state),
+    }
 
 
 def message(boot: str | None, state: str | None) -> str:
     if boot == "fallback" and state == "trying":
-        return ("rdna1-kmgr: the last trial boot with the RDNA1 amdgpu quirks did not confirm, so this boot runs "
-                "amdgpu with rdna1_quirks=0 (stock behaviour). `rdna1-kmgr retry` tries once more at the "
-                "next boot; `rdna1-kmgr rollback` removes the patched driver.")
+        return (
+            "rdna1-kmgr: the last trial boot with the RDNA1 amdgpu quirks did not confirm, so this boot runs "
+            "amdgpu with rdna1_quirks=0 (stock behaviour). `rdna1-kmgr retry` tries once more at the "
+            "next boot; `rdna1-kmgr rollback` removes the patched driver."
+        )
     if boot == "fallback":
-        return ("rdna1-kmgr: this boot runs amdgpu with rdna1_quirks=0 (stock behaviour). "
-                "`rdna1-kmgr retry` makes the next boot a trial with the quirks on.")
+        return (
+            "rdna1-kmgr: this boot runs amdgpu with rdna1_quirks=0 (stock behaviour). "
+            "`rdna1-kmgr retry` makes the next boot a trial with the quirks on."
+        )
     if boot == "trial" and state == "confirmed":
         return "rdna1-kmgr: this trial boot is confirmed: later boots run the RDNA1 amdgpu quirks on."
     if boot == "trial":
-        return ("rdna1-kmgr: this is a trial boot with the RDNA1 amdgpu quirks on; it confirms itself once "
-                "it has been up a while, or run `rdna1-kmgr confirm`. If it does not, the next boot "
-                "runs them off.")
+        return (
+            "rdna1-kmgr: this is a trial boot with the RDNA1 amdgpu quirks on; it confirms itself once "
+            "it has been up a while, or run `rdna1-kmgr confirm`. If it does not, the next boot "
+            "runs them off."
+        )
     if boot == "confirmed":
         return "rdna1-kmgr: the RDNA1 amdgpu quirks are on (confirmed)."
     return "rdna1-kmgr: this boot was not started by the boot guard."
@@ -314,8 +335,10 @@ def message(boot: str | None, state: str | None) -> str:
 
 def _require_installed(root: TargetRoot) -> None:
     if not installed(root):
-        raise UsageError("the boot guard is not installed here",
-                         "it comes with `rdna1-kmgr install` on a machine that boots with GRUB")
+        raise UsageError(
+            "the boot guard is not installed here",
+            "it comes with `rdna1-kmgr install` on a machine that boots with GRUB",
+        )
 
 
 def retry(root: TargetRoot, dry_run: bool = False) -> str:
@@ -335,14 +358,19 @@ def confirm(root: TargetRoot, auto: bool = False, target: str | None = None, dry
     if boot != "trial" or env.get(STATE) != "trying":
         if auto:
             return f"rdna1-kmgr: not a trial boot ({boot or 'not started by the guard'}): nothing to confirm"
-        raise UsageError(f"this boot is not a trial (it is {boot or 'not started by the boot guard'}, "
-                         f"state {env.get(STATE) or 'unset'})",
-                         "`rdna1-kmgr retry` makes the next boot a trial; confirm during that boot")
+        raise UsageError(
+            f"this boot is not a trial (it is {boot or 'not started by the boot guard'}, "
+            f"state {env.get(STATE) or 'unset'})",
+            "`rdna1-kmgr retry` makes the next boot a trial; confirm during that boot",
+        )
     if auto:
         problems = check_good(root, env.get(MASK), target or "multi-user.target")
         if problems:
-            return ("rdna1-kmgr: this trial boot does not confirm (" + "; ".join(problems)
-                    + "): the next boot runs amdgpu with rdna1_quirks=0")
+            return (
+                "rdna1-kmgr: this trial boot does not confirm ("
+                + "; ".join(problems)
+                + "): the next boot runs amdgpu with rdna1_quirks=0"
+            )
     command = editenv(root, "set", f"{STATE}=confirmed")
     if dry_run:
         return " ".join(command)

@@ -57,8 +57,12 @@ def write(kernel: str, state: str, **fields) -> dict:
     """Replace the kernel's record (atomically, durably). The marker stays while the work is pending or
     running (a run killed half way is done again by the next hook or boot) and goes with its outcome."""
     assert state in STATES, state
-    record = {"kernel": user_input.kernel_release(kernel), "state": state,
-              "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **fields}
+    record = {
+        "kernel": user_input.kernel_release(kernel),
+        "state": state,
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **fields,
+    }
     make_dirs(follow_dir())
     write_durably(_record_path(kernel), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     marker = pending_dir() / record["kernel"]
@@ -91,13 +95,17 @@ def describe(record: dict | None) -> str | None:
         return None
     state, kernel = record.get("state"), record.get("kernel")
     if state == "pending":
-        return (f"pending since {record.get('updated')}: runs once the package manager is done, or at the next "
-                f"boot (rdna1-kmgr-follow.service); until then {kernel} keeps the stock amdgpu")
+        return (
+            f"pending since {record.get('updated')}: runs once the package manager is done, or at the next "
+            f"boot (rdna1-kmgr-follow.service); until then {kernel} keeps the stock amdgpu"
+        )
     if state == "running":
         return f"running since {record.get('updated')} (pid {record.get('pid')}), log {record.get('log')}"
     if state == "patched":
-        return f"patched: {record.get('package')}/{record.get('package_version')} installed, VM verdict " \
-               f"{record.get('verdict')} ({record.get('updated')})"
+        return (
+            f"patched: {record.get('package')}/{record.get('package_version')} installed, VM verdict "
+            f"{record.get('verdict')} ({record.get('updated')})"
+        )
     if state == "stock":
         return f"keeps the stock amdgpu: {record.get('reason')} (at {record.get('stage')}; log {record.get('log')})"
     return f"{state}: {record.get('reason')}"

@@ -22,7 +22,9 @@ from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.install.target_root import TargetRoot
 
 _MODULE_SUFFIX = r"\.ko(?:\.xz|\.zst|\.gz)?"
-_LSINITRD_LINE = re.compile(r"^[-dlcbps][rwxsStT-]{9}\s+\d+\s+\S+\s+\S+\s+(?:\d+,\s*)?\d+\s+\w{3}\s+\d+\s+[\d:]+\s+(.+)$")
+_LSINITRD_LINE = re.compile(
+    r"^[-dlcbps][rwxsStT-]{9}\s+\d+\s+\S+\s+\S+\s+(?:\d+,\s*)?\d+\s+\w{3}\s+\d+\s+[\d:]+\s+(.+)$"
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,10 @@ class InitramfsTool:
 
     def require_supported(self) -> None:
         if not self.supported:
-            raise HostError(f"the initramfs tool {self.name} is not supported yet",
-                            "rdna1-kmgr install knows initramfs-tools (Debian, Ubuntu) and dracut only")
+            raise HostError(
+                f"the initramfs tool {self.name} is not supported yet",
+                "rdna1-kmgr install knows initramfs-tools (Debian, Ubuntu) and dracut only",
+            )
 
     def carried_module(self, kernel: str, module: str) -> CarriedModule | None:
         """Which `module` the kernel's image would load (None when it carries none).
@@ -85,11 +89,16 @@ class InitramfsTool:
         with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-initramfs-", dir=self.scratch_parent()) as tmp:
             self.extract(image, Path(tmp))
             # unmkinitramfs puts an early (microcode) archive in early/ and the main one in main/.
-            roots = [r for r in (Path(tmp) / "main", Path(tmp)) if (r / "lib/modules" / kernel).is_dir()
-                     or (r / "usr/lib/modules" / kernel).is_dir()]
+            roots = [
+                r
+                for r in (Path(tmp) / "main", Path(tmp))
+                if (r / "lib/modules" / kernel).is_dir() or (r / "usr/lib/modules" / kernel).is_dir()
+            ]
             if not roots:
-                raise HostError(f"{image} lists {entries[0]} but holds no lib/modules/{kernel} once unpacked",
-                                "check the image with lsinitramfs")
+                raise HostError(
+                    f"{image} lists {entries[0]} but holds no lib/modules/{kernel} once unpacked",
+                    "check the image with lsinitramfs",
+                )
             result = runner.run(TargetRoot(roots[0]).modinfo_command(kernel, module), check=False)
             if result.returncode != 0 or not result.stdout.strip():
                 return CarriedModule(entries, None, None)
@@ -141,8 +150,12 @@ class Dracut(InitramfsTool):
     def regenerate(self, kernel: str) -> None:
         self.require_supported()
         # dracut prints its progress on stderr and its failures there too; a cold image takes a minute.
-        runner.run(self.regenerate_command(kernel), timeout=1800, doing=f"dracut for {kernel}",
-                   hint="see dracut's message; `dracut --force --kver KREL` by hand shows all of it")
+        runner.run(
+            self.regenerate_command(kernel),
+            timeout=1800,
+            doing=f"dracut for {kernel}",
+            hint="see dracut's message; `dracut --force --kver KREL` by hand shows all of it",
+        )
 
     def list_files(self, image: Path) -> list[str]:
         out = runner.run(self._inside(["lsinitrd", self._own(image)]), doing=f"lsinitrd {image}").stdout
@@ -164,8 +177,11 @@ class Dracut(InitramfsTool):
         return scratch
 
     def _inside(self, argv: list[str]) -> list[str]:
-        return argv if self.root.is_system or not _installed_in(self.root, argv[0]) else \
-            ["chroot", str(self.root.path), *argv]
+        return (
+            argv
+            if self.root.is_system or not _installed_in(self.root, argv[0])
+            else ["chroot", str(self.root.path), *argv]
+        )
 
     def _own(self, path: Path) -> str:
         """A path as the tool sees it: inside the root when it runs there."""
@@ -200,5 +216,7 @@ def detect(root: TargetRoot) -> InitramfsTool:
     for program, tool in _TOOLS:
         if shutil.which(program):
             return tool(root)
-    raise HostError("no initramfs tool found (update-initramfs, dracut or mkinitcpio)",
-                    "install the distribution's (apt install initramfs-tools)")
+    raise HostError(
+        "no initramfs tool found (update-initramfs, dracut or mkinitcpio)",
+        "install the distribution's (apt install initramfs-tools)",
+    )

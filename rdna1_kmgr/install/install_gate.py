@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild import module_checks, signing
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install import modprobe_conf
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_checks, signing
 from rdna1_kmgr.vm import verdict
 
 if TYPE_CHECKING:
@@ -49,14 +49,18 @@ class Gate:
 
 def check_gate(candidate: Candidate, cert: Path, skip_vm_check: bool, root: TargetRoot) -> Gate:
     if not cert.is_file():
-        raise InstallRefused(f"the signing certificate {cert} does not exist",
-                             "give the one the build used with --cert; nothing was changed")
+        raise InstallRefused(
+            f"the signing certificate {cert} does not exist",
+            "give the one the build used with --cert; nothing was changed",
+        )
     try:
         module_checks.verify_signature(candidate.module, cert)
     except BuildError as err:
-        raise InstallRefused(f"the built module {candidate.module} is not validly signed: {err.what}",
-                             f"rebuild it with `rdna1-kmgr build --kernel {candidate.kernel}`, or give the "
-                             "certificate it was signed with as --cert; nothing was changed") from None
+        raise InstallRefused(
+            f"the built module {candidate.module} is not validly signed: {err.what}",
+            f"rebuild it with `rdna1-kmgr build --kernel {candidate.kernel}`, or give the "
+            "certificate it was signed with as --cert; nothing was changed",
+        ) from None
     signer = " ".join(module_checks.modinfo_field(candidate.module, "signer"))
     vm_check = _vm_check(candidate, skip_vm_check)
     facts = host_facts.detect(root.path)
@@ -68,7 +72,8 @@ def check_gate(candidate: Candidate, cert: Path, skip_vm_check: bool, root: Targ
                 "refuse the module",
                 f"run `rdna1-kmgr keys enroll --cert {cert}` as root, choose a one-time password, reboot, pick "
                 "'Enroll MOK' in the blue MOK Manager screen and type that password, then install again; "
-                "nothing was changed")
+                "nothing was changed",
+            )
     return Gate(cert, signer, vm_check, facts.secure_boot_state)
 
 
@@ -85,8 +90,10 @@ def _vm_check(candidate: Candidate, skip: bool) -> dict:
         if record is None:
             problem = f"there is no VM verdict for this module (sha256 {short}...)"
         elif record.module_sha256 != candidate.sha256:
-            problem = f"the verdict record {verdict.record_path(candidate.sha256)} names another module " \
-                      f"(sha256 {record.module_sha256[:12]}...)"
+            problem = (
+                f"the verdict record {verdict.record_path(candidate.sha256)} names another module "
+                f"(sha256 {record.module_sha256[:12]}...)"
+            )
         elif record.kernel != candidate.kernel:
             problem = f"its VM verdict is for kernel {record.kernel}, not {candidate.kernel}"
         elif not record.passed:
@@ -95,18 +102,22 @@ def _vm_check(candidate: Candidate, skip: bool) -> dict:
         return {"verdict": record.verdict, "mode": record.mode, "record": str(verdict.record_path(candidate.sha256))}
     if skip:
         return {"skipped": True, "why": problem}
-    raise InstallRefused(f"refusing to install {candidate.package.ref} for {candidate.kernel}: {problem}",
-                         f"run `rdna1-kmgr vm-test --kernel {candidate.kernel}` first (or, at your own risk, "
-                         "--skip-vm-check); nothing was changed")
+    raise InstallRefused(
+        f"refusing to install {candidate.package.ref} for {candidate.kernel}: {problem}",
+        f"run `rdna1-kmgr vm-test --kernel {candidate.kernel}` first (or, at your own risk, "
+        "--skip-vm-check); nothing was changed",
+    )
 
 
 def check_kernel_installed(kernel: str, root: TargetRoot) -> None:
     """Its modules, or its headers at least (a newcomer's distro kernel: the module waits for its image)."""
     modules = root.modules_dir(kernel)
     if not any(p.exists() for p in (modules / "kernel", modules / "modules.order", modules / "build")):
-        raise InstallRefused(f"kernel {kernel} is not installed here ({modules} holds neither its modules nor "
-                             "its headers)", f"build for it first (`rdna1-kmgr build --kernel {kernel}`), or install "
-                             f"its image package (linux-image-{kernel}); nothing was changed")
+        raise InstallRefused(
+            f"kernel {kernel} is not installed here ({modules} holds neither its modules nor " "its headers)",
+            f"build for it first (`rdna1-kmgr build --kernel {kernel}`), or install "
+            f"its image package (linux-image-{kernel}); nothing was changed",
+        )
 
 
 def installed_path(candidate: Candidate, root: TargetRoot) -> Path:
@@ -124,30 +135,42 @@ def check_no_foreign_module(candidate: Candidate, root: TargetRoot, trees: dkms.
         return
     # DKMS's kernel hook (`dkms autoinstall`, run when a kernel package is installed) may have put one of
     # our own builds there behind the journal's back.
-    ours = [e for e in dkms.status(candidate.package.name, trees) if e.kernel == candidate.kernel
-            and e.state == "installed"] if shutil.which("dkms") else []
+    ours = (
+        [
+            e
+            for e in dkms.status(candidate.package.name, trees)
+            if e.kernel == candidate.kernel and e.state == "installed"
+        ]
+        if shutil.which("dkms")
+        else []
+    )
     if ours:
         raise InstallRefused(
             f"{candidate.package.name}/{ours[0].version} was installed for {candidate.kernel} outside "
             "rdna1-kmgr (by DKMS's kernel hook?), so there is no journal to roll it back with",
             f"undo it with `dkms uninstall -m {candidate.package.name} -v {ours[0].version} -k "
-            f"{candidate.kernel}` and `depmod {candidate.kernel}`, then install again; nothing was changed")
-    raise InstallRefused(f"{found[0]} is already there, and not from rdna1-kmgr",
-                         "remove the package that installed it (see `dkms status`); nothing was changed")
+            f"{candidate.kernel}` and `depmod {candidate.kernel}`, then install again; nothing was changed",
+        )
+    raise InstallRefused(
+        f"{found[0]} is already there, and not from rdna1-kmgr",
+        "remove the package that installed it (see `dkms status`); nothing was changed",
+    )
 
 
 def check_conf_is_ours(root: TargetRoot) -> None:
     """The shared modprobe.d file is rewritten for every install: one rdna1-kmgr did not write is refused."""
     conf = modprobe_conf.path(root)
     if not modprobe_conf.is_ours(conf):
-        raise InstallRefused(f"{conf} is there and was not written by rdna1-kmgr",
-                             "move it aside (rdna1-kmgr keeps its own parameters in that file); nothing was changed")
+        raise InstallRefused(
+            f"{conf} is there and was not written by rdna1-kmgr",
+            "move it aside (rdna1-kmgr keeps its own parameters in that file); nothing was changed",
+        )
 
 
 def _loud_skip(gate: Gate) -> str:
     bar = "!" * 78
-    return (f"{bar}\nrdna1-kmgr: WARNING: --skip-vm-check: installing WITHOUT a passing VM verdict "
-            f"({gate.vm_check['why']}).\nrdna1-kmgr: This module was not proven in a VM; the journal records "
-            f"that it was skipped.\n{bar}\n")
-
-
+    return (
+        f"{bar}\nrdna1-kmgr: WARNING: --skip-vm-check: installing WITHOUT a passing VM verdict "
+        f"({gate.vm_check['why']}).\nrdna1-kmgr: This module was not proven in a VM; the journal records "
+        f"that it was skipped.\n{bar}\n"
+    )

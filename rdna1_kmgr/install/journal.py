@@ -35,10 +35,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import user_input
@@ -138,13 +138,17 @@ def check_writable() -> None:
     elif not os.access(probe, os.W_OK | os.X_OK):
         problem = f"{probe} is not writable"
     if problem:
-        raise HostError(f"cannot keep the journal under {root}: {problem}",
-                        "run as root, or point RDNA1_KMGR_STATE at a writable directory")
+        raise HostError(
+            f"cannot keep the journal under {root}: {problem}",
+            "run as root, or point RDNA1_KMGR_STATE at a writable directory",
+        )
 
 
 def _state_error(err: OSError) -> HostError:
-    return HostError(f"cannot keep the journal under {state_dir()}: {err.strerror or err}",
-                     "run as root, or point RDNA1_KMGR_STATE at a writable directory")
+    return HostError(
+        f"cannot keep the journal under {state_dir()}: {err.strerror or err}",
+        "run as root, or point RDNA1_KMGR_STATE at a writable directory",
+    )
 
 
 # --- the lock -------------------------------------------------------------------------------------------
@@ -189,8 +193,10 @@ def refuse_if_busy() -> None:
     """Say at once that another run is at work, before judging its half-written journal as unfinished."""
     holder = lock_holder()
     if holder is not None:
-        raise Busy(f"another rdna1-kmgr run holds {lock_path()}: {holder.describe()}",
-                   "wait for it to finish; nothing was changed")
+        raise Busy(
+            f"another rdna1-kmgr run holds {lock_path()}: {holder.describe()}",
+            "wait for it to finish; nothing was changed",
+        )
 
 
 @contextmanager
@@ -207,7 +213,9 @@ def locked(command: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             refuse_if_busy()
-            raise Busy(f"another rdna1-kmgr run holds {lock_path()}", "wait for it to finish; nothing was changed") from None
+            raise Busy(
+                f"another rdna1-kmgr run holds {lock_path()}", "wait for it to finish; nothing was changed"
+            ) from None
         # The kernel drops the lock when the process dies, however it dies: no stale lock to clean up.
         handle.seek(0)
         handle.truncate()
@@ -276,8 +284,11 @@ class Journal:
     @staticmethod
     def kernels() -> list[str]:
         """Kernel releases with an active journal."""
-        return [release for release, entry in user_input.named_by_release(journal_root())
-                if (entry / "journal.jsonl").is_file()]
+        return [
+            release
+            for release, entry in user_input.named_by_release(journal_root())
+            if (entry / "journal.jsonl").is_file()
+        ]
 
     def exists(self) -> bool:
         return self.path.is_file()
@@ -293,8 +304,9 @@ class Journal:
         except (FileNotFoundError, NotADirectoryError):
             return [], 0  # no journal (NotADirectoryError: the state path runs through a file; writing says so)
         except OSError as err:
-            raise JournalError(f"cannot read the journal {self.path}: {err.strerror}",
-                               "check the state directory") from None
+            raise JournalError(
+                f"cannot read the journal {self.path}: {err.strerror}", "check the state directory"
+            ) from None
         lines = raw.split(b"\n")
         torn = lines.pop()  # b"" when the file ends with a newline; else a write cut short by a crash
         records = []
@@ -352,13 +364,27 @@ class Journal:
     def begin(self, operation: str, **fields) -> dict:
         return self.append("begin", operation=operation, pid=os.getpid(), tool_version=__version__, **fields)
 
-    def record_intent(self, step: str, command: list[str] | None, replaces: list[Path], dirs: list[Path],
-                      undo: dict | None = None, **extra) -> dict:
+    def record_intent(
+        self,
+        step: str,
+        command: list[str] | None,
+        replaces: list[Path],
+        dirs: list[Path],
+        undo: dict | None = None,
+        **extra,
+    ) -> dict:
         """Back up every file the step will replace, then write its intent (all durable)."""
         seq = len(self.records()) + 1
         backups = [self._backup(path, f"{seq:03d}-{index}") for index, path in enumerate(replaces)]
-        return self.append("intent", step=step, command=command, backups=backups,
-                           dirs=[str(d) for d in dirs if not d.exists()], undo=undo, **extra)
+        return self.append(
+            "intent",
+            step=step,
+            command=command,
+            backups=backups,
+            dirs=[str(d) for d in dirs if not d.exists()],
+            undo=undo,
+            **extra,
+        )
 
     def _backup(self, path: Path, name: str) -> dict:
         entry = {"path": str(path), "backup": None}
@@ -374,8 +400,14 @@ class Journal:
             digest = copy_durably(path, self.backups / name)
         except OSError as err:
             raise _state_error(err) from None
-        return {**entry, "backup": name, "sha256": digest, "mode": stat.st_mode & 0o7777,
-                "uid": stat.st_uid, "gid": stat.st_gid}
+        return {
+            **entry,
+            "backup": name,
+            "sha256": digest,
+            "mode": stat.st_mode & 0o7777,
+            "uid": stat.st_uid,
+            "gid": stat.st_gid,
+        }
 
     def restore(self, entry: dict) -> str:
         """Put one backed-up path back as it was (idempotent); says what it did."""
@@ -395,8 +427,10 @@ class Journal:
             return f"{path} already absent"
         backup = self.backups / entry["backup"]
         if not backup.is_file() or sha256_file(backup) != entry["sha256"]:
-            raise JournalError(f"the backup of {path} ({backup}) is missing or damaged",
-                               f"{path} was left as it is; restore it by hand")
+            raise JournalError(
+                f"the backup of {path} ({backup}) is missing or damaged",
+                f"{path} was left as it is; restore it by hand",
+            )
         if path.is_file() and not path.is_symlink() and sha256_file(path) == entry["sha256"]:
             _set_owner_mode(path, entry)
             return f"{path} already as before"

@@ -21,8 +21,13 @@ def recorded(journal: Journal) -> Iterator[None]:
     """Within the block, each program the runner starts gets a `program` record in `journal`."""
 
     def record(started: runner.Started) -> None:
-        journal.append("program", session=started.session, start_time=started.start_time,
-                       boot_id=started.boot_id, argv=list(started.argv))
+        journal.append(
+            "program",
+            session=started.session,
+            start_time=started.start_time,
+            boot_id=started.boot_id,
+            argv=list(started.argv),
+        )
 
     with runner.reporting_starts(record):
         yield
@@ -30,7 +35,13 @@ def recorded(journal: Journal) -> Iterator[None]:
 
 def stop_left_over(journal: Journal) -> list[str]:
     """Stop the programs an earlier run recorded in `journal` that still run; one line for each."""
-    programs = [runner.Started(r["session"], r["start_time"], r["boot_id"], tuple(r["argv"]))
-                for r in journal.records() if r["kind"] == "program"]
-    return [f"stopped {' '.join(p.argv[:4])}{' ...' if len(p.argv) > 4 else ''} (session {p.session}), "
-            "left running by an earlier run that was killed" for p in runner.stop_left_over(programs)]
+    programs = [
+        runner.Started(r["session"], r["start_time"], r["boot_id"], tuple(r["argv"]))
+        for r in journal.records()
+        if r["kind"] == "program"
+    ]
+    return [
+        f"stopped {' '.join(p.argv[:4])}{' ...' if len(p.argv) > 4 else ''} (session {p.session}), "
+        "left running by an earlier run that was killed"
+        for p in runner.stop_left_over(programs)
+    ]

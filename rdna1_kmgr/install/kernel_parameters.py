@@ -22,8 +22,10 @@ DEFAULTS = "etc/default/grub.d/rdna1-kmgr.parameters.cfg"
 
 
 def file_text(word: str) -> bytes:
-    return (f"# Written by `rdna1-kmgr experiment apply`; `rdna1-kmgr rollback` removes it: the kernel cell that\n"
-            f"# passed on this board, on every boot.\nGRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX {word}\"\n").encode()
+    return (
+        f"# Written by `rdna1-kmgr experiment apply`; `rdna1-kmgr rollback` removes it: the kernel cell that\n"
+        f'# passed on this board, on every boot.\nGRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX {word}"\n'
+    ).encode()
 
 
 def install(word: str, dry_run: bool = False) -> dict:
@@ -35,8 +37,11 @@ def install(word: str, dry_run: bool = False) -> dict:
     path = root.path / DEFAULTS
     journal = ParameterJournal()
     lines = ([f"first undo the parameter added before ({journal.path})"] if journal.exists() else []) + [
-        f"{'replace' if path.exists() else 'create'} {path} (backed up in the journal first): GRUB_CMDLINE_LINUX += {word}",
-        "update-grub", f"journal: {journal.path}"]
+        f"{'replace' if path.exists() else 'create'} {path} (backed up in the journal first): "
+        f"GRUB_CMDLINE_LINUX += {word}",
+        "update-grub",
+        f"journal: {journal.path}",
+    ]
     if dry_run:
         return {"parameter": word, "dry_run": True, "plan": lines}
     said = []

@@ -26,13 +26,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-from rdna1_kmgr.modbuild import built_module, module_checks, signing
-from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file
@@ -57,14 +55,26 @@ from rdna1_kmgr.install.journal import (
     write_durably,
 )
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.modbuild import built_module, module_checks, signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.render import quirk_catalog
 
 MODPROBE_CONF = modprobe_conf.NAME
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "boot-guard", "verify")
 # What depmod writes (kmod 30); the package's modules.order, modules.builtin(.modinfo) are its inputs.
-DEPMOD_OUTPUTS = ("modules.alias", "modules.alias.bin", "modules.builtin.alias.bin", "modules.builtin.bin",
-                  "modules.dep", "modules.dep.bin", "modules.devname", "modules.softdep", "modules.symbols",
-                  "modules.symbols.bin")
+DEPMOD_OUTPUTS = (
+    "modules.alias",
+    "modules.alias.bin",
+    "modules.builtin.alias.bin",
+    "modules.builtin.bin",
+    "modules.dep",
+    "modules.dep.bin",
+    "modules.devname",
+    "modules.softdep",
+    "modules.symbols",
+    "modules.symbols.bin",
+)
 DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
 ESCAPE_PARAMETER = modprobe_conf.ESCAPE_PARAMETER
 
@@ -118,8 +128,10 @@ def with_quirks(candidate: Candidate, mask: int | None) -> Candidate:
     if mask is None:
         return candidate
     if candidate.parameters.get("rdna1_quirks") is None:
-        raise UsageError("--quirks needs a build with the rdna1_quirks parameter",
-                         "this build's manifest names no quirks; rebuild it")
+        raise UsageError(
+            "--quirks needs a build with the rdna1_quirks parameter",
+            "this build's manifest names no quirks; rebuild it",
+        )
     carried = carried_bits(candidate.manifest)
     if carried is None:
         carried = int(candidate.parameters["rdna1_quirks"], 16)
@@ -127,11 +139,14 @@ def with_quirks(candidate: Candidate, mask: int | None) -> Candidate:
     if mask < 0 or extra:
         left_out = _left_out_bits(candidate.manifest, extra) if mask >= 0 else []
         if left_out:
-            raise UsageError(f"--quirks 0x{mask:x}: {left_out[0]}",
-                             f"give a mask within the bits this build carries (0x{carried:x}); `rdna1-kmgr status` "
-                             "lists them")
-        raise UsageError(f"--quirks 0x{mask:x} has bits the build lacks (0x{extra:x}); it carries 0x{carried:x}",
-                         "give a mask within the build's quirks (see `rdna1-kmgr quirks`)")
+            raise UsageError(
+                f"--quirks 0x{mask:x}: {left_out[0]}",
+                f"give a mask within the bits this build carries (0x{carried:x}); `rdna1-kmgr status` " "lists them",
+            )
+        raise UsageError(
+            f"--quirks 0x{mask:x} has bits the build lacks (0x{extra:x}); it carries 0x{carried:x}",
+            "give a mask within the build's quirks (see `rdna1-kmgr quirks`)",
+        )
     return dataclasses.replace(candidate, parameters={**candidate.parameters, "rdna1_quirks": f"0x{mask:x}"})
 
 
@@ -140,11 +155,14 @@ def find_candidate(kernel: str, trees: dkms.Trees) -> Candidate:
     try:
         built = built_module.for_kernel(kernel, trees)
     except UsageError:
-        raise InstallRefused(f"no rdna1-amdgpu build for kernel {kernel}",
-                             f"run `rdna1-kmgr build --kernel {kernel}` first; nothing was changed") from None
+        raise InstallRefused(
+            f"no rdna1-amdgpu build for kernel {kernel}",
+            f"run `rdna1-kmgr build --kernel {kernel}` first; nothing was changed",
+        ) from None
     package = dkms.Package(dkms.PACKAGE_NAME, built.package_version)
-    return Candidate(package, kernel, built.path, sha256_file(built.path), module_parameters(built.manifest),
-                     built.manifest)
+    return Candidate(
+        package, kernel, built.path, sha256_file(built.path), module_parameters(built.manifest), built.manifest
+    )
 
 
 def resolved_module(kernel: str, module: str, root: TargetRoot) -> Path | None:
@@ -194,26 +212,45 @@ def depmod_files(kernel: str, root: TargetRoot) -> list[Path]:
     return [folder / name for name in sorted(names)]
 
 
-def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: initramfs.InitramfsTool,
-               cert: Path, on_verified: Callable[[dict], None],
-               guard: boot_guard.Settings | None = None) -> list[Step]:
+def plan_steps(
+    candidate: Candidate,
+    root: TargetRoot,
+    trees: dkms.Trees,
+    tool: initramfs.InitramfsTool,
+    cert: Path,
+    on_verified: Callable[[dict], None],
+    guard: boot_guard.Settings | None = None,
+) -> list[Step]:
     kernel = candidate.kernel
     target = installed_path(candidate, root)
     # --no-depmod: DKMS would run depmod itself, on /lib/modules even with --installtree; our own depmod
     # step keeps the index change separate and exactly backed up. --force: DKMS otherwise keeps a same-named
     # in-kernel module whose `version:` equals ours (amdgpu has none) and installs nothing, reporting success.
-    dkms_args = ["install", "-m", candidate.package.name, "-v", candidate.package.version, "-k", kernel,
-                 "--force", "--no-depmod"]
+    dkms_args = [
+        "install",
+        "-m",
+        candidate.package.name,
+        "-v",
+        candidate.package.version,
+        "-k",
+        kernel,
+        "--force",
+        "--no-depmod",
+    ]
     dkms_install = [*dkms.command(dkms_args, trees), *root.dkms_options()]
-    uninstall = [*dkms.command(["uninstall", "-m", candidate.package.name, "-v", candidate.package.version,
-                                "-k", kernel, "--no-depmod"], trees), *root.dkms_options()]
+    uninstall = [
+        *dkms.command(
+            ["uninstall", "-m", candidate.package.name, "-v", candidate.package.version, "-k", kernel, "--no-depmod"],
+            trees,
+        ),
+        *root.dkms_options(),
+    ]
 
     def run_dkms_install() -> None:
         dkms.require_dkms()
         _run(dkms_install, "dkms install")
         if not target.is_file() or sha256_file(target) != candidate.sha256:
-            raise HostError(f"dkms install reported success but {target} is not the built module",
-                            "see `dkms status`")
+            raise HostError(f"dkms install reported success but {target} is not the built module", "see `dkms status`")
 
     conf = modprobe_conf.path(root)
     # With the boot guard, GRUB puts rdna1_quirks on each boot's command line: a value here would compete.
@@ -221,33 +258,76 @@ def plan_steps(candidate: Candidate, root: TargetRoot, trees: dkms.Trees, tool: 
     conf_text = modprobe_conf.text_for(exclude=kernel, adding=(kernel, conf_params)) or ""
     image = tool.image(kernel)
     # Headers only, no kernel to boot: its image package's postinst makes the initramfs, with this module.
-    initramfs_step = Step("initramfs", tool.regenerate_command(kernel), tool.outputs(kernel),
-                          _parents_to_create(image.parent), lambda: tool.regenerate(kernel)) \
-        if root.kernel_image_installed(kernel) else Step("initramfs", None, [], [], lambda: None, text=[
-            f"    skipped: {root.boot_dir}/vmlinuz-{kernel} is not installed; its package makes the initramfs"])
+    initramfs_step = (
+        Step(
+            "initramfs",
+            tool.regenerate_command(kernel),
+            tool.outputs(kernel),
+            _parents_to_create(image.parent),
+            lambda: tool.regenerate(kernel),
+        )
+        if root.kernel_image_installed(kernel)
+        else Step(
+            "initramfs",
+            None,
+            [],
+            [],
+            lambda: None,
+            text=[f"    skipped: {root.boot_dir}/vmlinuz-{kernel} is not installed; its package makes the initramfs"],
+        )
+    )
     steps = [
-        Step("dkms-install", dkms_install, [target], _parents_to_create(target.parent), run_dkms_install,
-             undo={"kind": "dkms-uninstall", "package": candidate.package.name,
-                   "version": candidate.package.version, "kernel": kernel, "command": uninstall,
-                   "trees": {"source": str(trees.source), "dkms": str(trees.dkms)}}),
-        Step("depmod", root.depmod_command(kernel), depmod_files(kernel, root), [],
-             lambda: _run(root.depmod_command(kernel), "depmod")),
+        Step(
+            "dkms-install",
+            dkms_install,
+            [target],
+            _parents_to_create(target.parent),
+            run_dkms_install,
+            undo={
+                "kind": "dkms-uninstall",
+                "package": candidate.package.name,
+                "version": candidate.package.version,
+                "kernel": kernel,
+                "command": uninstall,
+                "trees": {"source": str(trees.source), "dkms": str(trees.dkms)},
+            },
+        ),
+        Step(
+            "depmod",
+            root.depmod_command(kernel),
+            depmod_files(kernel, root),
+            [],
+            lambda: _run(root.depmod_command(kernel), "depmod"),
+        ),
         # The file serves every installed kernel: written for all of them, and a rollback rewrites it for
         # the kernels left instead of restoring this backup (modprobe_conf says why).
-        Step("modprobe-conf", None, [conf], _parents_to_create(conf.parent),
-             lambda: modprobe_conf.sync(conf, exclude=kernel, adding=(kernel, conf_params)),
-             undo={"kind": "modprobe-conf", "path": str(conf), "kernel": kernel},
-             text=[f"    {line}" for line in conf_text.splitlines() if not line.startswith("#")]),
+        Step(
+            "modprobe-conf",
+            None,
+            [conf],
+            _parents_to_create(conf.parent),
+            lambda: modprobe_conf.sync(conf, exclude=kernel, adding=(kernel, conf_params)),
+            undo={"kind": "modprobe-conf", "path": str(conf), "kernel": kernel},
+            text=[f"    {line}" for line in conf_text.splitlines() if not line.startswith("#")],
+        ),
         initramfs_step,
     ]
     if guard is not None:
         steps.append(guard_step(root, guard))
     steps += [
-        Step("verify", None, [], [], lambda: on_verified(verify(candidate, root, tool, cert)),
-             text=[f"    {' '.join(root.modinfo_command(kernel, candidate.module_name))} must name {target} "
-                   f"with sha256 {candidate.sha256}",
-                   f"    lsinitramfs {image}: when it carries {candidate.module_name}, its own index must give that "
-                   "module (unmkinitramfs, then modinfo -b)"]),
+        Step(
+            "verify",
+            None,
+            [],
+            [],
+            lambda: on_verified(verify(candidate, root, tool, cert)),
+            text=[
+                f"    {' '.join(root.modinfo_command(kernel, candidate.module_name))} must name {target} "
+                f"with sha256 {candidate.sha256}",
+                f"    lsinitramfs {image}: when it carries {candidate.module_name}, its own index must give that "
+                "module (unmkinitramfs, then modinfo -b)",
+            ],
+        ),
     ]
     return steps
 
@@ -262,11 +342,19 @@ def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
         write_durably(path, text.encode(), mode)
 
     commands = boot_guard.arm_commands(root, guard)
-    return Step("boot-guard", None, written, dirs, lambda: boot_guard.install(root, guard, write),
-                undo={"kind": "boot-guard", "after": boot_guard.undo_commands(root)},
-                text=[f"    {' '.join(c)}" for c in commands]
-                + [f"    the first boot is a trial with rdna1_quirks=0x{guard.mask:x}; it confirms itself after "
-                   f"{guard.confirm_after} s with {guard.target} reached, or the next boots run rdna1_quirks=0"])
+    return Step(
+        "boot-guard",
+        None,
+        written,
+        dirs,
+        lambda: boot_guard.install(root, guard, write),
+        undo={"kind": "boot-guard", "after": boot_guard.undo_commands(root)},
+        text=[f"    {' '.join(c)}" for c in commands]
+        + [
+            f"    the first boot is a trial with rdna1_quirks=0x{guard.mask:x}; it confirms itself after "
+            f"{guard.confirm_after} s with {guard.target} reached, or the next boots run rdna1_quirks=0"
+        ],
+    )
 
 
 def verify(candidate: Candidate, root: TargetRoot, tool: initramfs.InitramfsTool, cert: Path) -> dict:
@@ -276,25 +364,36 @@ def verify(candidate: Candidate, root: TargetRoot, tool: initramfs.InitramfsTool
     if resolved is None:
         raise BuildError(f"modinfo -k {candidate.kernel} -n {candidate.module_name} finds no module")
     if resolved != expected:
-        raise BuildError(f"modinfo -k {candidate.kernel} -n {candidate.module_name} resolves to {resolved}, "
-                         f"not the installed {expected}")
+        raise BuildError(
+            f"modinfo -k {candidate.kernel} -n {candidate.module_name} resolves to {resolved}, "
+            f"not the installed {expected}"
+        )
     digest = sha256_file(resolved)
     if digest != candidate.sha256:
         raise BuildError(f"{resolved} has sha256 {digest}, not the built module's {candidate.sha256}")
     module_checks.verify_signature(resolved, cert)
     carried = tool.carried_module(candidate.kernel, candidate.module_name)
     if carried is not None and carried.sha256 != candidate.sha256:
-        which = f"resolves {candidate.module_name} to {carried.resolved} (sha256 {carried.sha256[:12]}...)" \
-            if carried.resolved else f"carries {carried.entries[0]} but its index resolves none"
+        which = (
+            f"resolves {candidate.module_name} to {carried.resolved} (sha256 {carried.sha256[:12]}...)"
+            if carried.resolved
+            else f"carries {carried.entries[0]} but its index resolves none"
+        )
         raise BuildError(f"the initramfs {tool.image(candidate.kernel)} {which}, not the installed module")
-    return {"module": str(resolved), "sha256": digest, "initramfs": str(tool.image(candidate.kernel)),
-            "initramfs_module": carried.resolved if carried else None}
+    return {
+        "module": str(resolved),
+        "sha256": digest,
+        "initramfs": str(tool.image(candidate.kernel)),
+        "initramfs_module": carried.resolved if carried else None,
+    }
 
 
 def plan_lines(candidate: Candidate, gate: Gate, steps: list[Step], replacing: list[str]) -> list[str]:
-    lines = [f"install {candidate.package.ref} for kernel {candidate.kernel}",
-             f"  module {candidate.module} (sha256 {candidate.sha256}), signed by {gate.signer!r}, verified "
-             f"against {gate.certificate}"]
+    lines = [
+        f"install {candidate.package.ref} for kernel {candidate.kernel}",
+        f"  module {candidate.module} (sha256 {candidate.sha256}), signed by {gate.signer!r}, verified "
+        f"against {gate.certificate}",
+    ]
     if gate.vm_skipped:
         lines.append(f"  WITHOUT a passing VM verdict (--skip-vm-check): {gate.vm_check['why']}")
     else:
@@ -337,15 +436,23 @@ def _existing(journal: Journal, candidate: Candidate | None) -> str:
         raise JournalError(
             f"an earlier {state.begin['operation'] if state.begin else 'run'} for {journal.kernel} did not "
             f"finish ({state.description})",
-            f"run `rdna1-kmgr rollback --kernel {journal.kernel}` first; nothing was changed")
-    if (candidate is not None and state.begin.get("module_sha256") == candidate.sha256
-            and state.begin.get("parameters", candidate.parameters) == candidate.parameters):
+            f"run `rdna1-kmgr rollback --kernel {journal.kernel}` first; nothing was changed",
+        )
+    if (
+        candidate is not None
+        and state.begin.get("module_sha256") == candidate.sha256
+        and state.begin.get("parameters", candidate.parameters) == candidate.parameters
+    ):
         return "same"
     return "replace"
 
 
-def run(request: InstallRequest, candidate: Candidate | None = None,
-        confirm: Callable[[list[str]], bool] | None = None, stream: TextIO | None = None) -> dict:
+def run(
+    request: InstallRequest,
+    candidate: Candidate | None = None,
+    confirm: Callable[[list[str]], bool] | None = None,
+    stream: TextIO | None = None,
+) -> dict:
     """Everything `rdna1-kmgr install` does; returns the JSON result. `candidate` overrides the lookup (tests)."""
     stream = stream if stream is not None else sys.stderr
     root = TargetRoot.from_env()
@@ -369,8 +476,14 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     tool = initramfs.detect(root)
     if existing == "same":
         result = verify(candidate, root, tool, cert)
-        return {"kernel": kernel, "package": candidate.package.name, "package_version": candidate.package.version,
-                "already_installed": True, "dry_run": request.dry_run, **result}
+        return {
+            "kernel": kernel,
+            "package": candidate.package.name,
+            "package_version": candidate.package.version,
+            "already_installed": True,
+            "dry_run": request.dry_run,
+            **result,
+        }
 
     check_kernel_installed(kernel, root)
     gate = check_gate(candidate, cert, request.skip_vm_check, root)
@@ -379,7 +492,8 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     same_build = existing == "replace" and (journal.state().begin or {}).get("version") == candidate.package.version
     if existing == "replace":
         replacing = ["first undo the install now in place:"] + [
-            f"  {line}" for line in rollback.plan_for(journal, keep_build=same_build)]
+            f"  {line}" for line in rollback.plan_for(journal, keep_build=same_build)
+        ]
     else:
         check_no_foreign_module(candidate, root, trees)
     check_conf_is_ours(root)
@@ -390,9 +504,16 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
     lines = plan_lines(candidate, gate, steps, replacing)
     if no_guard:
         lines.append(f"no boot guard: {no_guard}")
-    summary = {"kernel": kernel, "package": candidate.package.name, "package_version": candidate.package.version,
-               "module_sha256": candidate.sha256, "vm_check": gate.vm_check, "parameters": candidate.parameters,
-               "boot_guard": guard.__dict__ if guard else {"off": no_guard}, "plan": lines}
+    summary = {
+        "kernel": kernel,
+        "package": candidate.package.name,
+        "package_version": candidate.package.version,
+        "module_sha256": candidate.sha256,
+        "vm_check": gate.vm_check,
+        "parameters": candidate.parameters,
+        "boot_guard": guard.__dict__ if guard else {"off": no_guard},
+        "plan": lines,
+    }
     if gate.vm_skipped:
         stream.write(_loud_skip(gate))
     if request.dry_run:
@@ -404,21 +525,37 @@ def run(request: InstallRequest, candidate: Candidate | None = None,
         for line in journal_programs.stop_left_over(journal):  # a killed run's, before anything changes
             stream.write(f"rdna1-kmgr: {line}\n")
         if _existing(journal, candidate) != existing:
-            raise JournalError(f"the journal of {kernel} changed while this run was getting ready",
-                               "run the command again; nothing was changed")
+            raise JournalError(
+                f"the journal of {kernel} changed while this run was getting ready",
+                "run the command again; nothing was changed",
+            )
         if existing == "replace":
             for line in rollback.replay(journal, keep_build=same_build, reason=f"replaced by {candidate.package.ref}"):
                 stream.write(f"rdna1-kmgr: {line}\n")
-        journal.begin("install", kernel=kernel, package=candidate.package.name, version=candidate.package.version,
-                      module=str(candidate.module), module_sha256=candidate.sha256, vm_check=gate.vm_check,
-                      parameters=candidate.parameters, certificate=str(cert), root=str(root.path),
-                      boot_guard=guard.__dict__ if guard else None,
-                      trees={"source": str(trees.source), "dkms": str(trees.dkms)})
+        journal.begin(
+            "install",
+            kernel=kernel,
+            package=candidate.package.name,
+            version=candidate.package.version,
+            module=str(candidate.module),
+            module_sha256=candidate.sha256,
+            vm_check=gate.vm_check,
+            parameters=candidate.parameters,
+            certificate=str(cert),
+            root=str(root.path),
+            boot_guard=guard.__dict__ if guard else None,
+            trees={"source": str(trees.source), "dkms": str(trees.dkms)},
+        )
         with journal_programs.recorded(journal):
             _run_steps(journal, steps, stream)
         journal.append("commit", verified=verified)
-    return {**summary, "dry_run": False, "verified": verified, "journal": str(journal.path),
-            "next_boot": next_boot_text(candidate, verified, root, guard)}
+    return {
+        **summary,
+        "dry_run": False,
+        "verified": verified,
+        "journal": str(journal.path),
+        "next_boot": next_boot_text(candidate, verified, root, guard),
+    }
 
 
 def _run_steps(journal: Journal, steps: list[Step], stream: TextIO) -> None:
@@ -436,11 +573,14 @@ def _run_steps(journal: Journal, steps: list[Step], stream: TextIO) -> None:
         abort_point(step.name)
 
 
-def guard_settings(candidate: Candidate, root: TargetRoot,
-                   request: InstallRequest) -> tuple[boot_guard.Settings | None, str | None]:
+def guard_settings(
+    candidate: Candidate, root: TargetRoot, request: InstallRequest
+) -> tuple[boot_guard.Settings | None, str | None]:
     """The boot guard this install sets up, or why there is none."""
-    return boot_guard.settings(root, candidate.parameters.get("rdna1_quirks"), request.confirm_after,
-                               request.confirm_target)
+    return boot_guard.settings(
+        root, candidate.parameters.get("rdna1_quirks"), request.confirm_after, request.confirm_target
+    )
+
 
 def _roll_back_failed(journal: Journal, step: str, err: BaseException, stream: TextIO) -> None:
     why = err.line() if isinstance(err, KmgrError) else (type(err).__name__ + (f": {err}" if str(err) else ""))
@@ -449,27 +589,35 @@ def _roll_back_failed(journal: Journal, step: str, err: BaseException, stream: T
         for line in rollback.replay(journal, keep_build=True, reason=f"install failed at {step}"):
             stream.write(f"rdna1-kmgr: {line}\n")
     except KmgrError as failed:
-        raise JournalError(f"install failed at {step} ({why}), and rolling it back failed too: {failed.what}",
-                           f"run `rdna1-kmgr rollback --kernel {journal.kernel}` once the cause is fixed") from None
+        raise JournalError(
+            f"install failed at {step} ({why}), and rolling it back failed too: {failed.what}",
+            f"run `rdna1-kmgr rollback --kernel {journal.kernel}` once the cause is fixed",
+        ) from None
 
 
 def _failure(step: str, err: BaseException) -> BaseException:
     if isinstance(err, KmgrError):
-        return type(err)(f"install failed at {step}: {err.what}",
-                         (f"{err.hint}; " if err.hint else "") + "everything it changed was rolled back")
+        return type(err)(
+            f"install failed at {step}: {err.what}",
+            (f"{err.hint}; " if err.hint else "") + "everything it changed was rolled back",
+        )
     return err
 
 
-def next_boot_text(candidate: Candidate, verified: dict, root: TargetRoot,
-                   guard: boot_guard.Settings | None = None) -> list[str]:
+def next_boot_text(
+    candidate: Candidate, verified: dict, root: TargetRoot, guard: boot_guard.Settings | None = None
+) -> list[str]:
     kernel = candidate.kernel
     params = " ".join(f"{k}={v}" for k, v in sorted(candidate.parameters.items())) or "its default parameters"
     source = f"({root.modprobe_dir / MODPROBE_CONF})"
     if guard is not None:
         params, source = f"rdna1_quirks=0x{guard.mask:x}", "(from the kernel command line GRUB's boot guard writes)"
     carried = verified.get("initramfs_module")
-    where = ("from the initramfs" if carried else
-             "from /lib/modules once the root file system is mounted (the initramfs does not carry it)")
+    where = (
+        "from the initramfs"
+        if carried
+        else "from /lib/modules once the root file system is mounted (the initramfs does not carry it)"
+    )
     lines = [
         f"Installed {candidate.package.ref}: {verified.get('module')} (sha256 {candidate.sha256[:12]}...).",
         f"At the next boot of {kernel}, {candidate.module_name} is loaded {where}, with {params} {source}.",
@@ -483,9 +631,11 @@ def next_boot_text(candidate: Candidate, verified: dict, root: TargetRoot,
             f"`rdna1-kmgr retry` tries once more, `rdna1-kmgr rollback --kernel {kernel}` removes it.",
         ]
     else:
-        lines.append(f"If that boot goes wrong: at the boot menu press `e`, add {ESCAPE_PARAMETER} to the line "
-                     "starting with `linux` (stock amdgpu behaviour for that boot), boot with Ctrl-X or F10, then "
-                     f"run `rdna1-kmgr rollback --kernel {kernel}`.")
+        lines.append(
+            f"If that boot goes wrong: at the boot menu press `e`, add {ESCAPE_PARAMETER} to the line "
+            "starting with `linux` (stock amdgpu behaviour for that boot), boot with Ctrl-X or F10, then "
+            f"run `rdna1-kmgr rollback --kernel {kernel}`."
+        )
     if kernel == os.uname().release and (root.sys_module / candidate.module_name).is_dir():
         lines.append(f"The running kernel keeps the {candidate.module_name} it loaded at boot until you reboot.")
     return lines

@@ -57,13 +57,20 @@ def write_files(journal: Journal, files: dict[Path, bytes], after: list[list[str
     said = []
     for path, data in files.items():
         step = f"write {path}"
-        journal.record_intent(step, None, replaces=[path], dirs=missing_parents(path),
-                              undo={"kind": "files", "after": after or []} if after else None)
+        journal.record_intent(
+            step,
+            None,
+            replaces=[path],
+            dirs=missing_parents(path),
+            undo={"kind": "files", "after": after or []} if after else None,
+        )
         make_dirs(path.parent)
         write_durably(path, data, 0o644)
         journal.append("done", step=step)
         said.append(f"wrote {path}")
     for command in after or []:
-        runner.run(command, timeout=900, error=HostError, hint="the files are written; `rdna1-kmgr rollback` undoes them")
+        runner.run(
+            command, timeout=900, error=HostError, hint="the files are written; `rdna1-kmgr rollback` undoes them"
+        )
         said.append(" ".join(command))
     return said

@@ -8,7 +8,8 @@ looks at the current state first, so a rollback killed anywhere, or an install k
 step), is finished by running rollback again.
 
 Then: the install's DKMS package is removed for that kernel (its source too when no other kernel uses it)
-unless --keep-build; when the module index was touched (and existed before), depmod runs once more (the result equals the
+unless --keep-build; when the module index was touched (and existed before), depmod runs once more (the result
+equals the
 restored index, unless other modules were added meanwhile, which a plain restore would hide); `rolled-back`
 is recorded and the journal moves to history/.
 """
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import journal_programs, modprobe_conf
@@ -34,6 +35,7 @@ from rdna1_kmgr.install.journal import (
     remove_created_dirs,
 )
 from rdna1_kmgr.install.profile_journal import ExperimentJournal, ParameterJournal, ProfileJournal
+from rdna1_kmgr.modbuild import dkms_package as dkms
 
 
 def _undo_lines(step, keep_build: bool) -> list[str]:
@@ -67,9 +69,11 @@ def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:
     if not begin.get("package") or not begin.get("version"):
         return None
     trees = begin.get("trees") or {}
-    return (dkms.Package(begin["package"], begin["version"]),
-            dkms.Trees(source=Path(trees.get("source", "/usr/src")), dkms=Path(trees.get("dkms", "/var/lib/dkms"))),
-            begin["kernel"])
+    return (
+        dkms.Package(begin["package"], begin["version"]),
+        dkms.Trees(source=Path(trees.get("source", "/usr/src")), dkms=Path(trees.get("dkms", "/var/lib/dkms"))),
+        begin["kernel"],
+    )
 
 
 def _final_depmod(state: State) -> list[str] | None:
@@ -77,8 +81,10 @@ def _final_depmod(state: State) -> list[str] | None:
     kernel whose image is not installed had no index (modules.dep absent), and restoring leaves none."""
     for step in state.steps:
         if step.step == "depmod" and step.intent.get("command"):
-            had_index = any(Path(b["path"]).name == "modules.dep" and (b.get("backup") or "symlink" in b)
-                            for b in step.intent.get("backups", []))
+            had_index = any(
+                Path(b["path"]).name == "modules.dep" and (b.get("backup") or "symlink" in b)
+                for b in step.intent.get("backups", [])
+            )
             return step.intent["command"] if had_index else None
     return None
 
@@ -94,8 +100,10 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
     elif isinstance(journal, ParameterJournal):
         lines = [f"kernel parameter {begin.get('parameter', '?')}: {state.description} (journal {journal.path})"]
     else:
-        lines = [f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
-                 f"{state.description} (journal {journal.path})"]
+        lines = [
+            f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
+            f"{state.description} (journal {journal.path})"
+        ]
     for step in reversed(state.steps):
         if not step.undone:
             lines += [f"  {line}" for line in _undo_lines(step, keep_build)]
@@ -176,8 +184,10 @@ def _dkms_uninstall(undo: dict) -> list[str]:
     if not shutil.which("dkms"):
         return ["dkms is not installed any more: the module file is removed below, DKMS's own record stays"]
     trees = dkms.Trees(source=Path(undo["trees"]["source"]), dkms=Path(undo["trees"]["dkms"]))
-    installed = any(e.version == undo["version"] and e.kernel == undo["kernel"] and e.state == "installed"
-                    for e in dkms.status(undo["package"], trees))
+    installed = any(
+        e.version == undo["version"] and e.kernel == undo["kernel"] and e.state == "installed"
+        for e in dkms.status(undo["package"], trees)
+    )
     if not installed:
         return [f"{undo['package']}/{undo['version']} is not installed in DKMS for {undo['kernel']}"]
     _run(undo["command"], "dkms uninstall")
@@ -197,12 +207,20 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
         return [journal] if journal.exists() else []
     # The experiment's boots first: the newest layer (its GRUB lines sit on top of the boot guard's).
     experiment, parameters, profile = ExperimentJournal(), ParameterJournal(), ProfileJournal()
-    return ([experiment] if experiment.exists() else []) + [Journal(k) for k in Journal.kernels()] \
+    return (
+        ([experiment] if experiment.exists() else [])
+        + [Journal(k) for k in Journal.kernels()]
         + [j for j in (parameters, profile) if j.exists()]
+    )
 
 
-def run(kernel: str | None, keep_build: bool = False, dry_run: bool = False,
-        confirm: Callable[[list[str]], bool] | None = None, stream: TextIO | None = None) -> dict:
+def run(
+    kernel: str | None,
+    keep_build: bool = False,
+    dry_run: bool = False,
+    confirm: Callable[[list[str]], bool] | None = None,
+    stream: TextIO | None = None,
+) -> dict:
     """Everything `rdna1-kmgr rollback` does; returns the JSON result."""
     stream = stream if stream is not None else sys.stderr
     refuse_if_busy()
@@ -210,8 +228,12 @@ def run(kernel: str | None, keep_build: bool = False, dry_run: bool = False,
     plans = {j.kernel: plan_for(j, keep_build) for j in journals}  # refuses a corrupted journal here
     if not journals:
         where = f" for {kernel}" if kernel else ""
-        return {"nothing_installed": True, "kernels": [], "dry_run": dry_run,
-                "message": f"nothing installed by rdna1-kmgr{where}: no journal under {journal_root()}"}
+        return {
+            "nothing_installed": True,
+            "kernels": [],
+            "dry_run": dry_run,
+            "message": f"nothing installed by rdna1-kmgr{where}: no journal under {journal_root()}",
+        }
     lines = [line for plan in plans.values() for line in plan]
     if dry_run:
         return {"nothing_installed": False, "kernels": list(plans), "dry_run": True, "plan": lines}

@@ -1,6 +1,7 @@
 """`rdna1-kmgr status`: per kernel, what rdna1-kmgr built and installed, and whether it is in use. Reads only.
 
-A kernel is listed when it has a journal, a DKMS entry of rdna1-amdgpu, a follow record, or is the running one. For each:
+A kernel is listed when it has a journal, a DKMS entry of rdna1-amdgpu, a follow record, or is the running one. For
+each:
 the DKMS package versions and their states; the amdgpu that `modinfo -k KREL -n amdgpu` resolves to, its
 sha256 and whether it is ours; its signature (checked with openssl against the certificate) and the
 certificate's enrollment; the VM verdict of the module each DKMS build left and of the installed one (pass or
@@ -16,8 +17,6 @@ import os
 import shutil
 from pathlib import Path
 
-from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild import module_checks, module_elf, signing
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import host_facts
@@ -25,6 +24,8 @@ from rdna1_kmgr.install import boot_guard, follow_record, user_profile
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, carried_bits, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_checks, module_elf, signing
 from rdna1_kmgr.vm import verdict
 
 MODULE = "amdgpu"
@@ -57,7 +58,7 @@ def cmdline_options(root: TargetRoot, module: str = MODULE) -> dict[str, str]:
     except OSError:
         return {}
     prefix = f"{module}."
-    return dict(_pair(w[len(prefix):]) for w in words if w.startswith(prefix))
+    return dict(_pair(w[len(prefix) :]) for w in words if w.startswith(prefix))
 
 
 def loaded_parameters(root: TargetRoot, module: str = MODULE) -> dict[str, str] | None:
@@ -114,9 +115,17 @@ def _verdict(sha256: str) -> dict | None:
         return {"verdict": "unreadable", "detail": str(err)}
     if record is None:
         return None
-    return {"verdict": record.verdict, "mode": record.mode, "kernel": record.kernel, "reason": record.reason,
-            "record": str(verdict.record_path(sha256)), "when": record.started, "accel": record.accel,
-            "checked": [c.name for c in record.checks], "failed": [c.name for c in record.checks if not c.ok]}
+    return {
+        "verdict": record.verdict,
+        "mode": record.mode,
+        "kernel": record.kernel,
+        "reason": record.reason,
+        "record": str(verdict.record_path(sha256)),
+        "when": record.started,
+        "accel": record.accel,
+        "checked": [c.name for c in record.checks],
+        "failed": [c.name for c in record.checks if not c.ok],
+    }
 
 
 def _builds(entries: list, kernel: str, trees: dkms.Trees) -> list[dict]:
@@ -130,8 +139,15 @@ def _builds(entries: list, kernel: str, trees: dkms.Trees) -> list[dict]:
         except BuildError:
             continue
         digest = sha256_file(module)
-        builds.append({"version": entry.version, "module": str(module), "sha256": digest, "verdict": _verdict(digest),
-                       "quirks": build_quirks(_manifest_of(dkms.Package(entry.name, entry.version), trees))})
+        builds.append(
+            {
+                "version": entry.version,
+                "module": str(module),
+                "sha256": digest,
+                "verdict": _verdict(digest),
+                "quirks": build_quirks(_manifest_of(dkms.Package(entry.name, entry.version), trees)),
+            }
+        )
     return builds
 
 
@@ -148,17 +164,23 @@ def build_quirks(manifest: dict | None) -> dict | None:
     if not manifest:
         return None
     bits = [b for b in manifest.get("bits") or () if isinstance(b, dict)]
-    return {"carried": [b.get("id") for b in bits], "mask": carried_bits(manifest),
-            "default": [b.get("id") for b in bits if b.get("default")], "default_mask": manifest.get("quirks_mask"),
-            "left_out": [{"id": q.get("id"), "why": q.get("why")} for q in manifest.get("left_out") or ()]}
+    return {
+        "carried": [b.get("id") for b in bits],
+        "mask": carried_bits(manifest),
+        "default": [b.get("id") for b in bits if b.get("default")],
+        "default_mask": manifest.get("quirks_mask"),
+        "left_out": [{"id": q.get("id"), "why": q.get("why")} for q in manifest.get("left_out") or ()],
+    }
 
 
 def quirks_lines(quirks: dict | None) -> list[str]:
     if not quirks:
         return []
     mask = f" (0x{quirks['mask']:x})" if isinstance(quirks.get("mask"), int) else ""
-    lines = [f"  quirks      carried: {' '.join(quirks['carried']) or 'none'}{mask}; on by default: "
-             f"{' '.join(quirks['default']) or 'none'}"]
+    lines = [
+        f"  quirks      carried: {' '.join(quirks['carried']) or 'none'}{mask}; on by default: "
+        f"{' '.join(quirks['default']) or 'none'}"
+    ]
     lines += [f"              left out: {q['id']}: {q['why']}" for q in quirks["left_out"]]
     return lines
 
@@ -168,11 +190,18 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
     journal = Journal(kernel)
     try:
         state = journal.state()
-        journal_info = None if state.begin is None and not state.steps else {
-            "state": state.description, "path": str(journal.path), "version": (state.begin or {}).get("version"),
-            "module_sha256": (state.begin or {}).get("module_sha256"),
-            "vm_check": (state.begin or {}).get("vm_check"),
-            "since": (state.begin or {}).get("time")}
+        journal_info = (
+            None
+            if state.begin is None and not state.steps
+            else {
+                "state": state.description,
+                "path": str(journal.path),
+                "version": (state.begin or {}).get("version"),
+                "module_sha256": (state.begin or {}).get("module_sha256"),
+                "vm_check": (state.begin or {}).get("vm_check"),
+                "since": (state.begin or {}).get("time"),
+            }
+        )
     except KmgrError as err:
         state, journal_info = None, {"state": "corrupted", "path": str(journal.path), "detail": err.line()}
     resolved = resolved_module(kernel, MODULE, root)
@@ -198,14 +227,16 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
     return {
         "kernel": kernel,
         "running": running,
-        "dkms": [{"package": e.name, "version": e.version, "state": e.state} for e in dkms_entries
-                 if e.kernel == kernel],
+        "dkms": [
+            {"package": e.name, "version": e.version, "state": e.state} for e in dkms_entries if e.kernel == kernel
+        ],
         "built": _builds(dkms_entries, kernel, trees),
         "journal": journal_info,
         "module": module,
         "parameters": params,
-        "loaded": None if not running else {"amdgpu_loaded": (root.sys_module / MODULE).is_dir(),
-                                            "is_this_module": loaded},
+        "loaded": None
+        if not running
+        else {"amdgpu_loaded": (root.sys_module / MODULE).is_dir(), "is_this_module": loaded},
         "follow": follow,
         "next_boot": _next_boot(module, follow),
     }
@@ -239,12 +270,16 @@ def run(cert: str | None = None) -> dict:
 
 
 def text_lines(result: dict) -> list[str]:
-    lines = [f"secure boot   {result['secure_boot']}",
-             f"certificate   {result['certificate']['path']}: {result['certificate']['enrollment']}"]
+    lines = [
+        f"secure boot   {result['secure_boot']}",
+        f"certificate   {result['certificate']['path']}: {result['certificate']['enrollment']}",
+    ]
     guard = result.get("boot_guard") or {}
     if guard.get("installed"):
-        lines.append(f"boot guard    this boot: {guard['this_boot'] or 'not started by the guard'}; next boot: "
-                     f"{guard['next_boot']} (grubenv rdna1_kmgr={guard['state'] or 'unset'}, mask {guard['mask']})")
+        lines.append(
+            f"boot guard    this boot: {guard['this_boot'] or 'not started by the guard'}; next boot: "
+            f"{guard['next_boot']} (grubenv rdna1_kmgr={guard['state'] or 'unset'}, mask {guard['mask']})"
+        )
         lines.append(f"              {guard['message']}")
     if not result["kernels"]:
         lines.append("no kernel has an rdna1-kmgr build or install")
@@ -262,10 +297,15 @@ def text_lines(result: dict) -> list[str]:
             lines.append("  package     no rdna1-amdgpu build")
         j = k["journal"]
         if j:
-            lines.append(f"  journal     {j['state']}" + (f" ({j['version']}, since {j['since']})" if j.get("version") else "")
-                         + (f": {j['detail']}" if j.get("detail") else ""))
+            lines.append(
+                f"  journal     {j['state']}"
+                + (f" ({j['version']}, since {j['since']})" if j.get("version") else "")
+                + (f": {j['detail']}" if j.get("detail") else "")
+            )
             if j.get("vm_check", {}) and j["vm_check"].get("skipped"):
-                lines.append(f"              installed WITHOUT a passing VM verdict (--skip-vm-check): {j['vm_check']['why']}")
+                lines.append(
+                    f"              installed WITHOUT a passing VM verdict (--skip-vm-check): {j['vm_check']['why']}"
+                )
             if j["state"] in ("install unfinished", "rollback unfinished"):
                 lines.append(f"              run `rdna1-kmgr rollback --kernel {k['kernel']}` to finish undoing it")
         m = k["module"]
@@ -296,8 +336,10 @@ def text_lines(result: dict) -> list[str]:
                 lines.append("  loaded      amdgpu is not loaded in the running kernel")
             else:
                 which = {True: "this module", False: "another amdgpu (not the one installed)", None: "unknown"}
-                lines.append(f"  loaded      {which[loaded['is_this_module']]}; parameters "
-                             + (" ".join(f"{a}={b}" for a, b in (p.get("loaded") or {}).items()) or "no rdna1_* ones"))
+                lines.append(
+                    f"  loaded      {which[loaded['is_this_module']]}; parameters "
+                    + (" ".join(f"{a}={b}" for a, b in (p.get("loaded") or {}).items()) or "no rdna1_* ones")
+                )
     lines += profile_lines(result.get("profile"))
     return lines
 
@@ -309,8 +351,11 @@ def profile_lines(profile: dict | None) -> list[str]:
     if profile["installed"] is None:
         return ["", "profile       none installed (`rdna1-kmgr profile list`)"]
     files = " ".join(f"{path} ({name or 'absent'})" for path, name in profile["files"].items())
-    return ["", f"profile       {profile['installed']}: {profile['state']} since {profile.get('since')}",
-            f"              {files}"]
+    return [
+        "",
+        f"profile       {profile['installed']}: {profile['state']} since {profile.get('since')}",
+        f"              {files}",
+    ]
 
 
 def verdict_text(v: dict | None) -> str:

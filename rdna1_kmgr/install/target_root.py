@@ -16,8 +16,7 @@ from rdna1_kmgr.core.errors import UsageError
 ROOT_ENV = "RDNA1_KMGR_ROOT"
 # Where kmod reads modprobe configuration, most important first; a file name in an earlier folder hides
 # the same name in later ones (modprobe.d(5)).
-MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "lib/modprobe.d",
-                 "usr/lib/modprobe.d")
+MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "lib/modprobe.d", "usr/lib/modprobe.d")
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class TargetRoot:
     path: Path = Path("/")
 
     @classmethod
-    def from_env(cls) -> "TargetRoot":
+    def from_env(cls) -> TargetRoot:
         value = os.environ.get(ROOT_ENV)
         if not value:
             return cls()

@@ -28,8 +28,10 @@ MARK = "# rdna1-kmgr profile "  # first line of both files: "# rdna1-kmgr profil
 
 def file_contents(profile: profiles.Profile) -> dict[str, bytes]:
     """What each file holds for `profile`, relative path -> bytes."""
-    head = (f"{MARK}{profile.name}: {profile.summary}\n"
-            "# written by `rdna1-kmgr profile install`; undo with `rdna1-kmgr profile remove` or `rollback`\n")
+    head = (
+        f"{MARK}{profile.name}: {profile.summary}\n"
+        "# written by `rdna1-kmgr profile install`; undo with `rdna1-kmgr profile remove` or `rollback`\n"
+    )
     env_d = head + "".join(f"{k}={v}\n" for k, v in sorted(profile.set.items()))
     if profile.unset:
         env_d += f"# not expressible here, done in /{PROFILE_D}: unset {' '.join(profile.unset)}\n"
@@ -96,8 +98,13 @@ def status() -> dict:
     if not journal.exists():
         return {"installed": None, "state": None, "files": files, "journal": None}
     state = journal.state()
-    return {"installed": (state.begin or {}).get("profile"), "state": state.description, "files": files,
-            "journal": str(journal.path), "since": (state.begin or {}).get("time")}
+    return {
+        "installed": (state.begin or {}).get("profile"),
+        "state": state.description,
+        "files": files,
+        "journal": str(journal.path),
+        "since": (state.begin or {}).get("time"),
+    }
 
 
 def named_in(path: Path) -> str | None:
@@ -108,5 +115,4 @@ def named_in(path: Path) -> str | None:
         return None
     if not first or not first[0].startswith(MARK):
         return "?"
-    return first[0][len(MARK):].split(":", 1)[0]
-
+    return first[0][len(MARK) :].split(":", 1)[0]

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core.errors import BuildError, UsageError
+from rdna1_kmgr.modbuild import dkms_package as dkms
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,9 @@ def for_kernel(kernel: str, trees: dkms.Trees | None = None) -> BuiltModule:
     """The built (or installed) rdna1-amdgpu module for `kernel`; the most recently built when several are."""
     trees = trees or dkms.Trees.from_env()
     dkms.require_dkms()
-    entries = [e for e in dkms.status(dkms.PACKAGE_NAME, trees) if e.kernel == kernel and e.state in ("built", "installed")]
+    entries = [
+        e for e in dkms.status(dkms.PACKAGE_NAME, trees) if e.kernel == kernel and e.state in ("built", "installed")
+    ]
     found = []
     for entry in entries:
         package = dkms.Package(dkms.PACKAGE_NAME, entry.version)
@@ -41,8 +43,10 @@ def for_kernel(kernel: str, trees: dkms.Trees | None = None) -> BuiltModule:
         except BuildError:  # a DKMS entry whose module file is gone is no build to test
             continue
     if not found:
-        raise UsageError(f"no rdna1-amdgpu build for kernel {kernel}",
-                         f"run `rdna1-kmgr build --kernel {kernel}` first, or give --module")
+        raise UsageError(
+            f"no rdna1-amdgpu build for kernel {kernel}",
+            f"run `rdna1-kmgr build --kernel {kernel}` first, or give --module",
+        )
     package, path = max(found, key=lambda item: item[1].stat().st_mtime)
     return BuiltModule(path, kernel, package.version, _manifest(package.source_dir(trees) / dkms.MANIFEST_NAME))
 

@@ -25,8 +25,10 @@ TIMEOUT = 300  # seconds; a single object, normally a few
 def probe_source(kernel_names: dict[str, str]) -> str:
     """The probe's C: each macro's header included, an #error for each macro not defined."""
     headers = sorted(set(kernel_names.values()))
-    lines = ["/* rdna1-kmgr compile probe: macros the RDNA1 series takes from the kernel's headers */",
-             "#include <linux/module.h>"]
+    lines = [
+        "/* rdna1-kmgr compile probe: macros the RDNA1 series takes from the kernel's headers */",
+        "#include <linux/module.h>",
+    ]
     lines += [f"#include <{header}>" for header in headers]
     for name, header in sorted(kernel_names.items()):
         lines += ["", f"#ifndef {name}", f'#error "rdna1-kmgr probe: {name} is not defined by <{header}>"', "#endif"]
@@ -47,11 +49,19 @@ def confirm(release: str, kernel_names: dict[str, str]) -> bool:
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-probe-") as tmp:
         (Path(tmp) / f"{PROBE}.c").write_text(probe_source(kernel_names))
         (Path(tmp) / "Kbuild").write_text(f"obj-m := {PROBE}.o\n")
-        result = runner.run(["make", "-C", str(build), f"M={tmp}", f"{PROBE}.o"], timeout=TIMEOUT, check=False,
-                            merge_stderr=True, error=BuildError, doing="the compile probe")
+        result = runner.run(
+            ["make", "-C", str(build), f"M={tmp}", f"{PROBE}.o"],
+            timeout=TIMEOUT,
+            check=False,
+            merge_stderr=True,
+            error=BuildError,
+            doing="the compile probe",
+        )
     if result.returncode != 0:
-        raise BuildError(f"compile probe against the headers of {release} failed: {_first_error(result.stdout)}",
-                         "these headers lack what the series needs; report it with the kernel's headers package")
+        raise BuildError(
+            f"compile probe against the headers of {release} failed: {_first_error(result.stdout)}",
+            "these headers lack what the series needs; report it with the kernel's headers package",
+        )
     return True
 
 

@@ -17,10 +17,10 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 import jinja2
 
@@ -65,7 +65,7 @@ class Trees:
     dkms: Path = Path("/var/lib/dkms")
 
     @classmethod
-    def from_env(cls) -> "Trees":
+    def from_env(cls) -> Trees:
         return cls(
             source=Path(os.environ.get("RDNA1_KMGR_DKMS_SOURCE_TREE", "/usr/src")),
             dkms=Path(os.environ.get("RDNA1_KMGR_DKMS_TREE", "/var/lib/dkms")),
@@ -243,8 +243,9 @@ def remove_args(package: Package, kernel: str | None) -> list[str]:
 
 def _run(args: list[str], trees: Trees, env: dict[str, str] | None = None) -> runner.Result:
     require_dkms()
-    return runner.run(command(args, trees), timeout=600, check=False, env={**os.environ, **(env or {})},
-                      error=BuildError)
+    return runner.run(
+        command(args, trees), timeout=600, check=False, env={**os.environ, **(env or {})}, error=BuildError
+    )
 
 
 @dataclass(frozen=True)
@@ -284,8 +285,10 @@ def is_built(package: Package, kernel: str, trees: Trees) -> bool:
 
 
 def is_installed(package: Package, kernel: str, trees: Trees) -> bool:
-    return any(e.version == package.version and e.kernel == kernel and e.state == "installed"
-               for e in status(package.name, trees))
+    return any(
+        e.version == package.version and e.kernel == kernel and e.state == "installed"
+        for e in status(package.name, trees)
+    )
 
 
 def add(package: Package, trees: Trees) -> None:
@@ -411,9 +414,15 @@ def build(
     follower.start()
     require_dkms()
     try:
-        result = runner.run(command(build_args(package, kernel, jobs), trees), timeout=BUILD_TIMEOUT, check=False,
-                            merge_stderr=True, env={**os.environ, **(env or {})}, on_tick=on_tick,
-                            error=BuildError)
+        result = runner.run(
+            command(build_args(package, kernel, jobs), trees),
+            timeout=BUILD_TIMEOUT,
+            check=False,
+            merge_stderr=True,
+            env={**os.environ, **(env or {})},
+            on_tick=on_tick,
+            error=BuildError,
+        )
     finally:
         tail.stop()
         follower.join()
@@ -471,4 +480,3 @@ def built_module(package: Package, kernel: str, trees: Trees) -> Path:
         if candidate.is_file():
             return candidate
     raise BuildError(f"dkms reported success but {folder} holds no {package.module.name}.ko")
-

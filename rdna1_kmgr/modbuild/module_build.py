@@ -16,13 +16,12 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
-from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.paths import cache_dir, log_dir
@@ -30,6 +29,8 @@ from rdna1_kmgr.core.progress import Progress, count_sources
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
+from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
+from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.source import cache_entry, distro_source, kernel_source
 
@@ -93,11 +94,16 @@ def resolve_kernel(requested: str | None, doing: str = "building", system: Syste
     current = distro_current_kernel() if system.on_host else None
     name = system.distro_id or "distribution"
     if current is None:
-        raise HostError(f"the running kernel {running} is not a {name} kernel "
-                        "and no distribution kernel is known", "give --kernel RELEASE")
-    return Kernel(current, distro_source.kernel_package(current, system)[0],
-                  note=f"the running kernel {running} is not a {name} kernel; "
-                       f"{doing} for the distribution's current kernel {current} (give --kernel to choose)")
+        raise HostError(
+            f"the running kernel {running} is not a {name} kernel " "and no distribution kernel is known",
+            "give --kernel RELEASE",
+        )
+    return Kernel(
+        current,
+        distro_source.kernel_package(current, system)[0],
+        note=f"the running kernel {running} is not a {name} kernel; "
+        f"{doing} for the distribution's current kernel {current} (give --kernel to choose)",
+    )
 
 
 # --- the package half --------------------------------------------------------------------------------
@@ -160,12 +166,25 @@ def build_package(
     # DKMS has no locking of its own: a second run for the same kernel waits here instead of
     # deleting the first one's build directory under it.
     with cache_left_as_found(), cache_entry.exclusive(dkms.kbuild_root(package.name), kernel):
-        return _build_package(package, kernel, source_root, subtrees, series_dir, keys, devices, parameters,
-                              jobs, description, trees, stream)
+        return _build_package(
+            package,
+            kernel,
+            source_root,
+            subtrees,
+            series_dir,
+            keys,
+            devices,
+            parameters,
+            jobs,
+            description,
+            trees,
+            stream,
+        )
 
 
-def _build_package(package, kernel, source_root, subtrees, series_dir, keys, devices, parameters, jobs,
-                   description, trees, stream) -> PackageBuild:
+def _build_package(
+    package, kernel, source_root, subtrees, series_dir, keys, devices, parameters, jobs, description, trees, stream
+) -> PackageBuild:
     started = time.monotonic()
 
     def checked(module: Path) -> module_checks.ModuleReport:
@@ -180,25 +199,46 @@ def _build_package(package, kernel, source_root, subtrees, series_dir, keys, dev
             # Built before, but not as asked now (another key, say): build it again, unless it is installed
             # (rebuilding would uninstall it behind the install journal's back).
             if dkms.is_installed(package, kernel, trees):
-                raise BuildError(f"{package.ref} is installed for {kernel} and fails a check: {err.what}",
-                                 "roll the install back first (`rdna1-kmgr rollback`), then build again") from None
+                raise BuildError(
+                    f"{package.ref} is installed for {kernel} and fails a check: {err.what}",
+                    "roll the install back first (`rdna1-kmgr rollback`), then build again",
+                ) from None
             stream.write(f"rdna1-kmgr: rebuilding {package.ref}: the earlier build fails a check ({err.what})\n")
             dkms.remove(package, trees, kernel)
         else:
             removed, kept = _remove_older(package, kernel, trees)
-            return PackageBuild(package, kernel, module, report, keys, reused=True, compiled=0,
-                                seconds=time.monotonic() - started, log=None, removed=removed, kept=kept)
+            return PackageBuild(
+                package,
+                kernel,
+                module,
+                report,
+                keys,
+                reused=True,
+                compiled=0,
+                seconds=time.monotonic() - started,
+                log=None,
+                removed=removed,
+                kept=kept,
+            )
 
     created_source = not package.source_dir(trees).exists()
     log = log_dir() / f"build-{package.name}-{package.version}-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    progress = Progress(f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees),
-                        stream=stream)
+    progress = Progress(
+        f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees), stream=stream
+    )
     try:
         dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
         dkms.add(package, trees)
-        outcome = dkms.build(package, kernel, trees, log, jobs or default_jobs(),
-                             env={**ccache_env(), **signing_env(keys)},
-                             on_line=progress.feed, on_tick=progress.tick)
+        outcome = dkms.build(
+            package,
+            kernel,
+            trees,
+            log,
+            jobs or default_jobs(),
+            env={**ccache_env(), **signing_env(keys)},
+            on_line=progress.feed,
+            on_tick=progress.tick,
+        )
         _check_signed_with(outcome, keys)
         report = checked(outcome.module)
     except BaseException:
@@ -207,8 +247,19 @@ def _build_package(package, kernel, source_root, subtrees, series_dir, keys, dev
         raise
     progress.finish("done")
     removed, kept = _remove_older(package, kernel, trees)
-    return PackageBuild(package, kernel, outcome.module, report, keys, reused=False, compiled=outcome.compiled,
-                        seconds=time.monotonic() - started, log=outcome.log, removed=removed, kept=kept)
+    return PackageBuild(
+        package,
+        kernel,
+        outcome.module,
+        report,
+        keys,
+        reused=False,
+        compiled=outcome.compiled,
+        seconds=time.monotonic() - started,
+        log=outcome.log,
+        removed=removed,
+        kept=kept,
+    )
 
 
 def _objects_total(source_root: Path, subtrees: list[str]) -> int:
@@ -220,8 +271,10 @@ def _check_signed_with(outcome: dkms.BuildOutcome, keys: signing.KeyPair) -> Non
     if outcome.certificate is None:
         raise BuildError("DKMS did not sign the module", f"see {outcome.log}")
     if Path(outcome.certificate) != keys.cert:
-        raise BuildError(f"DKMS signed with {outcome.certificate}, not {keys.cert}",
-                         "/etc/dkms/framework.conf sets mok_certificate; remove that line or pass it as --key/--cert")
+        raise BuildError(
+            f"DKMS signed with {outcome.certificate}, not {keys.cert}",
+            "/etc/dkms/framework.conf sets mok_certificate; remove that line or pass it as --key/--cert",
+        )
 
 
 def _discard(package: dkms.Package, kernel: str, trees: dkms.Trees, created_source: bool) -> None:
@@ -334,8 +387,11 @@ def source_tree(request: BuildRequest, kernel: Kernel, system: SystemIdentity) -
     return distro_source.fetch(kernel.release, system)
 
 
-def run(request: BuildRequest, confirm: Callable[[prerequisites.InstallPlan], bool] | None = None,
-        stream: TextIO | None = None) -> dict:
+def run(
+    request: BuildRequest,
+    confirm: Callable[[prerequisites.InstallPlan], bool] | None = None,
+    stream: TextIO | None = None,
+) -> dict:
     """Everything `rdna1-kmgr build` does; returns the JSON result."""
     stream = stream if stream is not None else sys.stderr
     started = time.monotonic()
@@ -348,14 +404,23 @@ def run(request: BuildRequest, confirm: Callable[[prerequisites.InstallPlan], bo
         return _run(request, kernel, system, keys, confirm, stream, started)
 
 
-def _run(request: BuildRequest, kernel: Kernel, system: SystemIdentity, keys: signing.KeyPair, confirm,
-         stream: TextIO, started: float) -> dict:
+def _run(
+    request: BuildRequest,
+    kernel: Kernel,
+    system: SystemIdentity,
+    keys: signing.KeyPair,
+    confirm,
+    stream: TextIO,
+    started: float,
+) -> dict:
     prerequisites.ensure_prerequisites(kernel.release, yes=request.yes, no_install=request.no_install, confirm=confirm)
     if kernel.package_version is None:  # the headers may have come with the prerequisites
         kernel = Kernel(kernel.release, *distro_source.kernel_package(kernel.release, system)[:1], kernel.note)
     if signing.ensure(keys):
-        stream.write(f"rdna1-kmgr: made the signing key {keys.key} and certificate {keys.cert}; "
-                     "enroll it for Secure Boot with `rdna1-kmgr keys enroll`\n")
+        stream.write(
+            f"rdna1-kmgr: made the signing key {keys.key} and certificate {keys.cert}; "
+            "enroll it for Secure Boot with `rdna1-kmgr keys enroll`\n"
+        )
     tree, origin = source_tree(request, kernel, system)
 
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
@@ -365,16 +430,25 @@ def _run(request: BuildRequest, kernel: Kernel, system: SystemIdentity, keys: si
             stream.write(f"rdna1-kmgr: quirk {left['id']} left out: {left['why']}\n")
         # what the driver tree could not show, confirmed against the headers before the long compile
         if compile_probes.confirm(kernel.release, manifest.get("kernel_names", {})):
-            stream.write(f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
-                         f"{' '.join(sorted(manifest['kernel_names']))}\n")
+            stream.write(
+                f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
+                f"{' '.join(sorted(manifest['kernel_names']))}\n"
+            )
         package = package_for(manifest, request.debug_info)
         devices = [int(d, 16) for d in manifest["devices"]]
         quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
         built = build_package(
-            package, kernel.release, tree, [AMD_TREE], series, keys, devices, series_parameters(series),
+            package,
+            kernel.release,
+            tree,
+            [AMD_TREE],
+            series,
+            keys,
+            devices,
+            series_parameters(series),
             jobs=request.jobs,
             description=f"amdgpu of Linux {manifest['kernel_version']} with the RDNA1 quirks "
-                        f"{' '.join(quirk_ids)} for {' '.join(manifest['devices'])}",
+            f"{' '.join(quirk_ids)} for {' '.join(manifest['devices'])}",
             stream=stream,
         )
     cert = signing.certificate_info(keys.cert)

@@ -16,11 +16,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.modbuild.signing import certificate_pem
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host.rdna1_boards import AMD_VENDOR, format_id
+from rdna1_kmgr.modbuild.signing import certificate_pem
 
 MAGIC = b"~Module signature appended~\n"
 # struct module_signature { u8 algo, hash, id_type, signer_len, key_id_len; u8 __pad[3]; __be32 sig_len; }
@@ -42,8 +42,9 @@ def read_module(path: Path) -> bytes:
     if path.suffix == ".gz":
         return gzip.decompress(data)
     if path.suffix == ".zst":
-        return runner.run(["zstd", "-dc", str(path)], text=False, error=BuildError,
-                          doing=f"decompressing {path}", hint="install zstd").stdout
+        return runner.run(
+            ["zstd", "-dc", str(path)], text=False, error=BuildError, doing=f"decompressing {path}", hint="install zstd"
+        ).stdout
     return data
 
 
@@ -74,9 +75,26 @@ def verify_signature(module: Path, cert: Path) -> None:
         # -noverify: the certificate is a self-made MOK, trusted by enrollment, not by a CA chain;
         # what is checked is that its key made this signature over exactly this content.
         result = runner.run(
-            ["openssl", "cms", "-verify", "-binary", "-inform", "DER", "-in", str(signature),
-             "-content", str(content), "-certfile", str(pem), "-nointern", "-noverify", "-out", "/dev/null"],
-            check=False, error=BuildError,
+            [
+                "openssl",
+                "cms",
+                "-verify",
+                "-binary",
+                "-inform",
+                "DER",
+                "-in",
+                str(signature),
+                "-content",
+                str(content),
+                "-certfile",
+                str(pem),
+                "-nointern",
+                "-noverify",
+                "-out",
+                "/dev/null",
+            ],
+            check=False,
+            error=BuildError,
         )
     if result.returncode != 0:
         reason = next((ln.strip() for ln in result.stderr.splitlines() if ln.strip()), "openssl refused it")
@@ -113,8 +131,10 @@ def verify(
     """Every check the build requires; the first that fails raises BuildError naming what is wrong."""
     vermagic = " ".join(modinfo_field(module, "vermagic"))
     if vermagic.split()[:1] != [kernel]:
-        raise BuildError(f"the module's vermagic is {vermagic.split()[0] if vermagic else 'empty'!r}, not {kernel!r}",
-                         "it was built against other headers")
+        raise BuildError(
+            f"the module's vermagic is {vermagic.split()[0] if vermagic else 'empty'!r}, not {kernel!r}",
+            "it was built against other headers",
+        )
     verify_signature(module, cert)
     names = tuple(entry.split(":", 1)[0] for entry in modinfo_field(module, "parm"))
     ours = tuple(n for n in names if n.startswith(parameter_prefix))
@@ -128,5 +148,6 @@ def verify(
         if pci_alias(device) not in aliases:
             raise BuildError(f"the module has no alias for 1002:{format_id(device)[2:]}", "the device table lacks it")
     signer = " ".join(modinfo_field(module, "signer"))
-    return ModuleReport(module=module, sha256=sha256_file(module), vermagic=vermagic, signer=signer,
-                        parameters=ours, aliases=aliases)
+    return ModuleReport(
+        module=module, sha256=sha256_file(module), vermagic=vermagic, signer=signer, parameters=ours, aliases=aliases
+    )

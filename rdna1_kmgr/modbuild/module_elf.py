@@ -13,9 +13,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.modbuild.module_checks import read_module
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.modbuild.module_checks import read_module
 
 _SUFFIXES = (".ko", ".ko.xz", ".ko.gz", ".ko.zst")
 
@@ -87,7 +87,7 @@ def _sections(data) -> dict[str, bytes]:
     """Name -> contents of the sections in _WANTED of a 64-bit little-endian ELF file (x86-64 modules)."""
     if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError("not a 64-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     strtab = headers[shstrndx]

@@ -31,8 +31,20 @@ from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.source.debian_archive import PrivateArchive, run_apt
 
 # Everything an out-of-tree kbuild run and DKMS's signing step use, besides the headers and dkms.
-BUILD_TOOLS = ("build-essential", "gcc", "make", "bc", "bison", "flex", "libelf-dev", "libssl-dev", "kmod",
-               "openssl", "xz-utils", "patch")
+BUILD_TOOLS = (
+    "build-essential",
+    "gcc",
+    "make",
+    "bc",
+    "bison",
+    "flex",
+    "libelf-dev",
+    "libssl-dev",
+    "kmod",
+    "openssl",
+    "xz-utils",
+    "patch",
+)
 BACKPORTS_SOURCES = Path("/etc/apt/sources.list.d/rdna1-kmgr-backports.sources")
 LOCK_WAIT = 600  # seconds apt waits for dpkg's lock
 
@@ -55,8 +67,12 @@ class InstallPlan:
         return lines + [" ".join(command) for command in self.commands]
 
     def to_json(self) -> dict:
-        return {"manager": self.manager, "missing": self.missing, "files": [str(path) for path in self.files],
-                "commands": self.commands}
+        return {
+            "manager": self.manager,
+            "missing": self.missing,
+            "files": [str(path) for path in self.files],
+            "commands": self.commands,
+        }
 
 
 class PackageManager:
@@ -77,8 +93,10 @@ class PackageManager:
         raise self._not_here(plan.missing)
 
     def _not_here(self, packages: list[str]) -> HostError:
-        return HostError(f"checking and installing prerequisites needs {self.name}, which this system lacks",
-                         f"install them yourself: {self.name} install {' '.join(packages)}")
+        return HostError(
+            f"checking and installing prerequisites needs {self.name}, which this system lacks",
+            f"install them yourself: {self.name} install {' '.join(packages)}",
+        )
 
 
 class Apt(PackageManager):
@@ -95,10 +113,14 @@ class Apt(PackageManager):
 
     def missing(self, packages: list[str]) -> list[str]:
         """The packages dpkg does not have fully installed."""
-        proc = runner.run(["dpkg-query", "--show", "--showformat=${Package}\\t${db:Status-Abbrev}\\n", *packages],
-                          check=False)  # exits 1 when some package is unknown to dpkg
-        installed = {name for name, _, status in (line.partition("\t") for line in proc.stdout.splitlines())
-                     if status.startswith("ii")}
+        proc = runner.run(
+            ["dpkg-query", "--show", "--showformat=${Package}\\t${db:Status-Abbrev}\\n", *packages], check=False
+        )  # exits 1 when some package is unknown to dpkg
+        installed = {
+            name
+            for name, _, status in (line.partition("\t") for line in proc.stdout.splitlines())
+            if status.startswith("ii")
+        }
         return [package for package in packages if package not in installed]
 
     def plan(self, krel: str) -> InstallPlan:
@@ -125,9 +147,11 @@ class Apt(PackageManager):
             plan.commands.append(["apt-get", "update"])
             plan.commands.append(_apt_install([f"{headers}/{backports}"]))
             return
-        raise HostError(f"no package source has {headers}",
-                        f"kernel {krel} is not one your distribution ships headers for: install its headers the way "
-                        "the kernel was built, or boot a distribution kernel")
+        raise HostError(
+            f"no package source has {headers}",
+            f"kernel {krel} is not one your distribution ships headers for: install its headers the way "
+            "the kernel was built, or boot a distribution kernel",
+        )
 
     def system_suites_of(self, package: str) -> list[str]:
         """The suites of the system's own sources that offer `package`'s candidate version (none: unavailable)."""
@@ -136,11 +160,16 @@ class Apt(PackageManager):
         if proc.returncode != 0 or candidate is None or candidate.group(1) == "(none)":
             return []
         table = proc.stdout.split("Version table:", 1)[-1]
-        block = re.search(rf"^\s*(?:\*\*\*)?\s*{re.escape(candidate.group(1))} -?\d+\n((?:\s+-?\d+ .*\n?)*)", table, re.M)
+        block = re.search(
+            rf"^\s*(?:\*\*\*)?\s*{re.escape(candidate.group(1))} -?\d+\n((?:\s+-?\d+ .*\n?)*)", table, re.M
+        )
         lines = block.group(1).splitlines() if block else []
         # "     100 http://<mirror>/debian bookworm-backports/main amd64 Packages"
-        return [parts[2].split("/")[0] for parts in (line.split() for line in lines)
-                if len(parts) >= 3 and "://" in parts[1]]
+        return [
+            parts[2].split("/")[0]
+            for parts in (line.split() for line in lines)
+            if len(parts) >= 3 and "://" in parts[1]
+        ]
 
     def system_lists_backports(self, suite: str) -> bool:
         """True when the system's apt sources already include `suite` (whether or not it fetched it yet)."""
@@ -155,8 +184,13 @@ class Apt(PackageManager):
         for command in plan.commands:
             # Wait for another apt or dpkg (an unattended upgrade, a second session) instead of failing at once.
             waiting = [command[0], "-o", f"DPkg::Lock::Timeout={LOCK_WAIT}", *command[1:]]
-            run_apt(waiting, f"`{' '.join(command)}`", show_output=True, env=env,
-                    hint="see apt's message; fix the package sources and run again")
+            run_apt(
+                waiting,
+                f"`{' '.join(command)}`",
+                show_output=True,
+                env=env,
+                hint="see apt's message; fix the package sources and run again",
+            )
 
 
 class _QueryAndInstall(PackageManager):
@@ -169,8 +203,11 @@ class _QueryAndInstall(PackageManager):
     def missing(self, packages: list[str]) -> list[str]:
         if runner.which(self.query[0]) is None or runner.which(self.install[0]) is None:
             raise self._not_here(packages)
-        return [package for package in packages
-                if runner.run([*self.query, package], check=False, timeout=60).returncode != 0]
+        return [
+            package
+            for package in packages
+            if runner.run([*self.query, package], check=False, timeout=60).returncode != 0
+        ]
 
     def plan(self, krel: str) -> InstallPlan:
         missing = self.missing(self.required(krel))
@@ -182,8 +219,13 @@ class _QueryAndInstall(PackageManager):
     def apply(self, plan: InstallPlan) -> None:
         _require_root(plan)
         for command in plan.commands:
-            runner.run(command, timeout=3600, doing=f"`{' '.join(command)}`", on_line=_echo,
-                       hint=f"see {self.name}'s message; fix its repositories and run again")
+            runner.run(
+                command,
+                timeout=3600,
+                doing=f"`{' '.join(command)}`",
+                on_line=_echo,
+                hint=f"see {self.name}'s message; fix its repositories and run again",
+            )
 
 
 class Dnf(_QueryAndInstall):
@@ -194,8 +236,21 @@ class Dnf(_QueryAndInstall):
     install = ("dnf", "install", "-y")
 
     def required(self, krel: str) -> list[str]:
-        return [f"kernel-devel-{krel}", "dkms", "gcc", "make", "bc", "bison", "flex", "elfutils-libelf-devel",
-                "openssl-devel", "kmod", "openssl", "xz", "patch"]
+        return [
+            f"kernel-devel-{krel}",
+            "dkms",
+            "gcc",
+            "make",
+            "bc",
+            "bison",
+            "flex",
+            "elfutils-libelf-devel",
+            "openssl-devel",
+            "kmod",
+            "openssl",
+            "xz",
+            "patch",
+        ]
 
 
 class Pacman(_QueryAndInstall):
@@ -223,14 +278,21 @@ def manager_for_host(distro_id: str | None = None, like: str | None = None) -> P
         return Dnf()
     if family & {"arch"}:
         return Pacman()
-    raise HostError(f"no package manager support for the distribution {distro_id!r}",
-                    "install the kernel's headers, dkms, gcc, make, bc, bison, flex, libelf and openssl headers, "
-                    "kmod, xz and patch yourself")
+    raise HostError(
+        f"no package manager support for the distribution {distro_id!r}",
+        "install the kernel's headers, dkms, gcc, make, bc, bison, flex, libelf and openssl headers, "
+        "kmod, xz and patch yourself",
+    )
 
 
-def ensure_prerequisites(krel: str, *, yes: bool = False, no_install: bool = False,
-                         confirm: Callable[[InstallPlan], bool] | None = None,
-                         manager: PackageManager | None = None) -> InstallPlan:
+def ensure_prerequisites(
+    krel: str,
+    *,
+    yes: bool = False,
+    no_install: bool = False,
+    confirm: Callable[[InstallPlan], bool] | None = None,
+    manager: PackageManager | None = None,
+) -> InstallPlan:
     """Make sure the headers for `krel`, DKMS and the build tools are installed.
 
     Missing packages are installed when `yes` is set or `confirm(plan)` says yes; with `no_install` (or
@@ -244,11 +306,14 @@ def ensure_prerequisites(krel: str, *, yes: bool = False, no_install: bool = Fal
         return plan
     names = " ".join(plan.missing)
     if no_install:
-        raise HostError(f"missing packages: {names}", f"install them ({'; '.join(plan.describe())}), "
-                        "or run without --no-install")
+        raise HostError(
+            f"missing packages: {names}", f"install them ({'; '.join(plan.describe())}), " "or run without --no-install"
+        )
     if not yes and (confirm is None or not confirm(plan)):
-        raise HostError(f"missing packages were not installed: {names}",
-                        "agree to the install, pass --yes, or install them yourself")
+        raise HostError(
+            f"missing packages were not installed: {names}",
+            "agree to the install, pass --yes, or install them yourself",
+        )
     manager.apply(plan)
     still = manager.missing(plan.missing)
     if still:
@@ -260,8 +325,13 @@ def backports_sources(suite: str, codename: str | None = None) -> str:
     """A deb822 sources entry for `suite` (a backports suite) from the archive, keyring and trust of the
     system's own entry for the release."""
     entry = apt_sources.archive_for(suite, codename or distro.codename())
-    lines = [f"# Added by rdna1-kmgr to install kernel headers Debian ships only in {suite}.",
-             "Types: deb", f"URIs: {entry.uri}", f"Suites: {suite}", "Components: main"]
+    lines = [
+        f"# Added by rdna1-kmgr to install kernel headers Debian ships only in {suite}.",
+        "Types: deb",
+        f"URIs: {entry.uri}",
+        f"Suites: {suite}",
+        "Components: main",
+    ]
     if entry.signed_by:
         key = entry.signed_by.replace("\n\n", "\n.\n").replace("\n", "\n ")  # deb822 continuation lines
         lines.append(f"Signed-By: {key}")
@@ -278,8 +348,9 @@ def _apt_install(packages: list[str]) -> list[str]:
 
 def _require_root(plan: InstallPlan) -> None:
     if os.geteuid() != 0:
-        raise HostError("installing packages needs root",
-                        f"run as root, or do it yourself: {'; '.join(plan.describe())}")
+        raise HostError(
+            "installing packages needs root", f"run as root, or do it yourself: {'; '.join(plan.describe())}"
+        )
 
 
 def _write_file(path: Path, text: str) -> None:

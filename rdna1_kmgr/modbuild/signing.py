@@ -38,8 +38,9 @@ class KeyPair:
 
 DEBIAN = KeyPair(Path("/var/lib/dkms/mok.key"), Path("/var/lib/dkms/mok.pub"), "debian")
 UBUNTU = KeyPair(Path("/var/lib/shim-signed/mok/MOK.priv"), Path("/var/lib/shim-signed/mok/MOK.der"), "ubuntu")
-FEDORA = KeyPair(Path("/etc/pki/akmods/private/private_key.priv"), Path("/etc/pki/akmods/certs/public_key.der"),
-                 "fedora")
+FEDORA = KeyPair(
+    Path("/etc/pki/akmods/private/private_key.priv"), Path("/etc/pki/akmods/certs/public_key.der"), "fedora"
+)
 
 # What a MOK for kernel modules should say: not a CA, for signatures, and the OID that shim and the
 # kernel read as "module signing only" (the same extensions Ubuntu's update-secureboot-policy uses).
@@ -63,8 +64,9 @@ def distro_convention(distro_id: str | None = None, like: str | None = None) -> 
     return DEBIAN
 
 
-def resolve(key: str | Path | None = None, cert: str | Path | None = None, distro_id: str | None = None,
-            like: str | None = None) -> KeyPair:
+def resolve(
+    key: str | Path | None = None, cert: str | Path | None = None, distro_id: str | None = None, like: str | None = None
+) -> KeyPair:
     """--key/--cert when given (both or neither), else the convention of the distro (this one's by default)."""
     if (key is None) != (cert is None):
         raise UsageError("--key and --cert go together", "give both, or neither to use the distro's DKMS key")
@@ -111,9 +113,27 @@ def generate(pair: KeyPair, subject: str = DEFAULT_SUBJECT, days: int = 36500, f
     cert_tmp = pair.cert.with_name(f".{pair.cert.name}.new-{os.getpid()}")
     old_umask = os.umask(0o077)
     try:
-        command = ["openssl", "req", "-new", "-x509", "-nodes", "-utf8", "-sha256", "-days", str(days),
-                   "-subj", f"/CN={subject}", "-newkey", "rsa:2048",
-                   "-keyout", str(key_tmp), "-outform", "DER", "-out", str(cert_tmp)]
+        command = [
+            "openssl",
+            "req",
+            "-new",
+            "-x509",
+            "-nodes",
+            "-utf8",
+            "-sha256",
+            "-days",
+            str(days),
+            "-subj",
+            f"/CN={subject}",
+            "-newkey",
+            "rsa:2048",
+            "-keyout",
+            str(key_tmp),
+            "-outform",
+            "DER",
+            "-out",
+            str(cert_tmp),
+        ]
         for ext in _MOK_EXTENSIONS:
             command += ["-addext", ext]
         runner.run(command, doing="openssl making a key pair")
@@ -153,8 +173,19 @@ def certificate_info(cert: Path) -> CertificateInfo:
         pem.write(certificate_pem(cert))
         pem.flush()
         result = runner.run(
-            ["openssl", "x509", "-in", pem.name, "-noout", "-subject", "-nameopt", "multiline",
-             "-fingerprint", "-sha1", "-enddate"],
+            [
+                "openssl",
+                "x509",
+                "-in",
+                pem.name,
+                "-noout",
+                "-subject",
+                "-nameopt",
+                "multiline",
+                "-fingerprint",
+                "-sha1",
+                "-enddate",
+            ],
             check=False,
         )
     if result.returncode != 0:
@@ -226,8 +257,9 @@ def enroll(cert: Path, convention: str = "debian") -> None:
     # On the terminal: mokutil (or debconf, for update-secureboot-policy) prompts for the password.
     code = runner.interactive(command)
     if code != 0:
-        raise HostError(f"{' '.join(command)} failed (exit status {code})",
-                        "is this an EFI system with shim? see its message above")
+        raise HostError(
+            f"{' '.join(command)} failed (exit status {code})", "is this an EFI system with shim? see its message above"
+        )
 
 
 def _first_line(text: str) -> str:

@@ -34,17 +34,21 @@ from rdna1_kmgr.core.errors import SourceError
 AMD = "drivers/gpu/drm/amd"
 OWN = re.compile(r"^(amdgpu_rdna1_|AMDGPU_RDNA1_|rdna1_|RDNA1_)")
 SCANNED = ("amdgpu", "amdkfd", "include")
-KEYWORDS = frozenset("""
+KEYWORDS = frozenset(
+    """
     auto break case char const continue default defined do double else enum extern float for goto if
     inline int long register return short signed sizeof static struct switch typedef typeof union unsigned
     void volatile while include define undef ifdef ifndef endif elif pragma error warning
-""".split())
+""".split()
+)
 
 _LITERALS = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
 # a declarator: after a type word or '*', before ';' ',' '=' ')' (arrays and bit-fields allowed), or a
 # function pointer's name
-_DECLARED = re.compile(r"(?:\b([A-Za-z_]\w*)[ \t]+|\*[ \t]*)([A-Za-z_]\w*)[ \t]*(?:\[[^\]\n]*\][ \t]*)*"
-                       r"(?::[ \t]*\w+[ \t]*)?[;,=)]|\(\s*\*\s*([A-Za-z_]\w*)\s*\)\s*\(")
+_DECLARED = re.compile(
+    r"(?:\b([A-Za-z_]\w*)[ \t]+|\*[ \t]*)([A-Za-z_]\w*)[ \t]*(?:\[[^\]\n]*\][ \t]*)*"
+    r"(?::[ \t]*\w+[ \t]*)?[;,=)]|\(\s*\*\s*([A-Za-z_]\w*)\s*\)\s*\("
+)
 _FUNCTION = re.compile(r"(?:\b([A-Za-z_]\w*)[ \t]+|\*[ \t]*)([A-Za-z_]\w*)[ \t]*\([^;{}()]*\)\s*[{;]")
 _NOT_TYPES = frozenset({"return", "case", "goto", "else", "sizeof", "typeof"})
 _MEMBER = re.compile(r"(?:->|\.)[ \t]*([A-Za-z_]\w*)")
@@ -111,8 +115,9 @@ def check(tree: TreeNames, added: list[Added], series_files: dict[str, str], ker
 
     kernel_names: names the series takes from the kernel's own headers (outside a driver tree), taken
     on trust here; the compile settles them."""
-    own_decl = set(kernel_names).union(*(declared(code_of(t)) | set(_LABEL.findall(code_of(t)))
-                                         for t in series_files.values()))
+    own_decl = set(kernel_names).union(
+        *(declared(code_of(t)) | set(_LABEL.findall(code_of(t))) for t in series_files.values())
+    )
     pasting = {m for t in series_files.values() for m in _PASTING.findall(code_of(t))}
     for piece in added:
         if not piece.file.endswith((".c", ".h")):
@@ -129,8 +134,13 @@ def check(tree: TreeNames, added: list[Added], series_files: dict[str, str], ker
                 continue
             if name not in tree.tokens and name not in own_decl:
                 _refuse(name, "a function" if called else "a name", piece.file, "this tree has no such name")
-            if (local is not None and not called and name[0].islower() and not _is_type(code, match.start(), name)
-                    and not re.search(rf"\b{name}\b", local)):
+            if (
+                local is not None
+                and not called
+                and name[0].islower()
+                and not _is_type(code, match.start(), name)
+                and not re.search(rf"\b{name}\b", local)
+            ):
                 _refuse(name, "a local name", piece.file, "the function the hook sits in has no such name")
 
 
@@ -151,8 +161,7 @@ _BASIC_TYPES = frozenset("bool u8 u16 u32 u64 s8 s16 s32 s64 __u8 __u16 __u32 __
 
 def _is_type(code: str, at: int, name: str) -> bool:
     """A type name rather than a variable: a struct/union/enum tag, a *_t typedef or a kernel basic type."""
-    return (name in _BASIC_TYPES or name.endswith("_t")
-            or re.search(r"\b(struct|union|enum)\s*$", code[:at]) is not None)
+    return name in _BASIC_TYPES or name.endswith("_t") or re.search(r"\b(struct|union|enum)\s*$", code[:at]) is not None
 
 
 def _is_member(code: str, at: int) -> bool:

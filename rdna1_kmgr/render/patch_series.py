@@ -73,7 +73,9 @@ class SourceTree:
     def text(self, rel: str) -> str:
         text = self.read(rel)
         if text is None:
-            raise SourceError(f"{rel}: file not found in {self.root}", "is this a kernel source with drivers/gpu/drm/amd?")
+            raise SourceError(
+                f"{rel}: file not found in {self.root}", "is this a kernel source with drivers/gpu/drm/amd?"
+            )
         return text
 
     def write(self, rel: str, text: str) -> None:
@@ -126,7 +128,7 @@ def _apply(tree: SourceTree, edit: quirk_catalog.Edit, code: str) -> name_check.
     inside = None
     if edit.function and (edit.statement or edit.at == "end"):
         whole = c_anchors.definition(text, edit.file, edit.function)
-        inside = text[whole.start:whole.end]
+        inside = text[whole.start : whole.end]
     if start == len(text) and text and not text.endswith("\n") and code.endswith("\n"):
         code = "\n" + code[:-1]  # after a last line without newline: the file still ends without one
     text = text[:start] + code.replace("\n", newline) + text[end:]
@@ -216,8 +218,10 @@ def _core_files(env, quirks, variants, context) -> dict[str, str]:
     files = {}
     for name in ("amdgpu_rdna1.c", "amdgpu_rdna1.h"):
         files[f"{AMDGPU}/{name}"] = env.get_template(f"common/{name}.j2").render(
-            **context, quirks=rendered, includes=includes,
-            bits=sorted((b for q in quirks for b in q.bits), key=lambda b: b.bit)
+            **context,
+            quirks=rendered,
+            includes=includes,
+            bits=sorted((b for q in quirks for b in q.bits), key=lambda b: b.bit),
         )
     return files
 
@@ -226,7 +230,9 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
     """The series for a source, in memory: (patches, manifest)."""
     version = kernel_version(source_root)
     if version < quirk_catalog.OLDEST_KERNEL:
-        raise SourceError(f"Linux {version} is older than the oldest supported kernel", f"use {quirk_catalog.OLDEST_KERNEL} or newer")
+        raise SourceError(
+            f"Linux {version} is older than the oldest supported kernel", f"use {quirk_catalog.OLDEST_KERNEL} or newer"
+        )
     devices = check_devices(devices)
     tree = SourceTree(source_root)
     quirks, variants, left_out = _quirks_for(tree, quirk_ids)
@@ -242,11 +248,13 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
 
     steps = [(fix, "rdna1-kmgr: needed to build amdgpu outside the kernel tree") for fix in quirk_catalog.build_fixes()]
     core = quirk_catalog.core()
-    steps.append((core, f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}"))
-    steps += [
-        (q.edit_set(variants[q.id]), _variant_note(q, variants[q.id], version))
-        for q in quirks
-    ]
+    steps.append(
+        (
+            core,
+            f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}",
+        )
+    )
+    steps += [(q.edit_set(variants[q.id]), _variant_note(q, variants[q.id], version)) for q in quirks]
 
     patches = []
     added = []
@@ -271,8 +279,15 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
         kernel_version=str(version),
         renderer_version=__version__,
         devices=[format_id(d) for d in devices],
-        quirks=[dict(id=q.id, bits=[b.id for b in q.bits], variant=variants[q.id].id,
-                     facts=[str(f) for f in variants[q.id].facts]) for q in quirks],
+        quirks=[
+            dict(
+                id=q.id,
+                bits=[b.id for b in q.bits],
+                variant=variants[q.id].id,
+                facts=[str(f) for f in variants[q.id].facts],
+            )
+            for q in quirks
+        ],
         # quirks of the catalog this kernel does not get, each with why (one line); what was asked for
         # (None: the default, every quirk that fits), so that `follow` asks a new kernel the same
         left_out=[dict(id=q.id, why=why) for q, why in left_out],
@@ -323,8 +338,13 @@ def _quirks_for(tree: SourceTree, quirk_ids: list[str] | None):
 def _variant_note(quirk: quirk_catalog.Quirk, variant: quirk_catalog.Variant, version) -> str:
     """Which facts chose the variant, one to a line (a long one folded) within checkpatch's 75 columns."""
     head = f"rdna1-kmgr: quirk {quirk.id}, variant {variant.id}, Linux {version}; chosen because this tree's"
-    facts = "".join("\n" + textwrap.fill(str(fact), 75, initial_indent="  ", subsequent_indent="    ",
-                                          break_on_hyphens=False, break_long_words=False) for fact in variant.facts)
+    facts = "".join(
+        "\n"
+        + textwrap.fill(
+            str(fact), 75, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False, break_long_words=False
+        )
+        for fact in variant.facts
+    )
     return textwrap.fill(head, 75, break_on_hyphens=False) + facts
 
 

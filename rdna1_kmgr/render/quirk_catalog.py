@@ -208,8 +208,15 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
 
 def _bits(raw: dict, origin: Path) -> tuple[QuirkBit, ...]:
     """A quirk's bits: its own (`bit`, `default`, `risk` beside its id), or one per `[[classes]]` entry."""
-    classes = raw.get("classes") or [dict(bit=raw["bit"], id=raw["id"], title=raw["title"],
-                                          default=raw.get("default", False), risk=raw.get("risk", ""))]
+    classes = raw.get("classes") or [
+        dict(
+            bit=raw["bit"],
+            id=raw["id"],
+            title=raw["title"],
+            default=raw.get("default", False),
+            risk=raw.get("risk", ""),
+        )
+    ]
     if "bit" in raw and "classes" in raw:
         raise ValueError(f"{origin}: give either `bit` or `[[classes]]`, not both")
     return tuple(QuirkBit(c["bit"], c["id"], c["title"], c.get("default", False), c.get("risk", "")) for c in classes)
@@ -217,8 +224,14 @@ def _bits(raw: dict, origin: Path) -> tuple[QuirkBit, ...]:
 
 def load_edit_set(path: Path, name: str) -> EditSet:
     raw = _load(path)
-    return EditSet(name, raw["title"], raw["summary"], raw["why"].strip(), tuple(_edit(e, path) for e in raw["edits"]),
-                   dict(raw.get("kernel_names", {})))
+    return EditSet(
+        name,
+        raw["title"],
+        raw["summary"],
+        raw["why"].strip(),
+        tuple(_edit(e, path) for e in raw["edits"]),
+        dict(raw.get("kernel_names", {})),
+    )
 
 
 def build_fixes(root: Path | None = None) -> list[EditSet]:

@@ -25,14 +25,19 @@ def series_names(series_dir: Path) -> list[str]:
 def check_applies(tree: Path, series_dir: Path) -> list[str]:
     """Apply the series to a copy of the files it changes; the files, or a SourceError naming the patch."""
     names = series_names(series_dir)
-    touched = sorted({rel for name in names for rel in _TOUCHED.findall((series_dir / name).read_text(errors="replace"))})
+    touched = sorted(
+        {rel for name in names for rel in _TOUCHED.findall((series_dir / name).read_text(errors="replace"))}
+    )
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-apply-") as scratch:
         for rel in touched:
             if (tree / rel).is_file():
                 (Path(scratch) / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(tree / rel, Path(scratch) / rel)
         for name in names:
-            runner.run(["patch", "-p1", "--batch", "--forward", "--quiet", "-d", scratch, "-i", str(series_dir / name)],
-                       error=SourceError, doing=f"applying {name} to {tree}",
-                       hint="the series does not fit this source; report it with the source's version")
+            runner.run(
+                ["patch", "-p1", "--batch", "--forward", "--quiet", "-d", scratch, "-i", str(series_dir / name)],
+                error=SourceError,
+                doing=f"applying {name} to {tree}",
+                hint="the series does not fit this source; report it with the source's version",
+            )
     return touched

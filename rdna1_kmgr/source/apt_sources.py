@@ -43,8 +43,11 @@ class SourceEntry:
 
 def config_paths() -> tuple[Path, Path]:
     """(sources.list, sources.list.d) as the system's apt (and APT_CONFIG) resolves them."""
-    out = runner.run(["apt-config", "shell", "LIST", "Dir::Etc::sourcelist/f", "PARTS", "Dir::Etc::sourceparts/d"],
-                     timeout=30, hint="is apt installed?").stdout
+    out = runner.run(
+        ["apt-config", "shell", "LIST", "Dir::Etc::sourcelist/f", "PARTS", "Dir::Etc::sourceparts/d"],
+        timeout=30,
+        hint="is apt installed?",
+    ).stdout
     values = {}
     for line in out.splitlines():
         name, _, value = line.partition("=")
@@ -143,10 +146,17 @@ def archive_for(suite: str, codename: str, entries: list[SourceEntry] | None = N
         # A third-party repository may name its suite after the release too; the distribution's has `main`.
         found = next((e for e in listing if "main" in e.components), listing[0] if listing else None)
         if found is not None:
-            return SourceEntry(found.uri, suite, ("main",) if "main" in found.components or not found.components
-                               else found.components[:1], found.options, found.origin)
-    raise HostError(f"the system's apt sources list no archive for {wanted[-1]} (needed to reach {suite})",
-                    f"add the distribution's {wanted[-1]} suite to the apt sources (see `apt-cache policy`)")
+            return SourceEntry(
+                found.uri,
+                suite,
+                ("main",) if "main" in found.components or not found.components else found.components[:1],
+                found.options,
+                found.origin,
+            )
+    raise HostError(
+        f"the system's apt sources list no archive for {wanted[-1]} (needed to reach {suite})",
+        f"add the distribution's {wanted[-1]} suite to the apt sources (see `apt-cache policy`)",
+    )
 
 
 def system_suites(codename: str, entries: list[SourceEntry] | None = None) -> list[str]:

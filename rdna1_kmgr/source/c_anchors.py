@@ -81,7 +81,7 @@ def definition(text: str, path: str, name: str) -> Span:
 def parameters(text: str, path: str, function: str) -> Span:
     """The inside of a function definition's parameter list: from after '(' to its ')'."""
     whole = definition(text, path, function)
-    head = text[whole.start:text.index("{", whole.start)]
+    head = text[whole.start : text.index("{", whole.start)]
     open_at = head.find("(")
     if open_at < 0:  # an initialised variable, not a function
         raise AnchorNotFound(path, f"parameter list of {function}()")

@@ -99,8 +99,10 @@ class PrivateArchive:
         """Create the private tree; True when the sources changed (the lists are then stale)."""
         keyring = self.entry.signed_by
         if keyring and "\n" not in keyring and keyring.startswith("/") and not Path(keyring).is_file():
-            raise HostError(f"the keyring {keyring} that the system's apt sources name is missing",
-                            f"reinstall the package that ships it (dpkg -S {keyring})")
+            raise HostError(
+                f"the keyring {keyring} that the system's apt sources name is missing",
+                f"reinstall the package that ships it (dpkg -S {keyring})",
+            )
         for sub in ("lists/partial", "cache/archives/partial", "preferences.d"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "status").touch()
@@ -125,7 +127,10 @@ class PrivateArchive:
             changed = self._write_config()
             fresh = stamp.is_file() and time.time() - stamp.stat().st_mtime < max_age
             if changed or not fresh:
-                print(f"updating package lists of {self.suite} from {self.entry.uri} (private, in {self.root})", file=sys.stderr)
+                print(
+                    f"updating package lists of {self.suite} from {self.entry.uri} (private, in {self.root})",
+                    file=sys.stderr,
+                )
                 self._apt_get(["-q", "--error-on=any", "update"], doing=f"updating the {self.suite} lists")
                 stamp.touch()
         self._updated = True
@@ -180,12 +185,18 @@ class PrivateArchive:
             print(f"downloading {wanted.package} {wanted.version} ({size}) from {self.suite}", file=sys.stderr)
             with cache_entry.staging(debs, wanted.package) as tmp:
                 _let_apt_sandbox_write(tmp)
-                self._apt_get(["download", f"{wanted.package}={wanted.version}"], cwd=tmp,
-                              doing=f"downloading {wanted.package} {wanted.version}", show_output=True)
+                self._apt_get(
+                    ["download", f"{wanted.package}={wanted.version}"],
+                    cwd=tmp,
+                    doing=f"downloading {wanted.package} {wanted.version}",
+                    show_output=True,
+                )
                 got = list(tmp.glob("*.deb"))
                 if len(got) != 1 or not deb_matches(got[0], wanted):
-                    raise HostError(f"apt-get download of {wanted.package} {wanted.version} gave no matching .deb",
-                                    "run again; the mirror may be mid-sync")
+                    raise HostError(
+                        f"apt-get download of {wanted.package} {wanted.version} gave no matching .deb",
+                        "run again; the mirror may be mid-sync",
+                    )
                 return cache_entry.publish(got[0], final)
 
     # --- running apt ---------------------------------------------------------------------------------------
@@ -198,32 +209,41 @@ class PrivateArchive:
             return found
         check_debian_version(version)
         if version not in self.versions(package):
-            raise SourceError(f"{self.suite} has no {package} {version}",
-                              f"it has: {', '.join(self.versions(package)) or 'no version at all'}")
+            raise SourceError(
+                f"{self.suite} has no {package} {version}",
+                f"it has: {', '.join(self.versions(package)) or 'no version at all'}",
+            )
         return version
 
     def _apt_cache(self, args: list[str]) -> str:
         proc = runner.run(["apt-cache", *self.apt_options(), *args], timeout=300, check=False)
         if proc.returncode != 0:
-            raise HostError(f"apt-cache {args[0]} failed for {self.suite}: {runner.last_line(proc.stderr)}",
-                            f"remove {self.root} to start the private archive afresh")
+            raise HostError(
+                f"apt-cache {args[0]} failed for {self.suite}: {runner.last_line(proc.stderr)}",
+                f"remove {self.root} to start the private archive afresh",
+            )
         return proc.stdout
 
     def _apt_get(self, args: list[str], doing: str, cwd: Path | None = None, show_output: bool = False) -> None:
         run_apt(["apt-get", *self.apt_options(), *args], doing, cwd=cwd, show_output=show_output)
 
 
-def run_apt(command: list[str], doing: str, cwd: Path | None = None, show_output: bool = False,
-            env: dict[str, str] | None = None,
-            hint: str = "check network access to the archive your apt sources name and run again") -> None:
+def run_apt(
+    command: list[str],
+    doing: str,
+    cwd: Path | None = None,
+    show_output: bool = False,
+    env: dict[str, str] | None = None,
+    hint: str = "check network access to the archive your apt sources name and run again",
+) -> None:
     """Run an apt program; its errors become a HostError. With show_output its progress lines (Get:,
     Fetched) go to stderr as they come."""
+
     def forward(line: str) -> None:
         if line.strip():
             print(line, file=sys.stderr, flush=True)
 
-    result = runner.run(command, cwd=cwd, env=env, timeout=3600, check=False,
-                        on_line=forward if show_output else None)
+    result = runner.run(command, cwd=cwd, env=env, timeout=3600, check=False, on_line=forward if show_output else None)
     if result.returncode != 0:
         raise HostError(f"{doing} failed: {runner.last_line(result.stderr)}", hint)
 
@@ -234,8 +254,7 @@ def current_kernel_abi(suite: str, flavour: str = "amd64") -> str:
     depends = PrivateArchive(suite).fields(meta).get("Depends", "")
     match = re.search(rf"\blinux-headers-([0-9][^\s,()|]*-{re.escape(flavour)})\b", depends)
     if match is None:
-        raise SourceError(f"{meta} in {suite} names no kernel headers package",
-                          f"its Depends is {depends!r}")
+        raise SourceError(f"{meta} in {suite} names no kernel headers package", f"its Depends is {depends!r}")
     return match.group(1)
 
 

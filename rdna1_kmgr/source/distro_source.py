@@ -33,8 +33,11 @@ def fetch(release: str, system: SystemIdentity) -> tuple[Path, dict]:
     """The unpacked, verified amd subset of the kernel's own source, and which package it came from."""
     version, _ = kernel_package(release, system)
     if version is None:
-        raise SourceError(f"kernel {release} is not a Debian or Ubuntu kernel: no package of it, and its "
-                          "/proc/version says no distribution build", "give its source with --source PATH or --source URL")
+        raise SourceError(
+            f"kernel {release} is not a Debian or Ubuntu kernel: no package of it, and its "
+            "/proc/version says no distribution build",
+            "give its source with --source PATH or --source URL",
+        )
     if system.family == "ubuntu":
         tree, package = ubuntu_source.fetch_source(ubuntu_source.ubuntu_kernel(release, system), system.codename)
         return tree, {**package.to_json(), "distro": "ubuntu"}

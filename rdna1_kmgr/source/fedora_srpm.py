@@ -53,8 +53,12 @@ def fedora_kernel(krel: str) -> FedoraKernel | None:
 
 def srpm_identity(srpm: Path) -> tuple[str, str, str]:
     """(name, version, release) from the SRPM's header."""
-    out = runner.run(["rpm", "-qp", "--nosignature", "--qf", "%{NAME}\\t%{VERSION}\\t%{RELEASE}\\n", str(srpm)],
-                     error=SourceError, doing=f"reading {srpm.name}", hint="is it a source RPM?").stdout
+    out = runner.run(
+        ["rpm", "-qp", "--nosignature", "--qf", "%{NAME}\\t%{VERSION}\\t%{RELEASE}\\n", str(srpm)],
+        error=SourceError,
+        doing=f"reading {srpm.name}",
+        hint="is it a source RPM?",
+    ).stdout
     fields = out.strip().split("\t")
     if len(fields) != 3:
         raise SourceError(f"{srpm} has no name, version and release rpm can read", "is it a source RPM?")
@@ -83,11 +87,20 @@ def unpack_srpm(srpm: Path, dest_root: Path | None = None) -> Path:
             tree = unpack_amd_subset(tarball, tmp / "unpacked")
             applied = apply_subset_patch(tree, patch)
             if kernel_version(tree) != Version(version):
-                raise SourceError(f"{srpm.name} is kernel {version} but its Makefile says Linux {kernel_version(tree)}",
-                                  "the SRPM is not what its header says")
-            origin = {"archive": srpm.name, "package": name, "rpm_version": key, "kernel_version": version,
-                      "tarball": tarball.name, "patch": patch.name, "patched_files": applied,
-                      "subset": list(AMD_SUBSET)}
+                raise SourceError(
+                    f"{srpm.name} is kernel {version} but its Makefile says Linux {kernel_version(tree)}",
+                    "the SRPM is not what its header says",
+                )
+            origin = {
+                "archive": srpm.name,
+                "package": name,
+                "rpm_version": key,
+                "kernel_version": version,
+                "tarball": tarball.name,
+                "patch": patch.name,
+                "patched_files": applied,
+                "subset": list(AMD_SUBSET),
+            }
             (tree / ORIGIN_FILE).write_text(json.dumps(origin, indent=2, sort_keys=True) + "\n")
             return cache_entry.publish(tree, dest_root / key)
 
@@ -108,24 +121,42 @@ def apply_subset_patch(tree: Path, patch: Path) -> list[str]:
     """Apply the subset's part of `patch` to `tree` with patch -p1; the files it changed."""
     text, files = subset_sections(patch.read_text(errors="surrogateescape"))
     if files:
-        runner.run(["patch", "-p1", "--batch", "--forward", "--quiet", "-d", str(tree)], input=text,
-                   error=SourceError, doing=f"applying {patch.name} to the amd subset",
-                   hint="the patch does not fit the tarball it came with; fetch the SRPM again")
+        runner.run(
+            ["patch", "-p1", "--batch", "--forward", "--quiet", "-d", str(tree)],
+            input=text,
+            error=SourceError,
+            doing=f"applying {patch.name} to the amd subset",
+            hint="the patch does not fit the tarball it came with; fetch the SRPM again",
+        )
     return files
 
 
 def _rpm2cpio(srpm: Path, dest: Path) -> list[Path]:
     dest.mkdir(parents=True)
-    archive = runner.run(["rpm2cpio", str(srpm)], text=False, error=SourceError, timeout=600,
-                         doing=f"rpm2cpio {srpm.name}", hint="install rpm2cpio").stdout
-    runner.run(["cpio", "-idm", "--quiet", "--no-absolute-filenames"], input=archive, text=False, cwd=dest,
-               error=SourceError, doing=f"unpacking {srpm.name}", timeout=600)
+    archive = runner.run(
+        ["rpm2cpio", str(srpm)],
+        text=False,
+        error=SourceError,
+        timeout=600,
+        doing=f"rpm2cpio {srpm.name}",
+        hint="install rpm2cpio",
+    ).stdout
+    runner.run(
+        ["cpio", "-idm", "--quiet", "--no-absolute-filenames"],
+        input=archive,
+        text=False,
+        cwd=dest,
+        error=SourceError,
+        doing=f"unpacking {srpm.name}",
+        timeout=600,
+    )
     return sorted(p for p in dest.iterdir() if p.is_file())
 
 
 def _one(files: list[Path], pattern: re.Pattern, srpm: Path, what: str) -> Path:
     found = [p for p in files if pattern.match(p.name)]
     if len(found) != 1:
-        raise SourceError(f"{srpm.name} holds {len(found)} files that look like the {what}",
-                          "is it Fedora's kernel SRPM?")
+        raise SourceError(
+            f"{srpm.name} holds {len(found)} files that look like the {what}", "is it Fedora's kernel SRPM?"
+        )
     return found[0]

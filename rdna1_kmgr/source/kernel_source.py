@@ -74,8 +74,10 @@ def kernel_version(src_root: Path) -> Version:
         values.setdefault(name, value)
     numbers = [values.get(name, "") for name in ("VERSION", "PATCHLEVEL", "SUBLEVEL")]
     if not all(number.isdigit() for number in numbers[:2]) or not (numbers[2].isdigit() or numbers[2] == ""):
-        raise SourceError(f"{makefile} does not declare a kernel version (VERSION/PATCHLEVEL/SUBLEVEL)",
-                          "give the root of a kernel source tree")
+        raise SourceError(
+            f"{makefile} does not declare a kernel version (VERSION/PATCHLEVEL/SUBLEVEL)",
+            "give the root of a kernel source tree",
+        )
     release = f"{numbers[0]}.{numbers[1]}.{numbers[2] or 0}"
     return Version(release + _extraversion_suffix(values.get("EXTRAVERSION", "")))
 
@@ -105,8 +107,10 @@ def require_version(src_root: Path, expected: Version | str) -> Version:
     wanted = expected if isinstance(expected, Version) else upstream_version(expected)
     actual = kernel_version(src_root)
     if not matches_package(actual, expected):
-        raise SourceError(f"the source in {src_root} is Linux {actual}, the kernel is Linux {wanted}",
-                          "give the source of exactly the kernel you build for")
+        raise SourceError(
+            f"the source in {src_root} is Linux {actual}, the kernel is Linux {wanted}",
+            "give the source of exactly the kernel you build for",
+        )
     return actual
 
 
@@ -137,8 +141,10 @@ def debian_source_for(debian_version: str) -> DebianSource:
         if debian_version in PrivateArchive(suite).versions(package):
             return DebianSource(package, debian_version, suite)
     tarball = f"https://cdn.kernel.org/pub/linux/kernel/v{upstream.major}.x/linux-{upstream}.tar.xz"
-    raise SourceError(f"Debian's archive no longer has {package} {debian_version} (searched {', '.join(DEBIAN_SUITES)})",
-                      f"give --source with an unpacked tree, or the upstream tarball {tarball} (without Debian's patches)")
+    raise SourceError(
+        f"Debian's archive no longer has {package} {debian_version} (searched {', '.join(DEBIAN_SUITES)})",
+        f"give --source with an unpacked tree, or the upstream tarball {tarball} (without Debian's patches)",
+    )
 
 
 def debian_kernel_version(krel: str, proc_version: str | None = None) -> str | None:
@@ -147,8 +153,7 @@ def debian_kernel_version(krel: str, proc_version: str | None = None) -> str | N
     None for a kernel Debian did not build."""
     krel = user_input.kernel_release(krel)
     packages = [f"linux-image-{krel}", f"linux-image-{krel}-unsigned", f"linux-headers-{krel}"]
-    proc = runner.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev} ${Version}\n", *packages],
-                      check=False)
+    proc = runner.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev} ${Version}\n", *packages], check=False)
     for line in proc.stdout.splitlines():
         status, _, version = line.partition(" ")
         if status.startswith("ii") and version.strip():
@@ -169,8 +174,11 @@ def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
     tree = cache_dir() / "src" / check_debian_version(debian_version)
     if (tree / ORIGIN_FILE).is_file():
         return tree
-    found = DebianSource(_source_package_of(debian_version), debian_version, suite) if suite else \
-        debian_source_for(debian_version)
+    found = (
+        DebianSource(_source_package_of(debian_version), debian_version, suite)
+        if suite
+        else debian_source_for(debian_version)
+    )
     deb = PrivateArchive(found.suite).download(found.package, found.version)
     return unpack_amd_subset(deb)
 
@@ -179,8 +187,10 @@ def fetch_kernel_source(krel: str) -> Path:
     """The amd subset of exactly the Debian kernel `krel` (see debian_kernel_version), verified against it."""
     version = debian_kernel_version(krel)
     if version is None:
-        raise SourceError(f"kernel {krel} is not a Debian kernel: no package of it, no Debian version in /proc/version",
-                          "give its source with --source PATH or --source URL")
+        raise SourceError(
+            f"kernel {krel} is not a Debian kernel: no package of it, no Debian version in /proc/version",
+            "give its source with --source PATH or --source URL",
+        )
     tree = fetch_debian_source(version)
     require_version(tree, version)
     return tree
@@ -221,8 +231,10 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
             origin = {"archive": archive.name, "kernel_version": str(version), "subset": list(AMD_SUBSET)}
             if deb:
                 if not matches_package(version, deb[1]):
-                    raise SourceError(f"{archive} is {deb[0]} {deb[1]} but its Makefile says Linux {version}",
-                                      "the package is not what its name says; fetch it again")
+                    raise SourceError(
+                        f"{archive} is {deb[0]} {deb[1]} but its Makefile says Linux {version}",
+                        "the package is not what its name says; fetch it again",
+                    )
                 origin.update(package=deb[0], debian_version=deb[1])
                 name = deb[1]
             else:
@@ -269,18 +281,26 @@ def _compressed_tarball(archive: Path, deb: tuple[str, str] | None) -> Iterator[
             yield iter(lambda: handle.read(_CHUNK), b""), archive.stat().st_size
         return
     # linux-source-X.Y_*.deb holds ./usr/src/linux-source-X.Y.tar.xz; stream it out without a temporary copy.
-    with runner.pipe_from(["dpkg-deb", "--fsys-tarfile", str(archive)], error=SourceError,
-                          doing=f"reading {archive}", hint="the file is truncated or damaged; fetch it again") as stream:
+    with runner.pipe_from(
+        ["dpkg-deb", "--fsys-tarfile", str(archive)],
+        error=SourceError,
+        doing=f"reading {archive}",
+        hint="the file is truncated or damaged; fetch it again",
+    ) as stream:
         try:
             with tarfile.open(fileobj=stream, mode="r|") as outer:
                 member = next((m for m in outer if m.isfile() and _DEB_TARBALL.match(m.name)), None)
                 if member is None:
-                    raise SourceError(f"{archive} holds no kernel tarball under /usr/src (linux-source-X.Y.tar.*)",
-                                      "give a linux-source-X.Y .deb")
+                    raise SourceError(
+                        f"{archive} holds no kernel tarball under /usr/src (linux-source-X.Y.tar.*)",
+                        "give a linux-source-X.Y .deb",
+                    )
                 handle = outer.extractfile(member)
                 yield iter(lambda: handle.read(_CHUNK), b""), member.size
         except (tarfile.TarError, EOFError, OSError) as err:
-            raise SourceError(f"cannot read {archive}: {err}", "the file is truncated or damaged; fetch it again") from err
+            raise SourceError(
+                f"cannot read {archive}: {err}", "the file is truncated or damaged; fetch it again"
+            ) from err
 
 
 def _extract_subset(chunks: Iterator[bytes], size: int, tree: Path, archive: Path) -> None:
@@ -289,8 +309,18 @@ def _extract_subset(chunks: Iterator[bytes], size: int, tree: Path, archive: Pat
     compression, decompressor = _compression_of(first, archive)
     top = _top_folder(decompressor, first, archive)
     members = [f"{top}/{part}" for part in AMD_SUBSET]
-    command = ["tar", "-x", *compression, "-f", "-", "-C", str(tree), f"--strip-components={top.count('/') + 1}",
-               "--no-same-owner", *members]
+    command = [
+        "tar",
+        "-x",
+        *compression,
+        "-f",
+        "-",
+        "-C",
+        str(tree),
+        f"--strip-components={top.count('/') + 1}",
+        "--no-same-owner",
+        *members,
+    ]
     progress = _ByteProgress(f"unpacking drivers/gpu/drm/amd from {archive.name}", size)
     with runner.pipe_into(command, check=False) as tar:
         for chunk in chain([first], chunks):
@@ -302,8 +332,9 @@ def _extract_subset(chunks: Iterator[bytes], size: int, tree: Path, archive: Pat
         missing = re.search(r"tar: (\S+): Not found in archive", message)
         if missing:
             raise SourceError(f"{archive} has no {missing.group(1)}", "give the source of a whole kernel")
-        raise SourceError(f"cannot unpack {archive}: {_first_line(message)}",
-                          "the file is truncated or damaged; fetch it again")
+        raise SourceError(
+            f"cannot unpack {archive}: {_first_line(message)}", "the file is truncated or damaged; fetch it again"
+        )
     progress.finish()
 
 
@@ -317,8 +348,10 @@ def _compression_of(head: bytes, archive: Path):
         return ["-j"], bz2.BZ2Decompressor()
     if head[257:262] == b"ustar":
         return [], None
-    raise SourceError(f"{archive} is neither a .deb nor a tar archive (plain, xz, gzip or bzip2)",
-                      "give a kernel tarball or a linux-source .deb")
+    raise SourceError(
+        f"{archive} is neither a .deb nor a tar archive (plain, xz, gzip or bzip2)",
+        "give a kernel tarball or a linux-source .deb",
+    )
 
 
 def _top_folder(decompressor, head: bytes, archive: Path) -> str:
@@ -330,13 +363,16 @@ def _top_folder(decompressor, head: bytes, archive: Path) -> str:
     except (tarfile.TarError, EOFError, OSError, lzma.LZMAError, zlib.error):
         first = None
     if first is None:
-        raise SourceError(f"cannot unpack {archive}: not a readable tar archive",
-                          "the file is truncated or damaged; fetch it again")
+        raise SourceError(
+            f"cannot unpack {archive}: not a readable tar archive", "the file is truncated or damaged; fetch it again"
+        )
     parts = first.name.split("/")
     top = "/".join(parts[:2]) if parts[0] == "." and len(parts) > 1 else parts[0]
     if top in (".", "") or (not first.isdir() and top == first.name):
-        raise SourceError(f"{archive} does not keep the kernel in one top folder (like linux-6.1.192/)",
-                          "give a kernel.org-style tarball")
+        raise SourceError(
+            f"{archive} does not keep the kernel in one top folder (like linux-6.1.192/)",
+            "give a kernel.org-style tarball",
+        )
     return top
 
 
@@ -376,8 +412,10 @@ def fetch_tarball(url: str, sha256: str | None = None) -> Path:
         with cache_entry.staging(tarballs, name) as tmp:
             actual = _download(url, tmp / name)
             if actual != expected:
-                raise SourceError(f"{name} from {url} has SHA-256 {actual}, expected {expected}",
-                                  "nothing was kept; check the URL and the hash")
+                raise SourceError(
+                    f"{name} from {url} has SHA-256 {actual}, expected {expected}",
+                    "nothing was kept; check the URL and the hash",
+                )
             return cache_entry.publish(tmp / name, final)
 
 
@@ -391,8 +429,10 @@ def check_url(url: str) -> urllib.parse.SplitResult:
 def _tarball_name(parts: urllib.parse.SplitResult) -> str:
     name = parts.path.rsplit("/", 1)[-1]
     if not _TARBALL_NAME.match(name):
-        raise UsageError(f"{name or parts.path!r} in the URL is not a tarball name",
-                         "give the URL of a .tar.xz, .tar.gz, .tar.bz2 or .tar file")
+        raise UsageError(
+            f"{name or parts.path!r} in the URL is not a tarball name",
+            "give the URL of a .tar.xz, .tar.gz, .tar.bz2 or .tar file",
+        )
     return name
 
 
@@ -412,14 +452,20 @@ def _published_sha256(url: str, name: str) -> str:
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 continue
-            raise SourceError(f"cannot download {folder}/{sums}: HTTP {err.code} {err.reason}", "check the URL") from None
+            raise SourceError(
+                f"cannot download {folder}/{sums}: HTTP {err.code} {err.reason}", "check the URL"
+            ) from None
         except (urllib.error.URLError, OSError) as err:
-            raise SourceError(f"cannot download {folder}/{sums}: {_reason(err)}", "check the URL and the network") from None
+            raise SourceError(
+                f"cannot download {folder}/{sums}: {_reason(err)}", "check the URL and the network"
+            ) from None
         for digest, listed in _SUMS_LINE.findall(text):
             if listed.rsplit("/", 1)[-1] == name:
                 return digest.lower()
-    raise SourceError(f"no SHA-256 known for {url}: none given and no sha256sums beside it lists {name}",
-                      "give the tarball's SHA-256 (kernel.org lists them in sha256sums.asc)")
+    raise SourceError(
+        f"no SHA-256 known for {url}: none given and no sha256sums beside it lists {name}",
+        "give the tarball's SHA-256 (kernel.org lists them in sha256sums.asc)",
+    )
 
 
 def _download(url: str, dest: Path) -> str:
@@ -468,11 +514,14 @@ def resolve_source_option(value: str, sha256: str | None = None) -> Path:
         return checked_tree(path)
     if path.is_file():
         if sha256 and sha256_file(path) != _check_sha256(sha256):
-            raise SourceError(f"{path} has SHA-256 {sha256_file(path)}, expected {sha256.lower()}",
-                              "check the file and the hash")
+            raise SourceError(
+                f"{path} has SHA-256 {sha256_file(path)}, expected {sha256.lower()}", "check the file and the hash"
+            )
         return unpack_amd_subset(path)
-    raise UsageError(f"--source {value!r}: no such file or folder",
-                     "give an unpacked kernel tree, a kernel tarball or linux-source .deb, or an https:// URL")
+    raise UsageError(
+        f"--source {value!r}: no such file or folder",
+        "give an unpacked kernel tree, a kernel tarball or linux-source .deb, or an https:// URL",
+    )
 
 
 def checked_tree(path: Path) -> Path:

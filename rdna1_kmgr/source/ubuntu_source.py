@@ -90,8 +90,10 @@ def ubuntu_kernel(krel: str, system: SystemIdentity) -> UbuntuKernel | None:
         return None
     abi = UBUNTU_ABI_VERSION.match(version)
     if abi is None or (abi.group(1), abi.group(2)) != (release.group(1), release.group(2)):
-        raise HostError(f"kernel {krel} says it is package version {version}, which is not its ABI",
-                        "is /proc/version_signature of this kernel?")
+        raise HostError(
+            f"kernel {krel} says it is package version {version}, which is not its ABI",
+            "is /proc/version_signature of this kernel?",
+        )
     return UbuntuKernel(krel, version, upstream, source_name)
 
 
@@ -99,16 +101,20 @@ def find_source(kernel: UbuntuKernel, codename: str) -> SourcePackage:
     """The suite of the system's archive that has the kernel's source package at exactly its version."""
     suites = apt_sources.system_suites(codename)
     if not suites:
-        raise HostError(f"the system's apt sources list no suite of Ubuntu {codename}",
-                        "add the distribution's sources (noble, noble-updates, noble-security)")
+        raise HostError(
+            f"the system's apt sources list no suite of Ubuntu {codename}",
+            "add the distribution's sources (noble, noble-updates, noble-security)",
+        )
     for suite in suites:
         archive = PrivateArchive(suite, codename)
         for package in kernel.source_packages:
             if kernel.version in archive.versions(package):
                 return SourcePackage(package, kernel.version, suite)
     names = " or ".join(kernel.source_packages)
-    raise SourceError(f"Ubuntu's archive has no {names} {kernel.version} (searched {', '.join(suites)})",
-                      "the archive may have dropped that upload: upgrade to the current kernel, or give --source")
+    raise SourceError(
+        f"Ubuntu's archive has no {names} {kernel.version} (searched {', '.join(suites)})",
+        "the archive may have dropped that upload: upgrade to the current kernel, or give --source",
+    )
 
 
 def fetch_source(kernel: UbuntuKernel, codename: str) -> tuple[Path, SourcePackage]:
@@ -127,12 +133,14 @@ def fetch_source(kernel: UbuntuKernel, codename: str) -> tuple[Path, SourcePacka
 
 def _dpkg_version(krel: str) -> tuple[str | None, str | None]:
     """dpkg's (version, source package) of the kernel's installed image, modules or headers package."""
-    packages = [f"linux-image-{krel}", f"linux-image-unsigned-{krel}", f"linux-modules-{krel}",
-                f"linux-headers-{krel}"]
+    packages = [f"linux-image-{krel}", f"linux-image-unsigned-{krel}", f"linux-modules-{krel}", f"linux-headers-{krel}"]
     if runner.which("dpkg-query") is None:
         return None, None
-    out = runner.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}\t${Version}\t${source:Package}\n",
-                      *packages], check=False, timeout=30).stdout
+    out = runner.run(
+        ["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}\t${Version}\t${source:Package}\n", *packages],
+        check=False,
+        timeout=30,
+    ).stdout
     for line in out.splitlines():
         status, _, rest = line.partition("\t")
         version, _, source = rest.partition("\t")

@@ -13,13 +13,33 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SYSTEM_FILES = ("etc/environment", "etc/security/pam_env.conf", "etc/environment.d/*.conf", "etc/profile",
-                "etc/profile.d/*.sh", "etc/bash.bashrc", "etc/zsh/zshenv", "etc/zsh/zprofile")
-USER_FILES = (".profile", ".bash_profile", ".bash_login", ".bashrc", ".zshenv", ".zprofile", ".zshrc",
-              ".pam_environment", ".config/environment.d/*.conf", ".config/fish/config.fish")
+SYSTEM_FILES = (
+    "etc/environment",
+    "etc/security/pam_env.conf",
+    "etc/environment.d/*.conf",
+    "etc/profile",
+    "etc/profile.d/*.sh",
+    "etc/bash.bashrc",
+    "etc/zsh/zshenv",
+    "etc/zsh/zprofile",
+)
+USER_FILES = (
+    ".profile",
+    ".bash_profile",
+    ".bash_login",
+    ".bashrc",
+    ".zshenv",
+    ".zprofile",
+    ".zshrc",
+    ".pam_environment",
+    ".config/environment.d/*.conf",
+    ".config/fish/config.fish",
+)
 
-_ASSIGN = re.compile(r"^\s*(?:export\s+|declare\s+-x\s+|setenv\s+|set\s+-[a-zA-Z]*x[a-zA-Z]*\s+)?"
-                     r"([A-Za-z_][A-Za-z0-9_]*)(?:=|\s+DEFAULT=|\s+OVERRIDE=|\s+(?=\S))(.*)$")
+_ASSIGN = re.compile(
+    r"^\s*(?:export\s+|declare\s+-x\s+|setenv\s+|set\s+-[a-zA-Z]*x[a-zA-Z]*\s+)?"
+    r"([A-Za-z_][A-Za-z0-9_]*)(?:=|\s+DEFAULT=|\s+OVERRIDE=|\s+(?=\S))(.*)$"
+)
 _UNSET = re.compile(r"^\s*(?:unset|set\s+-e|unsetenv)\s+(.+)$")
 
 
@@ -69,7 +89,9 @@ def read(path: Path, scope: str, sysroot: Path, wanted) -> list[Assignment]:
     return found
 
 
-def assignments(sysroot: Path, home: Path | None, wanted, process_env: dict[str, str] | None = None) -> list[Assignment]:
+def assignments(
+    sysroot: Path, home: Path | None, wanted, process_env: dict[str, str] | None = None
+) -> list[Assignment]:
     """Every assignment of a wanted variable: the process's own environment first (when given), then files."""
     found = [Assignment(Path("-"), 0, k, v, "process") for k, v in sorted((process_env or {}).items()) if wanted(k)]
     for path, scope in files(sysroot, home):
@@ -80,7 +102,7 @@ def assignments(sysroot: Path, home: Path | None, wanted, process_env: dict[str,
 def _unquote(raw: str) -> str:
     value = raw.strip().rstrip(";").strip()
     if value.startswith("DEFAULT="):
-        value = value[len("DEFAULT="):]
+        value = value[len("DEFAULT=") :]
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         value = value[1:-1]
     return value

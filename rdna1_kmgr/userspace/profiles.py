@@ -40,8 +40,13 @@ class Profile:
         return result
 
     def to_json(self) -> dict:
-        return {"name": self.name, "summary": self.summary, "set": dict(self.set), "unset": list(self.unset),
-                "experiment_only": self.experiment_only or None}
+        return {
+            "name": self.name,
+            "summary": self.summary,
+            "set": dict(self.set),
+            "unset": list(self.unset),
+            "experiment_only": self.experiment_only or None,
+        }
 
 
 def load() -> dict[str, Profile]:
@@ -56,8 +61,9 @@ def _profile(name: str, table: dict) -> Profile:
     if solver is not None:
         if solver not in SOLVER_FAMILIES:
             raise ValueError(f"profiles.toml: {name}: unknown solver family {solver!r}")
-        values.update({SOLVER_PREFIX + family: "0" for family in SOLVER_FAMILIES
-                       if family not in (solver, FALLBACK_FAMILY)})
+        values.update(
+            {SOLVER_PREFIX + family: "0" for family in SOLVER_FAMILIES if family not in (solver, FALLBACK_FAMILY)}
+        )
     for key, value in values.items():
         if not _NAME.match(key) or not _VALUE.match(value):
             raise ValueError(f"profiles.toml: {name}: {key}={value!r} is not a ROCm variable and a plain value")
@@ -77,6 +83,8 @@ def installable(name: str) -> Profile:
     profile = get(name)
     if profile.experiment_only:
         others = ", ".join(n for n, p in load().items() if not p.experiment_only and not p.changes_nothing)
-        raise UsageError(f"profile {name!r} is an experiment control and is not installed: "
-                         f"{profile.experiment_only}", f"install one of: {others}")
+        raise UsageError(
+            f"profile {name!r} is an experiment control and is not installed: " f"{profile.experiment_only}",
+            f"install one of: {others}",
+        )
     return profile

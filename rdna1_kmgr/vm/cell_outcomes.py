@@ -24,14 +24,21 @@ class Outcome:
 OUTCOMES = (
     Outcome("pass", "every case within the dtype's tolerance of the CPU", "#4caf50"),
     Outcome("wrong", "it ran, and numbers differ from the CPU beyond the dtype's tolerance", "#ff9800"),
-    Outcome("not-applicable", "MIOpen has no solver for a case with these settings (\"No suitable algorithm\")",
-            "#bdbdbd"),
+    Outcome(
+        "not-applicable", 'MIOpen has no solver for a case with these settings ("No suitable algorithm")', "#bdbdbd"
+    ),
     Outcome("invalid-device-function", "HIP found no code for the board's processor in a library", "#e57373"),
-    Outcome("kernel-image-invalid", "\"device kernel image is invalid\": a code object missing or not loadable "
-            "(TheRock: the device wheel)", "#e57373"),
-    Outcome("queue-failed", "queue creation failed (HSA_STATUS_ERROR_OUT_OF_RESOURCES: on kernels >= 6.12, "
-            "KFD's CWSR size check)", "#d32f2f"),
-    Outcome("memory-fault", "the GPU faulted on an address (\"Memory access fault by GPU\")", "#b71c1c"),
+    Outcome(
+        "kernel-image-invalid",
+        '"device kernel image is invalid": a code object missing or not loadable ' "(TheRock: the device wheel)",
+        "#e57373",
+    ),
+    Outcome(
+        "queue-failed",
+        "queue creation failed (HSA_STATUS_ERROR_OUT_OF_RESOURCES: on kernels >= 6.12, " "KFD's CWSR size check)",
+        "#d32f2f",
+    ),
+    Outcome("memory-fault", 'the GPU faulted on an address ("Memory access fault by GPU")', "#b71c1c"),
     Outcome("hang", "a case made no progress within its limit and the cell was killed", "#7b1fa2"),
     Outcome("ring-timeout", "amdgpu logged a ring timeout during the cell", "#4a148c"),
     Outcome("gpu-reset", "amdgpu reset the GPU during the cell", "#311b92"),
@@ -45,8 +52,10 @@ BY_NAME = {o.name: o for o in OUTCOMES}
 _TEXT = (
     ("memory-fault", re.compile(r"Memory access fault by GPU|memory access fault", re.I)),
     ("queue-failed", re.compile(r"HSA_STATUS_ERROR_OUT_OF_RESOURCES")),
-    ("kernel-image-invalid", re.compile(r"device kernel image is invalid|kpack_load_code_object|hipErrorInvalidImage",
-                                        re.I)),
+    (
+        "kernel-image-invalid",
+        re.compile(r"device kernel image is invalid|kpack_load_code_object|hipErrorInvalidImage", re.I),
+    ),
     ("invalid-device-function", re.compile(r"invalid device function|hipErrorInvalidDeviceFunction", re.I)),
     ("not-applicable", re.compile(r"No suitable algorithm|miopenStatusUnsupportedOp|not applicable", re.I)),
 )

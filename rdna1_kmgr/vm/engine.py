@@ -24,14 +24,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import guest_kernel, guest_view, verdict
 
 ACCELS = ("auto", "kvm", "tcg")
@@ -43,13 +43,34 @@ GUEST_CPUS = "1"
 KVM_CPU = "host,topoext=on"  # what vng asks for under KVM: the probe must use the same
 # udev in the guest autoloads drivers for the emulated q35 machine (AHCI, ICH9, watchdogs, input) and
 # the CPU's crypto accelerators, and nested KVM: none is needed to test amdgpu, and under TCG they made
-# "udev settle" take 19 s instead of 6 s here (cpufreq drivers probe in vain under TCG too). modprobe.blacklist= stops alias loads only, so an
+# "udev settle" take 19 s instead of 6 s here (cpufreq drivers probe in vain under TCG too). modprobe.blacklist=
+# stops alias loads only, so an
 # explicit `modprobe dep` of amdgpu's dependencies (none of these) still works.
 GUEST_BLACKLIST = (
-    "kvm", "kvm_amd", "kvm_intel", "powernow_k8", "acpi_cpufreq", "ahci", "lpc_ich", "i2c_i801",
-    "i6300esb", "iTCO_wdt", "intel_pmc_bxt", "psmouse", "serio_raw", "pcspkr", "evdev", "qemu_fw_cfg",
-    "aesni_intel", "ghash_clmulni_intel", "sha1_ssse3", "sha256_ssse3", "sha512_ssse3", "crc32_pclmul",
-    "crc32c_intel", "crct10dif_pclmul",
+    "kvm",
+    "kvm_amd",
+    "kvm_intel",
+    "powernow_k8",
+    "acpi_cpufreq",
+    "ahci",
+    "lpc_ich",
+    "i2c_i801",
+    "i6300esb",
+    "iTCO_wdt",
+    "intel_pmc_bxt",
+    "psmouse",
+    "serio_raw",
+    "pcspkr",
+    "evdev",
+    "qemu_fw_cfg",
+    "aesni_intel",
+    "ghash_clmulni_intel",
+    "sha1_ssse3",
+    "sha256_ssse3",
+    "sha512_ssse3",
+    "crc32_pclmul",
+    "crc32c_intel",
+    "crct10dif_pclmul",
 )
 
 # Console lines that mark boot stages, for progress and for the record's timings.
@@ -108,8 +129,9 @@ class Accel:
     why: str
 
 
-def choose_accel(requested: str, kernel: guest_kernel.GuestKernel, tools: Tools, workdir: Path,
-                 report: Reporter = say) -> Accel:
+def choose_accel(
+    requested: str, kernel: guest_kernel.GuestKernel, tools: Tools, workdir: Path, report: Reporter = say
+) -> Accel:
     if requested not in ACCELS:
         raise UsageError(f"invalid --accel {requested!r}", f"use one of: {', '.join(ACCELS)}")
     if requested == "tcg":
@@ -127,19 +149,40 @@ def choose_accel(requested: str, kernel: guest_kernel.GuestKernel, tools: Tools,
     return Accel("kvm", why) if works else Accel("tcg", f"KVM probe failed: {why}")
 
 
-def probe_kvm(kernel: guest_kernel.GuestKernel, tools: Tools, workdir: Path,
-              timeout: float = PROBE_TIMEOUT) -> tuple[bool, str]:
+def probe_kvm(
+    kernel: guest_kernel.GuestKernel, tools: Tools, workdir: Path, timeout: float = PROBE_TIMEOUT
+) -> tuple[bool, str]:
     """Boot `kernel` under KVM, with the CPU vng would ask for, and see whether its init completes."""
     return kernel_init_completes(kernel, tools, workdir, "kvm", KVM_CPU, timeout)
 
 
-def kernel_init_completes(kernel: guest_kernel.GuestKernel, tools: Tools, workdir: Path, accel: str, cpu: str,
-                          timeout: float) -> tuple[bool, str]:
+def kernel_init_completes(
+    kernel: guest_kernel.GuestKernel, tools: Tools, workdir: Path, accel: str, cpu: str, timeout: float
+) -> tuple[bool, str]:
     """Boot `kernel` with no root file system: it works when it gets to the panic about the root mount."""
     argv = [
-        tools.qemu, "-machine", f"accel={accel}", "-cpu", cpu, "-m", "256", "-smp", "1",
-        "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none", "-serial", "stdio",
-        "-no-reboot", "-kernel", str(kernel.image), "-append", "console=ttyS0 panic=-1 loglevel=4",
+        tools.qemu,
+        "-machine",
+        f"accel={accel}",
+        "-cpu",
+        cpu,
+        "-m",
+        "256",
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        "-serial",
+        "stdio",
+        "-no-reboot",
+        "-kernel",
+        str(kernel.image),
+        "-append",
+        "console=ttyS0 panic=-1 loglevel=4",
     ]
     seen = []
 
@@ -200,7 +243,9 @@ class GuestRun:
         if self.outcome.timed_out:
             return f"timed out after {timeout:.0f} s and was killed; console tail: {self.console_tail()}"
         if self.result is None:
-            return f"the VM ended (exit {self.outcome.returncode}) without a result; console tail: {self.console_tail()}"
+            return (
+                f"the VM ended (exit {self.outcome.returncode}) without a result; console tail: {self.console_tail()}"
+            )
         if not self.result.get("finished"):
             return f"the guest stopped before finishing; console tail: {self.console_tail()}"
         return None
@@ -212,21 +257,35 @@ class GuestRun:
             return "(no console log)"
 
 
-def vng_argv(tools: Tools, kernel: guest_kernel.GuestKernel, view: guest_view.GuestView, accel: Accel,
-             guest_command: str, extra: list[str] | tuple[str, ...] = (),
-             blacklist: tuple[str, ...] = GUEST_BLACKLIST) -> list[str]:
+def vng_argv(
+    tools: Tools,
+    kernel: guest_kernel.GuestKernel,
+    view: guest_view.GuestView,
+    accel: Accel,
+    guest_command: str,
+    extra: list[str] | tuple[str, ...] = (),
+    blacklist: tuple[str, ...] = GUEST_BLACKLIST,
+) -> list[str]:
     argv = [
-        tools.vng, "--run", str(kernel.image),
-        "--user", "root",  # insmod needs it, whoever runs the host side
-        "--cwd", "/",
-        "--memory", GUEST_MEMORY,
-        "--cpus", GUEST_CPUS,
+        tools.vng,
+        "--run",
+        str(kernel.image),
+        "--user",
+        "root",  # insmod needs it, whoever runs the host side
+        "--cwd",
+        "/",
+        "--memory",
+        GUEST_MEMORY,
+        "--cpus",
+        GUEST_CPUS,
         "--verbose",  # the kernel console goes to our log: progress, and the tail on failure
-        "--qemu", tools.qemu,
+        "--qemu",
+        tools.qemu,
         # virtiofsd is tried first otherwise; where it cannot start, vng waits ~5 s before using 9p.
         "--force-9p",
         *view.vng_args(),  # the run folder, and whatever else the guest must see (guest_view)
-        "--append", "modprobe.blacklist=" + ",".join(blacklist),
+        "--append",
+        "modprobe.blacklist=" + ",".join(blacklist),
     ]
     if accel.name == "tcg":
         argv.append("--disable-kvm")
@@ -253,9 +312,18 @@ def guest_command(view: guest_view.GuestView, script: str = "collect.py") -> str
     return " ".join(shlex.quote(p) for p in (python, "-I", "-S", script, folder))
 
 
-def boot(tools: Tools, kernel: guest_kernel.GuestKernel, view: guest_view.GuestView, accel: Accel, timeout: float,
-         console: Path, report: Reporter = say, extra_vng_args: list[str] | tuple[str, ...] = (),
-         mode: str = "emulated", script: str = "collect.py") -> GuestRun:
+def boot(
+    tools: Tools,
+    kernel: guest_kernel.GuestKernel,
+    view: guest_view.GuestView,
+    accel: Accel,
+    timeout: float,
+    console: Path,
+    report: Reporter = say,
+    extra_vng_args: list[str] | tuple[str, ...] = (),
+    mode: str = "emulated",
+    script: str = "collect.py",
+) -> GuestRun:
     """Boot the kernel, run the guest script (collect.py, or the experiment's matrix.py) on the run
     folder's plan.json, and return what came back."""
     watcher = StageWatcher(report)
@@ -264,7 +332,11 @@ def boot(tools: Tools, kernel: guest_kernel.GuestKernel, view: guest_view.GuestV
     blacklist = GUEST_BLACKLIST + (("amdgpu",) if mode == "passthrough" else ())
     outcome = runner.run_session(
         vng_argv(tools, kernel, view, accel, guest_command(view, script), extra_vng_args, blacklist),
-        console, timeout, env=tools.env(), cwd="/", watch=watcher.feed,
+        console,
+        timeout,
+        env=tools.env(),
+        cwd="/",
+        watch=watcher.feed,
     )
     return GuestRun(outcome, console, _read_result(view.run / "result.json"), watcher.stages)
 
@@ -300,7 +372,7 @@ def validate_module(
     (`passthrough`).
     """
     mode = "passthrough" if gpu is not None else "emulated"
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     started = time.monotonic()
     if timeout <= 0:
         raise UsageError(f"invalid --timeout {timeout}", "give a number of seconds > 0")
@@ -314,8 +386,10 @@ def validate_module(
         logs.mkdir(parents=True, exist_ok=True)
         verdict.validations_dir().mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise HostError(f"cannot write the console log or the verdict record: {err}",
-                        "run as root (they go to /var/log/rdna1-kmgr and /var/lib/rdna1-kmgr)") from None
+        raise HostError(
+            f"cannot write the console log or the verdict record: {err}",
+            "run as root (they go to /var/log/rdna1-kmgr and /var/lib/rdna1-kmgr)",
+        ) from None
     console = logs / f"{started_at:%Y%m%dT%H%M%SZ}-{module.sha256[:12]}.log"
     details: dict = {"build_id": module.build_id, "vermagic": module.vermagic, "kernel_origin": kernel.origin}
     chosen = None
@@ -328,8 +402,9 @@ def validate_module(
             shutil.copyfile(module.path, copy)
             module = module_elf.read(copy, verdict.INIT_MESSAGES)
             wants_workload = bool(gpu and gpu.workload)
-            view = guest_view.prepare(rundir, kernel.root if kernel.origin == "cache" else None,
-                                      with_venv=wants_workload)
+            view = guest_view.prepare(
+                rundir, kernel.root if kernel.origin == "cache" else None, with_venv=wants_workload
+            )
             workload = workload_plan(gpu.workload, view) if wants_workload else None
             plan = verdict.guest_plan(module, view.guest_path(copy), gpu=gpu, workload=workload)
             (rundir / "plan.json").write_text(_json(plan))
@@ -353,10 +428,20 @@ def validate_module(
     if passthrough is not None:
         passthrough = {**passthrough, "workload": verdict.workload_cases(result)}
     record = verdict.Record(
-        verdict=outcome, reason=reason, mode=mode, kernel=release, module=str(Path(module_path).resolve()),
-        module_sha256=module.sha256, accel=chosen.name if chosen else None, checks=checks, selftest=counts,
-        console_log=str(console) if console else None, seconds=round(time.monotonic() - started, 1),
-        started=started_at.isoformat(timespec="seconds"), tool_version=__version__, details=details,
+        verdict=outcome,
+        reason=reason,
+        mode=mode,
+        kernel=release,
+        module=str(Path(module_path).resolve()),
+        module_sha256=module.sha256,
+        accel=chosen.name if chosen else None,
+        checks=checks,
+        selftest=counts,
+        console_log=str(console) if console else None,
+        seconds=round(time.monotonic() - started, 1),
+        started=started_at.isoformat(timespec="seconds"),
+        tool_version=__version__,
+        details=details,
         passthrough=passthrough,
     )
     verdict.write(record)

@@ -58,9 +58,17 @@ class CellResult:
     attempt: int = 1  # which VM of the run it ran in
 
     def to_json(self) -> dict:
-        return {"cell": self.cell.id, "mask": self.cell.mask, "quirks": list(self.cell.quirks),
-                "profile": self.cell.profile.name, "outcome": self.outcome, "detail": self.detail,
-                "max_error": self.max_error, "seconds": self.seconds, "vm": self.attempt}
+        return {
+            "cell": self.cell.id,
+            "mask": self.cell.mask,
+            "quirks": list(self.cell.quirks),
+            "profile": self.cell.profile.name,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "max_error": self.max_error,
+            "seconds": self.seconds,
+            "vm": self.attempt,
+        }
 
 
 def masks(catalog: dict[str, quirk_catalog.Quirk]) -> list[tuple[int, tuple[str, ...]]]:
@@ -73,8 +81,9 @@ def masks(catalog: dict[str, quirk_catalog.Quirk]) -> list[tuple[int, tuple[str,
     return found
 
 
-def cells(catalog: dict[str, quirk_catalog.Quirk] | None = None,
-          profiles: dict[str, profile_data.Profile] | None = None) -> list[Cell]:
+def cells(
+    catalog: dict[str, quirk_catalog.Quirk] | None = None, profiles: dict[str, profile_data.Profile] | None = None
+) -> list[Cell]:
     catalog = quirk_catalog.load_quirks() if catalog is None else catalog
     profiles = profile_data.load() if profiles is None else profiles
     return [Cell(mask, ids, profile) for mask, ids in masks(catalog) for profile in profiles.values()]
@@ -92,8 +101,9 @@ def classify(cell: Cell, entry: dict | None, vm_ended: str | None, attempt: int 
         return CellResult(cell, "crash", f"the VM ended during this cell ({vm_ended or 'no result'})", attempt=attempt)
     load = entry.get("load")
     if load is not None and load.get("rc") != 0:
-        return CellResult(cell, "crash", f"insmod rdna1_quirks=0x{cell.mask:x} failed: {_last(load.get('output'))}",
-                          attempt=attempt)
+        return CellResult(
+            cell, "crash", f"insmod rdna1_quirks=0x{cell.mask:x} failed: {_last(load.get('output'))}", attempt=attempt
+        )
     runs = (entry.get("workload") or {}).get("runs") or []
     if not runs:
         return CellResult(cell, "not-run", "the workload did not run", attempt=attempt)
@@ -107,21 +117,30 @@ def classify(cell: Cell, entry: dict | None, vm_ended: str | None, attempt: int 
         return CellResult(cell, kind, report["error"], seconds=seconds, attempt=attempt)
     if not isinstance(report, dict) or "cases" not in report:
         kind = cell_outcomes.from_text(last.get("output") or "") or "crash"
-        return CellResult(cell, kind, f"the workload exited {last.get('rc')} without a report: "
-                          f"{_last(last.get('output'))}", seconds=seconds, attempt=attempt)
+        return CellResult(
+            cell,
+            kind,
+            f"the workload exited {last.get('rc')} without a report: " f"{_last(last.get('output'))}",
+            seconds=seconds,
+            attempt=attempt,
+        )
     cases = report["cases"]
     worst = max((c.get("max_abs_err") or 0.0 for c in cases), default=0.0)
     bad = [c for c in cases if not c.get("ok")]
     failed = cell_outcomes.from_cases(cases)
     if failed is not None and failed[0] != "wrong":
-        return CellResult(cell, failed[0], f"{failed[1]['case']}: {failed[1].get('error', '')}", worst, seconds, attempt)
+        return CellResult(
+            cell, failed[0], f"{failed[1]['case']}: {failed[1].get('error', '')}", worst, seconds, attempt
+        )
     unload = entry.get("unload")
     if unload is not None and unload.get("rc") != 0:
-        return CellResult(cell, "crash", f"rmmod failed after the workload: {_last(unload.get('output'))}",
-                          worst, seconds, attempt)
+        return CellResult(
+            cell, "crash", f"rmmod failed after the workload: {_last(unload.get('output'))}", worst, seconds, attempt
+        )
     if bad:
-        return CellResult(cell, "wrong", f"{len(bad)} of {len(cases)} cases off, first: {bad[0]['case']}",
-                          worst, seconds, attempt)
+        return CellResult(
+            cell, "wrong", f"{len(bad)} of {len(cases)} cases off, first: {bad[0]['case']}", worst, seconds, attempt
+        )
     return CellResult(cell, "pass", f"{len(cases)} cases within tolerance", worst, seconds, attempt)
 
 
@@ -144,8 +163,12 @@ class Batch:
 BatchRunner = Callable[[list[Cell], int], Batch]  # (cells, attempt) -> Batch
 
 
-def run(all_cells: list[Cell], run_batch: BatchRunner, report: Callable[[str], None] = lambda line: None,
-        max_vms: int | None = None) -> list[CellResult]:
+def run(
+    all_cells: list[Cell],
+    run_batch: BatchRunner,
+    report: Callable[[str], None] = lambda line: None,
+    max_vms: int | None = None,
+) -> list[CellResult]:
     """Every cell, through as many VMs as it takes: a VM ends after a cell that left the GPU suspect (or
     was killed), and the cells it did not reach go to a fresh one. A VM that ran no cell at all ends the
     experiment: the same would happen again."""
@@ -166,8 +189,9 @@ def run(all_cells: list[Cell], run_batch: BatchRunner, report: Callable[[str], N
             report(f"  {cell.id:32} {result.outcome:7} {result.detail}")
         if not entries:
             for cell in pending:
-                results[cell.id] = CellResult(cell, "not-run", f"VM {attempt} ran no cell: {batch.ended or 'no result'}",
-                                              attempt=attempt)
+                results[cell.id] = CellResult(
+                    cell, "not-run", f"VM {attempt} ran no cell: {batch.ended or 'no result'}", attempt=attempt
+                )
             break
         pending = [c for c in pending if c.id not in results]
     for cell in pending:
@@ -185,16 +209,24 @@ def recommend(results: list[CellResult], profile_order: list[str] | None = None)
     passing = [r for r in results if r.outcome == "pass"]
     if not passing:
         return None
-    return min(passing, key=lambda r: (bin(r.cell.mask).count("1"), r.cell.mask,
-                                       order.index(r.cell.profile.name) if r.cell.profile.name in order else len(order)))
+    return min(
+        passing,
+        key=lambda r: (
+            bin(r.cell.mask).count("1"),
+            r.cell.mask,
+            order.index(r.cell.profile.name) if r.cell.profile.name in order else len(order),
+        ),
+    )
 
 
 def recommendation_lines(best: CellResult | None) -> list[str]:
     if best is None:
         return ["no cell passed: neither the quirks nor a user-space profile made Conv2d right on this board"]
-    lines = [f"smallest passing cell: rdna1_quirks=0x{best.cell.mask:x} "
-             f"({' '.join(best.cell.quirks) or 'no quirk'}) with profile {best.cell.profile.name}",
-             f"  sudo rdna1-kmgr install --quirks 0x{best.cell.mask:x}"]
+    lines = [
+        f"smallest passing cell: rdna1_quirks=0x{best.cell.mask:x} "
+        f"({' '.join(best.cell.quirks) or 'no quirk'}) with profile {best.cell.profile.name}",
+        f"  sudo rdna1-kmgr install --quirks 0x{best.cell.mask:x}",
+    ]
     if not best.cell.profile.changes_nothing:
         lines.append(f"  sudo rdna1-kmgr profile install {best.cell.profile.name}")
     return lines
@@ -205,8 +237,10 @@ def table(results: list[CellResult]) -> list[str]:
     for r in results:
         error = f"{r.max_error:.2e}" if r.max_error is not None else "-"
         seconds = f"{r.seconds:.1f} s" if r.seconds is not None else "-"
-        lines.append(f"0x{r.cell.mask:<4x} {(' '.join(r.cell.quirks) or '-'):24} {r.cell.profile.name:20} "
-                     f"{r.outcome:8} {error:>10} {seconds:>8}")
+        lines.append(
+            f"0x{r.cell.mask:<4x} {(' '.join(r.cell.quirks) or '-'):24} {r.cell.profile.name:20} "
+            f"{r.outcome:8} {error:>10} {seconds:>8}"
+        )
     return lines
 
 
@@ -216,11 +250,14 @@ def experiments_dir() -> Path:
 
 def write_record(results: list[CellResult], best: CellResult | None, context: dict) -> Path:
     """The experiment as a JSON record: experiments/<time>.json, and latest.json beside it."""
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **context,
-              "cells": [r.to_json() for r in results],
-              "counts": {o: sum(r.outcome == o for r in results) for o in OUTCOMES},
-              "recommended": best.to_json() if best else None,
-              "commands": recommendation_lines(best)[1:] if best else []}
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **context,
+        "cells": [r.to_json() for r in results],
+        "counts": {o: sum(r.outcome == o for r in results) for o in OUTCOMES},
+        "recommended": best.to_json() if best else None,
+        "commands": recommendation_lines(best)[1:] if best else [],
+    }
     folder = experiments_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{time.strftime('%Y%m%dT%H%M%S')}.json"

@@ -13,8 +13,8 @@ import os
 import pwd
 from pathlib import Path
 
-from rdna1_kmgr.modbuild.built_module import BuiltModule
 from rdna1_kmgr.core import user_input
+from rdna1_kmgr.modbuild.built_module import BuiltModule
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import environment_files
 from rdna1_kmgr.vm import engine, experiment, experiment_guest, guest_kernel, passthrough
@@ -47,8 +47,17 @@ def built_cells(built: BuiltModule) -> list[experiment.Cell]:
     return experiment.cells({k: q for k, q in catalog.items() if k in carried})
 
 
-def run(spec: str, built: BuiltModule, release: str | None, accel: str, cell_timeout: float, fetch: bool,
-        force: bool, accept_reset_risk: bool, report=engine.say) -> dict:
+def run(
+    spec: str,
+    built: BuiltModule,
+    release: str | None,
+    accel: str,
+    cell_timeout: float,
+    fetch: bool,
+    force: bool,
+    accept_reset_risk: bool,
+    report=engine.say,
+) -> dict:
     """The whole experiment on the board; the record's JSON (also written under experiments/)."""
     bdf = passthrough.resolve_gpu(spec)
     passthrough.require_root()
@@ -61,12 +70,27 @@ def run(spec: str, built: BuiltModule, release: str | None, accel: str, cell_tim
     report(f"experiment: {len(cells)} cells on {bdf}, {cell_timeout:.0f} s each at most")
     with passthrough.bound(pre, report) as session:
         run_batch = experiment_guest.batch_runner(
-            release, built.path, workload, cell_timeout, accel=accel, fetch=fetch, base_env=base_env,
-            report=report, extra_vng_args=passthrough.vng_passthrough_args(pre, kernel), mode="passthrough")
+            release,
+            built.path,
+            workload,
+            cell_timeout,
+            accel=accel,
+            fetch=fetch,
+            base_env=base_env,
+            report=report,
+            extra_vng_args=passthrough.vng_passthrough_args(pre, kernel),
+            mode="passthrough",
+        )
         results = experiment.run(cells, run_batch, report)
     best = experiment.recommend(results)
-    context = {"board": bdf, "kernel": release, "module": str(built.path), "accepted_reset_risk":
-               pre.accepted_reset_risk, "as_installed": base_env, "workload": workload["args"],
-               "devices_returned": session.returned}
+    context = {
+        "board": bdf,
+        "kernel": release,
+        "module": str(built.path),
+        "accepted_reset_risk": pre.accepted_reset_risk,
+        "as_installed": base_env,
+        "workload": workload["args"],
+        "devices_returned": session.returned,
+    }
     path = experiment.write_record(results, best, context)
     return {"record": str(path), "results": results, "best": best}

@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.paths import log_dir
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import engine, experiment, guest_kernel, guest_view, verdict
 
 BOOT_ALLOWANCE = 240  # seconds: a TCG boot under load, the dependencies' modprobe
@@ -23,9 +23,18 @@ CELL_OVERHEAD = 120  # seconds per cell beyond its workload limit: insmod and rm
 QUIRKS_PARAM = "rdna1_quirks"
 
 
-def batch_runner(release: str, module: Path | None, workload: dict | None, cell_timeout: float, accel: str = "auto",
-                 fetch: bool = False, base_env: dict[str, str] | None = None, report=engine.say,
-                 extra_vng_args: list[str] | tuple[str, ...] = (), mode: str = "emulated") -> experiment.BatchRunner:
+def batch_runner(
+    release: str,
+    module: Path | None,
+    workload: dict | None,
+    cell_timeout: float,
+    accel: str = "auto",
+    fetch: bool = False,
+    base_env: dict[str, str] | None = None,
+    report=engine.say,
+    extra_vng_args: list[str] | tuple[str, ...] = (),
+    mode: str = "emulated",
+) -> experiment.BatchRunner:
     """A function that runs a list of cells in one fresh VM of `release` and returns the guest's result.
 
     `module`: the amdgpu.ko each cell loads with its mask (None: cells run the workload alone).
@@ -40,16 +49,25 @@ def batch_runner(release: str, module: Path | None, workload: dict | None, cell_
     try:
         logs.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise HostError(f"cannot write the console logs under {logs}: {err.strerror}",
-                        "run as root, or point RDNA1_KMGR_LOG at a writable folder") from None
+        raise HostError(
+            f"cannot write the console logs under {logs}: {err.strerror}",
+            "run as root, or point RDNA1_KMGR_LOG at a writable folder",
+        ) from None
     chosen: list[engine.Accel] = []
 
     def run_batch(cells: list[experiment.Cell], attempt: int) -> experiment.Batch:
         with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-matrix-") as tmp:
             rundir = Path(tmp)
-            plan = {"name": facts.name if facts else "amdgpu", "module": None, "depends": [],
-                    "cells": [c.plan() for c in cells], "workload": workload, "base_env": dict(base_env or {}),
-                    "cell_timeout": cell_timeout, "quirks_param": bool(facts and QUIRKS_PARAM in facts.parameters)}
+            plan = {
+                "name": facts.name if facts else "amdgpu",
+                "module": None,
+                "depends": [],
+                "cells": [c.plan() for c in cells],
+                "workload": workload,
+                "base_env": dict(base_env or {}),
+                "cell_timeout": cell_timeout,
+                "quirks_param": bool(facts and QUIRKS_PARAM in facts.parameters),
+            }
             view = guest_view.prepare(rundir, kernel.root if kernel.origin == "cache" else None, with_venv=True)
             plan["workload"] = {**engine.workload_plan("conv2d", view), **(workload or {})}
             if facts is not None:
@@ -61,8 +79,9 @@ def batch_runner(release: str, module: Path | None, workload: dict | None, cell_
                 chosen.append(engine.choose_accel(accel, kernel, tools, rundir, report))
             limit = BOOT_ALLOWANCE + len(cells) * (cell_timeout + CELL_OVERHEAD)
             console = logs / f"{time.strftime('%Y%m%dT%H%M%S')}-matrix-vm{attempt}.log"
-            run = engine.boot(tools, kernel, view, chosen[0], limit, console, report, extra_vng_args, mode,
-                              script="matrix.py")
+            run = engine.boot(
+                tools, kernel, view, chosen[0], limit, console, report, extra_vng_args, mode, script="matrix.py"
+            )
             if run.outcome.timed_out:
                 ended = "timeout"
             elif run.result is not None and run.result.get("finished"):

@@ -21,11 +21,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.source import apt_sources, cache_entry
 from rdna1_kmgr.source.debian_archive import PrivateArchive
 from rdna1_kmgr.source.kernel_source import DEBIAN_SUITES
@@ -54,8 +54,10 @@ class GuestKernel:
                 return module_elf.read(found).vermagic
         for found in sorted((self.modules / "kernel").rglob("*.ko*")):
             return module_elf.read(found).vermagic
-        raise HostError(f"no module of kernel {self.release} found under {self.modules}",
-                        f"remove {self.root} and fetch the kernel again" if self.origin == "cache" else "")
+        raise HostError(
+            f"no module of kernel {self.release} found under {self.modules}",
+            f"remove {self.root} and fetch the kernel again" if self.origin == "cache" else "",
+        )
 
 
 def cached_root(release: str) -> Path:
@@ -102,15 +104,19 @@ def fetch_image(release: str) -> GuestKernel:
             _run(["depmod", "-b", str(tmp), release], f"depmod for {release}")
             staged = GuestKernel(release, tmp, "cache")
             if not _complete(staged):
-                raise SourceError(f"{' '.join(d.name for d in debs)} hold no boot/vmlinuz-{release} with its modules",
-                                  "is it a kernel image package?")
+                raise SourceError(
+                    f"{' '.join(d.name for d in debs)} hold no boot/vmlinuz-{release} with its modules",
+                    "is it a kernel image package?",
+                )
             cache_entry.publish(tmp, root)
         return cached
 
 
 def _complete(kernel: GuestKernel) -> bool:
     # A host with only the headers has /lib/modules/KREL/build and nothing else: not bootable.
-    return kernel.image.is_file() and (kernel.modules / "kernel").is_dir() and (kernel.modules / "modules.dep").is_file()
+    return (
+        kernel.image.is_file() and (kernel.modules / "kernel").is_dir() and (kernel.modules / "modules.dep").is_file()
+    )
 
 
 def _merge_usr(tree: Path, release: str) -> None:
@@ -147,8 +153,10 @@ def _download(package: str, suites, required: bool = True) -> Path | None:
     if not required:
         return None
     names = ", ".join(suite for suite, _ in suites)
-    raise SourceError(f"no suite has {package} (searched {names})",
-                      "check the kernel release; the archive drops old ABIs (see `apt-cache depends linux-image-amd64`)")
+    raise SourceError(
+        f"no suite has {package} (searched {names})",
+        "check the kernel release; the archive drops old ABIs (see `apt-cache depends linux-image-amd64`)",
+    )
 
 
 def _run(argv: list[str], doing: str) -> None:

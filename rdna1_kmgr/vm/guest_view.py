@@ -61,9 +61,11 @@ class Mapping:
 
     def vng_args(self) -> list[str]:
         if not _MAPPABLE.fullmatch(str(self.host)):
-            raise HostError(f"virtme-ng cannot show {self.host} to the guest (only letters, digits and _ + / . - "
-                            "can be in a mapped path)", "install rdna1-kmgr, or set RDNA1_KMGR_CACHE / TMPDIR, "
-                            "under such a path")
+            raise HostError(
+                f"virtme-ng cannot show {self.host} to the guest (only letters, digits and _ + / . - "
+                "can be in a mapped path)",
+                "install rdna1-kmgr, or set RDNA1_KMGR_CACHE / TMPDIR, " "under such a path",
+            )
         return ["--rwdir" if self.writable else "--rodir", f"{self.guest}={self.host}"]
 
 
@@ -108,8 +110,10 @@ def interpreter(executable: str | None = None, base_prefix: str | None = None) -
     if in_os_tree(exe) and in_os_tree(base):
         return str(exe), None
     if base not in exe.parents:
-        raise HostError(f"rdna1-kmgr's Python {exe} is not inside its installation {base}",
-                        "install rdna1-kmgr with a regular Python installation (a venv of /usr/bin/python3 is best)")
+        raise HostError(
+            f"rdna1-kmgr's Python {exe} is not inside its installation {base}",
+            "install rdna1-kmgr with a regular Python installation (a venv of /usr/bin/python3 is best)",
+        )
     # CPython finds its standard library from where its binary is, so the installation can move.
     return str(GUEST_PYTHON_HOME / exe.relative_to(base)), Mapping(GUEST_PYTHON_HOME, base)
 
@@ -119,8 +123,7 @@ def prepare(run: Path, kernel_tree: Path | None, with_venv: bool = False) -> Gue
 
     `kernel_tree`: the root of a kernel unpacked outside the host's own /boot and /lib/modules (None for
     an installed kernel, which the guest finds where virtme looks anyway: use_root_mods)."""
-    shutil.copytree(guest_scripts_source(), run / GUEST_SCRIPTS,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(guest_scripts_source(), run / GUEST_SCRIPTS, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     python, python_mapping = interpreter()
     mappings = [Mapping(GUEST_RUN, run, writable=True)]
     if python_mapping is not None:

@@ -23,14 +23,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
 from rdna1_kmgr.host import host_facts, kmsg, sysfs
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, format_id, is_rdna1
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import engine, guest_kernel, reset_readiness, verdict, vfio, vfio_journal
 
 ROOT_PORT = "rdna1-kmgr-rp"  # QEMU id of the root port the devices sit behind
@@ -74,8 +74,7 @@ class Session:
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        raise HostError("passing a device to a VM and giving it back needs root (sysfs writes, vfio)",
-                        "run it as root")
+        raise HostError("passing a device to a VM and giving it back needs root (sysfs writes, vfio)", "run it as root")
 
 
 def resolve_gpu(spec: str, sysroot: Path = Path("/")) -> str:
@@ -84,25 +83,33 @@ def resolve_gpu(spec: str, sysroot: Path = Path("/")) -> str:
         return user_input.pci_address(spec)
     target = host_facts.detect(sysroot).target
     if target is None:
-        raise HostError(f"no {format_id(DEFAULT_TARGET)} (RX 5600 XT) board found on this host",
-                        "give --gpu DDDD:BB:DD.F (see `rdna1-kmgr detect`)")
+        raise HostError(
+            f"no {format_id(DEFAULT_TARGET)} (RX 5600 XT) board found on this host",
+            "give --gpu DDDD:BB:DD.F (see `rdna1-kmgr detect`)",
+        )
     return target.bdf
 
 
-def preflight(bdf: str, plumbing_only: bool, force: bool = False, accept_reset_risk: bool = False,
-              sysroot: Path = Path("/")) -> Preflight:
+def preflight(
+    bdf: str, plumbing_only: bool, force: bool = False, accept_reset_risk: bool = False, sysroot: Path = Path("/")
+) -> Preflight:
     """Every refusal, in one-line errors, before anything is changed."""
     dev = sysfs.read_device(user_input.pci_address(bdf), sysroot)
     if not plumbing_only and not is_rdna1(dev.vendor, dev.device):
-        raise UsageError(f"{bdf} ({dev.vendor:04x}:{dev.device:04x}) is not an RDNA1 GPU",
-                         "the GPU test needs one; add --plumbing-only to test only the VFIO plumbing with it")
+        raise UsageError(
+            f"{bdf} ({dev.vendor:04x}:{dev.device:04x}) is not an RDNA1 GPU",
+            "the GPU test needs one; add --plumbing-only to test only the VFIO plumbing with it",
+        )
     plan = vfio.plan_group(bdf, sysroot)
     forced = vfio.refuse_display(plan, force, sysroot)
     _refuse_journaled(plan)
     reset = reset_readiness.require(list(plan.passed), accept_reset_risk, sysroot)
     vfio.ensure_vfio_pci(sysroot)
     return Preflight(
-        plan=plan, reset=tuple(reset), accepted_reset_risk=any(not r.ready for r in reset), forced=tuple(forced),
+        plan=plan,
+        reset=tuple(reset),
+        accepted_reset_risk=any(not r.ready for r in reset),
+        forced=tuple(forced),
         to_bind=tuple(d for d in plan.passed if d.driver != vfio.VFIO_DRIVER),
     )
 
@@ -113,10 +120,13 @@ def _refuse_journaled(plan: vfio.GroupPlan) -> None:
         if dev.bdf in journaled:
             b = journaled[dev.bdf]
             if vfio_journal.owner_alive(b):
-                raise HostError(f"{dev.bdf} is passed through by another rdna1-kmgr run (pid {b.pid})",
-                                "wait for it to end")
-            raise HostError(f"{dev.bdf} was left on vfio-pci by an earlier run that did not finish (pid {b.pid})",
-                            "give it back first: rdna1-kmgr vm-test --restore")
+                raise HostError(
+                    f"{dev.bdf} is passed through by another rdna1-kmgr run (pid {b.pid})", "wait for it to end"
+                )
+            raise HostError(
+                f"{dev.bdf} was left on vfio-pci by an earlier run that did not finish (pid {b.pid})",
+                "give it back first: rdna1-kmgr vm-test --restore",
+            )
 
 
 # --- bind, and always give back ---------------------------------------------------------------------------
@@ -139,10 +149,18 @@ def bound(pre: Preflight, report=engine.say) -> Iterator[Session]:
         try:
             for dev in pre.to_bind:
                 binding = vfio_journal.Binding(
-                    bdf=dev.bdf, vendor=dev.vendor, device=dev.device, driver=dev.driver,
-                    driver_override=sysfs.driver_override(dev.bdf), iommu_group=pre.plan.iommu_group,
-                    run=session.run, pid=pid, pid_start=start, boot_id=boot, kmsg_seq=seq,
-                    started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    bdf=dev.bdf,
+                    vendor=dev.vendor,
+                    device=dev.device,
+                    driver=dev.driver,
+                    driver_override=sysfs.driver_override(dev.bdf),
+                    iommu_group=pre.plan.iommu_group,
+                    run=session.run,
+                    pid=pid,
+                    pid_start=start,
+                    boot_id=boot,
+                    kmsg_seq=seq,
+                    started=datetime.now(UTC).isoformat(timespec="seconds"),
                 )
                 vfio_journal.write(binding)  # before the first write to the device
                 session.bindings.append(binding)
@@ -183,8 +201,11 @@ def came_back(binding: vfio_journal.Binding, sysroot: Path = Path("/")) -> tuple
     power_cycle = "the board needs a power cycle: shut the machine down, switch it off at the wall, then boot"
     if vfio.current_driver(bdf, sysroot) != AMDGPU:
         return False, f"{bdf} did not come back on amdgpu: {power_cycle}"
-    trouble = [r.message for r in kmsg.since(binding.kmsg_seq, sysroot)
-               if bdf in r.message and _PROBE_TROUBLE.search(r.message)]
+    trouble = [
+        r.message
+        for r in kmsg.since(binding.kmsg_seq, sysroot)
+        if bdf in r.message and _PROBE_TROUBLE.search(r.message)
+    ]
     cards = [n for n in sysfs.drm_nodes(bdf, sysroot) if n.startswith("card")]
     if not cards:
         said = f" (kernel: {trouble[0]})" if trouble else ""
@@ -197,8 +218,9 @@ def came_back(binding: vfio_journal.Binding, sysroot: Path = Path("/")) -> tuple
 def _still_ours(binding: vfio_journal.Binding) -> bool:
     """Whether anything of the bind is left on the device (so `--restore` has something to retry)."""
     path = sysfs.devices_dir() / binding.bdf
-    return path.is_dir() and (vfio.current_driver(binding.bdf) == vfio.VFIO_DRIVER
-                              or sysfs.driver_override(binding.bdf) == vfio.VFIO_DRIVER)
+    return path.is_dir() and (
+        vfio.current_driver(binding.bdf) == vfio.VFIO_DRIVER or sysfs.driver_override(binding.bdf) == vfio.VFIO_DRIVER
+    )
 
 
 # --- after a SIGKILL: vm-test --restore, rollback ----------------------------------------------------------
@@ -217,8 +239,15 @@ def restore_pending(report=engine.say) -> list[dict]:
     waiting = []
     for binding in pending:
         if vfio_journal.owner_alive(binding):
-            results.append({"bdf": binding.bdf, "ok": False, "wanted": binding.driver, "driver": None,
-                            "detail": f"{binding.bdf} belongs to a running rdna1-kmgr (pid {binding.pid}): left"})
+            results.append(
+                {
+                    "bdf": binding.bdf,
+                    "ok": False,
+                    "wanted": binding.driver,
+                    "driver": None,
+                    "detail": f"{binding.bdf} belongs to a running rdna1-kmgr (pid {binding.pid}): left",
+                }
+            )
         else:
             waiting.append(binding)
     for run in sorted({b.run for b in waiting}):
@@ -228,10 +257,16 @@ def restore_pending(report=engine.say) -> list[dict]:
         users = vfio.holders(f"/dev/vfio/{binding.iommu_group}")
         if users:
             pid, name = users[0]
-            results.append({"bdf": binding.bdf, "ok": False, "wanted": binding.driver,
-                            "driver": vfio.current_driver(binding.bdf),
-                            "detail": f"IOMMU group {binding.iommu_group} of {binding.bdf} is open in {name} "
-                                      f"(pid {pid}): stop it, then run `rdna1-kmgr vm-test --restore` again"})
+            results.append(
+                {
+                    "bdf": binding.bdf,
+                    "ok": False,
+                    "wanted": binding.driver,
+                    "driver": vfio.current_driver(binding.bdf),
+                    "detail": f"IOMMU group {binding.iommu_group} of {binding.bdf} is open in {name} "
+                    f"(pid {pid}): stop it, then run `rdna1-kmgr vm-test --restore` again",
+                }
+            )
             continue
         results += give_back_all([binding], report)
     return sorted(results, key=lambda r: r["bdf"])
@@ -273,10 +308,20 @@ def _alive(pid: int) -> bool:
 # --- the GPU run ------------------------------------------------------------------------------------------
 
 
-def run_gpu(spec: str, module_path: Path, quirks: list[str] | None, release: str | None = None, accel: str = "auto",
-            timeout: float = engine.DEFAULT_TIMEOUT, fetch: bool = False, force: bool = False,
-            accept_reset_risk: bool = False, workload: str = "smoke", selftest_required: int | None = None,
-            report=engine.say) -> verdict.Record:
+def run_gpu(
+    spec: str,
+    module_path: Path,
+    quirks: list[str] | None,
+    release: str | None = None,
+    accel: str = "auto",
+    timeout: float = engine.DEFAULT_TIMEOUT,
+    fetch: bool = False,
+    force: bool = False,
+    accept_reset_risk: bool = False,
+    workload: str = "smoke",
+    selftest_required: int | None = None,
+    report=engine.say,
+) -> verdict.Record:
     """`vm-test --gpu SPEC`: every emulated check, in a guest that drives the GPU, plus the GPU's own.
 
     preflight (every refusal) -> devices on vfio-pci -> engine.validate_module in passthrough mode -> devices
@@ -291,15 +336,31 @@ def run_gpu(spec: str, module_path: Path, quirks: list[str] | None, release: str
     # The kernel is needed before the boot: a cached one is shared with the guest by vng_passthrough_args.
     release = user_input.kernel_release(release or module_elf.read(Path(module_path), verdict.INIT_MESSAGES).release)
     kernel = guest_kernel.locate(release, fetch=fetch)
-    gpu = verdict.GpuTarget(_id(pre.plan.target), tuple(quirks) if quirks is not None else None,
-                            workload if workload != "smoke" else None)
-    story = {"bdf": bdf, "vendor_device": gpu.vendor_device, "iommu_group": pre.plan.iommu_group,
-             "passed": [d.bdf for d in pre.plan.passed], "accepted_reset_risk": pre.accepted_reset_risk,
-             "forced": list(pre.forced), "reset": [r.to_json() for r in pre.reset]}
+    gpu = verdict.GpuTarget(
+        _id(pre.plan.target), tuple(quirks) if quirks is not None else None, workload if workload != "smoke" else None
+    )
+    story = {
+        "bdf": bdf,
+        "vendor_device": gpu.vendor_device,
+        "iommu_group": pre.plan.iommu_group,
+        "passed": [d.bdf for d in pre.plan.passed],
+        "accepted_reset_risk": pre.accepted_reset_risk,
+        "forced": list(pre.forced),
+        "reset": [r.to_json() for r in pre.reset],
+    }
     with bound(pre, report) as session:
-        record = engine.validate_module(module_path, release, accel=accel, timeout=timeout, fetch=fetch,
-                                    selftest_required=selftest_required, report=report,
-                                    extra_vng_args=vng_passthrough_args(pre, kernel), gpu=gpu, passthrough=story)
+        record = engine.validate_module(
+            module_path,
+            release,
+            accel=accel,
+            timeout=timeout,
+            fetch=fetch,
+            selftest_required=selftest_required,
+            report=report,
+            extra_vng_args=vng_passthrough_args(pre, kernel),
+            gpu=gpu,
+            passthrough=story,
+        )
         session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
     return settle(record, session)
 
@@ -308,11 +369,19 @@ def settle(record: verdict.Record, session: Session) -> verdict.Record:
     """Add what happened to the devices after the guest to the record, judge again, store it."""
     back = [r for r in session.returned if not r["ok"]]
     complete = len(session.returned) == len(session.bindings)
-    record.checks.append(verdict.Check(
-        "restored", not back and complete,
-        back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound"))
-    record.passthrough = {**(record.passthrough or {}), "during": session.during, "devices": session.returned,
-                          "came_back": not back and complete}
+    record.checks.append(
+        verdict.Check(
+            "restored",
+            not back and complete,
+            back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound",
+        )
+    )
+    record.passthrough = {
+        **(record.passthrough or {}),
+        "during": session.during,
+        "devices": session.returned,
+        "came_back": not back and complete,
+    }
     record.verdict, record.reason = verdict.decide(record.checks)
     verdict.write(record)
     return record

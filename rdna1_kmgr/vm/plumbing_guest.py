@@ -40,8 +40,9 @@ def static_busybox() -> Path:
         raise HostError("busybox is not installed", "apt-get install busybox-static")
     path = Path(found).resolve()
     if _is_dynamic_elf(path):
-        raise HostError(f"{path} is linked dynamically; the plumbing guest needs a static busybox",
-                        "apt-get install busybox-static")
+        raise HostError(
+            f"{path} is linked dynamically; the plumbing guest needs a static busybox", "apt-get install busybox-static"
+        )
     return path
 
 
@@ -59,13 +60,34 @@ def build_initramfs(dest: Path) -> Path:
     return dest
 
 
-def qemu_argv(qemu: str, image: Path, initramfs: Path, accel: str, devices: list[str],
-              kvm_cpu: str = "host") -> list[str]:
+def qemu_argv(
+    qemu: str, image: Path, initramfs: Path, accel: str, devices: list[str], kvm_cpu: str = "host"
+) -> list[str]:
     """QEMU for the guest: q35 (PCIe, for the root port), one CPU, console on stdout, no reboot on panic."""
-    argv = [qemu, "-machine", f"q35,accel={accel}", "-m", str(MEMORY_MB), "-smp", "1",
-            "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none", "-serial", "stdio",
-            "-no-reboot", "-kernel", str(image), "-initrd", str(initramfs),
-            "-append", "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init"]
+    argv = [
+        qemu,
+        "-machine",
+        f"q35,accel={accel}",
+        "-m",
+        str(MEMORY_MB),
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        "-serial",
+        "stdio",
+        "-no-reboot",
+        "-kernel",
+        str(image),
+        "-initrd",
+        str(initramfs),
+        "-append",
+        "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
+    ]
     if accel == "kvm":
         argv[3:3] = ["-cpu", kvm_cpu]
     return argv + devices
@@ -78,7 +100,7 @@ def parse_console(text: str) -> dict | None:
         at = raw.find(LINE)
         if at < 0:
             continue
-        words = raw[at + len(LINE):].split()
+        words = raw[at + len(LINE) :].split()
         if words[:1] == ["kernel"] and len(words) == 2:
             kernel = words[1]
         elif words[:1] == ["pci"] and len(words) == 6:
@@ -112,5 +134,4 @@ def _is_dynamic_elf(path: Path) -> bool:
         phnum = int.from_bytes(head[56:58], "little")
         handle.seek(phoff)
         table = handle.read(phentsize * phnum)
-    return any(int.from_bytes(table[i * phentsize:i * phentsize + 4], "little") == 3 for i in range(phnum))
-
+    return any(int.from_bytes(table[i * phentsize : i * phentsize + 4], "little") == 3 for i in range(phnum))

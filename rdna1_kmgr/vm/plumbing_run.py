@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rdna1_kmgr import __version__
@@ -35,11 +35,18 @@ from rdna1_kmgr.vm.passthrough import (
 )
 
 
-def run_plumbing(spec: str, release: str | None = None, accel: str = "auto", timeout: float = engine.DEFAULT_TIMEOUT,
-                 fetch: bool = False, force: bool = False, accept_reset_risk: bool = False,
-                 report=engine.say) -> dict:
+def run_plumbing(
+    spec: str,
+    release: str | None = None,
+    accel: str = "auto",
+    timeout: float = engine.DEFAULT_TIMEOUT,
+    fetch: bool = False,
+    force: bool = False,
+    accept_reset_risk: bool = False,
+    report=engine.say,
+) -> dict:
     """`vm-test --gpu SPEC --plumbing-only`: the device on vfio-pci, seen by a guest, given back. A verdict."""
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     started = time.monotonic()
     if timeout <= 0:
         raise UsageError(f"invalid --timeout {timeout}", "give a number of seconds > 0")
@@ -59,10 +66,14 @@ def run_plumbing(spec: str, release: str | None = None, accel: str = "auto", tim
         rundir = Path(tmp)
         initramfs = plumbing_guest.build_initramfs(rundir / "initramfs.cpio")
         chosen = engine.choose_accel(accel, kernel, tools, rundir, report)
-        argv = plumbing_guest.qemu_argv(tools.qemu, kernel.image, initramfs, chosen.name, qemu_devices(pre), engine.KVM_CPU)
+        argv = plumbing_guest.qemu_argv(
+            tools.qemu, kernel.image, initramfs, chosen.name, qemu_devices(pre), engine.KVM_CPU
+        )
         with bound(pre, report) as session:
-            report(f"booting {release} with {' '.join(d.bdf for d in pre.plan.passed)} "
-                   f"({chosen.name}, hard limit {timeout:.0f} s), console log {console}")
+            report(
+                f"booting {release} with {' '.join(d.bdf for d in pre.plan.passed)} "
+                f"({chosen.name}, hard limit {timeout:.0f} s), console log {console}"
+            )
             outcome = runner.run_session(argv, console, timeout, cwd="/")
             guest = plumbing_guest.parse_console(console.read_text(errors="replace"))
             session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
@@ -99,8 +110,9 @@ def run_plumbing(spec: str, release: str | None = None, accel: str = "auto", tim
     return result
 
 
-def judge(pre: Preflight, session: Session, guest: dict | None, outcome: runner.Outcome, timeout: float,
-          console: Path) -> list[dict]:
+def judge(
+    pre: Preflight, session: Session, guest: dict | None, outcome: runner.Outcome, timeout: float, console: Path
+) -> list[dict]:
     """The plumbing checks, in the order they happen."""
     checks = []
 
@@ -108,16 +120,24 @@ def judge(pre: Preflight, session: Session, guest: dict | None, outcome: runner.
         checks.append({"name": name, "ok": bool(ok), "detail": detail})
 
     bound_now = [b.bdf for b in session.bindings]
-    check("vfio-bind", len(bound_now) == len(pre.to_bind) and session.group_node is not None,
-          f"{', '.join(d.bdf for d in pre.plan.passed)} on {vfio.VFIO_DRIVER}, "
-          f"{session.group_node or '/dev/vfio/' + str(pre.plan.iommu_group) + ' missing'}")
+    check(
+        "vfio-bind",
+        len(bound_now) == len(pre.to_bind) and session.group_node is not None,
+        f"{', '.join(d.bdf for d in pre.plan.passed)} on {vfio.VFIO_DRIVER}, "
+        f"{session.group_node or '/dev/vfio/' + str(pre.plan.iommu_group) + ' missing'}",
+    )
     if guest is None:
         tail = _tail(console)
-        why = (f"timed out after {timeout:.0f} s and was killed" if outcome.timed_out
-               else f"the VM ended (exit {outcome.returncode}) without the guest's report")
+        why = (
+            f"timed out after {timeout:.0f} s and was killed"
+            if outcome.timed_out
+            else f"the VM ended (exit {outcome.returncode}) without the guest's report"
+        )
         if _NO_IRQ_REMAP in tail:
-            why += ("; QEMU could not attach the group: this host has no interrupt remapping (enable it in the "
-                    "firmware, or load vfio_iommu_type1 with allow_unsafe_interrupts=1 at your own risk)")
+            why += (
+                "; QEMU could not attach the group: this host has no interrupt remapping (enable it in the "
+                "firmware, or load vfio_iommu_type1 with allow_unsafe_interrupts=1 at your own risk)"
+            )
         check("guest-run", False, f"{why}; console tail: {tail}")
     else:
         check("guest-run", True, f"guest {guest['kernel']} listed {len(guest['devices'])} PCI devices")
@@ -130,13 +150,19 @@ def judge(pre: Preflight, session: Session, guest: dict | None, outcome: runner.
     else:
         check("guest-saw", True, ", ".join(f"{bdf} as {s['bdf']} ({s['id']})" for bdf, s in seen.items()))
     off = {bdf: drv for bdf, drv in session.during.items() if drv != vfio.VFIO_DRIVER}
-    check("vfio-during", bool(session.during) and not off,
-          f"on {vfio.VFIO_DRIVER} when the guest ended" if session.during and not off
-          else f"not on {vfio.VFIO_DRIVER} when the guest ended: {off or 'not reached'}")
+    check(
+        "vfio-during",
+        bool(session.during) and not off,
+        f"on {vfio.VFIO_DRIVER} when the guest ended"
+        if session.during and not off
+        else f"not on {vfio.VFIO_DRIVER} when the guest ended: {off or 'not reached'}",
+    )
     back = [r for r in session.returned if not r["ok"]]
-    check("restored", not back and len(session.returned) == len(session.bindings),
-          back[0]["detail"] if back else
-          "; ".join(r["detail"] for r in session.returned) or "nothing was bound")
+    check(
+        "restored",
+        not back and len(session.returned) == len(session.bindings),
+        back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound",
+    )
     if pre.accepted_reset_risk:
         risky = next(r for r in pre.reset if not r.ready)
         check("reset", True, f"risk accepted (--accept-reset-risk): {risky.detail}")
@@ -179,5 +205,3 @@ def _tail(console: Path, lines: int = 6) -> str:
         return "(no console log)"
     kept = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
     return " | ".join(kept[-lines:]) or "(empty)"
-
-

@@ -18,8 +18,23 @@ from rdna1_kmgr.host.rdna1_boards import AMD_VENDOR, CHIPS
 
 # amdgpu's pciidlist: Vega10 (RX Vega 56/64, Instinct MI25) and Vega20 (Radeon VII, MI50/MI60).
 _VEGA = {
-    "vega10": (0x6860, 0x6861, 0x6862, 0x6863, 0x6864, 0x6867, 0x6868, 0x6869, 0x686A, 0x686B, 0x686C, 0x686D,
-               0x686E, 0x686F, 0x687F),
+    "vega10": (
+        0x6860,
+        0x6861,
+        0x6862,
+        0x6863,
+        0x6864,
+        0x6867,
+        0x6868,
+        0x6869,
+        0x686A,
+        0x686B,
+        0x686C,
+        0x686D,
+        0x686E,
+        0x686F,
+        0x687F,
+    ),
     "vega20": (0x66A0, 0x66A1, 0x66A2, 0x66A3, 0x66A4, 0x66A7, 0x66AF),
 }
 RESET_BUG_CHIPS = {chip.name: chip.device_ids for chip in CHIPS} | _VEGA
@@ -69,21 +84,32 @@ def assess(dev: sysfs.PciDevice, sysroot: Path = Path("/")) -> Readiness:
     ident = f"{dev.bdf} ({chip} {dev.vendor:04x}:{dev.device:04x})"
     if chip is None:
         shown = "none" if not methods else " ".join(methods)
-        return Readiness(dev.bdf, None, methods, loaded, True,
-                         f"{dev.bdf} ({dev.vendor:04x}:{dev.device:04x}) has no known reset bug (reset methods: {shown})")
+        return Readiness(
+            dev.bdf,
+            None,
+            methods,
+            loaded,
+            True,
+            f"{dev.bdf} ({dev.vendor:04x}:{dev.device:04x}) has no known reset bug (reset methods: {shown})",
+        )
     if methods is None:
         # Kernels < 5.15 have no reset_method file; newer ones hide it when they know no reset at all.
-        detail = (f"{ident} has the AMD reset bug and no reset_method file (a kernel < 5.15, or no reset "
-                  "method at all), so nothing shows that vendor-reset will reset it")
+        detail = (
+            f"{ident} has the AMD reset bug and no reset_method file (a kernel < 5.15, or no reset "
+            "method at all), so nothing shows that vendor-reset will reset it"
+        )
         return Readiness(dev.bdf, chip, None, loaded, False, detail)
     if methods and methods[0] == VENDOR_RESET_METHOD:
         detail = f"{ident} will be reset by {VENDOR_RESET_METHOD}" + (
-            " (vendor-reset is loaded)" if loaded else " (vendor_reset is not in /sys/module: built in?)")
+            " (vendor-reset is loaded)" if loaded else " (vendor_reset is not in /sys/module: built in?)"
+        )
         return Readiness(dev.bdf, chip, methods, loaded, True, detail)
     used = methods[0] if methods else "nothing"
     also = f" ({VENDOR_RESET_METHOD} is listed but not first)" if VENDOR_RESET_METHOD in methods else ""
-    detail = (f"{ident} has the AMD reset bug and would be reset by {used!r}, not vendor-reset's "
-              f"{VENDOR_RESET_METHOD}{also}")
+    detail = (
+        f"{ident} has the AMD reset bug and would be reset by {used!r}, not vendor-reset's "
+        f"{VENDOR_RESET_METHOD}{also}"
+    )
     return Readiness(dev.bdf, chip, methods, loaded, False, detail)
 
 

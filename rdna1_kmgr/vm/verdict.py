@@ -15,9 +15,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.core.paths import state_dir
+from rdna1_kmgr.modbuild import module_elf
 
 SCHEMA = 1
 MODULE_NAME = "amdgpu"
@@ -34,9 +34,7 @@ SELFTEST_LINE = re.compile(r"rdna1-kmgr selftest: (\d+) passed, (\d+) failed")
 # A failing self-test switches every quirk off and says so in the same line (kmod/common/amdgpu_rdna1.c.j2).
 SELFTEST_FORCED_OFF = re.compile(r"\(first: (.*?)\): quirks forced off, rdna1_quirks=0")
 # What a healthy load never prints. WARN() prints "WARNING: CPU: n PID: ... at file:line".
-BAD_LINE = re.compile(
-    r"\bOops\b|\bBUG\b|WARNING:|Call Trace:|KASAN|UBSAN:|general protection fault|Kernel panic"
-)
+BAD_LINE = re.compile(r"\bOops\b|\bBUG\b|WARNING:|Call Trace:|KASAN|UBSAN:|general protection fault|Kernel panic")
 STAGE_LINE = re.compile(r"rdna1-kmgr: stage ")
 # Taints a module built out of tree may add: O (out-of-tree, 4096) and E (unsigned or untrusted key, 8192).
 ALLOWED_TAINT_LETTERS = frozenset("OE")
@@ -48,8 +46,9 @@ PROBE_LINE = re.compile(r"rdna1-kmgr: ([0-9a-f]{4}:[0-9a-f]{4}), quirks active: 
 KFD_VENDOR_ATI = 4098  # 0x1002
 HEAP_SYSTEM, HEAP_FB_PRIVATE = 0, 2  # HSA_MEM_HEAP_TYPE_*; 1 is FB_PUBLIC
 CRAT_MEM = "crat-mem"
-WORKLOAD_CASES = tuple(f"conv2d k={k} {part}" for k in (1, 3, 5, 7, 11)
-                       for part in ("forward", "backward input", "backward weight")) + ("resnet18 forward",)
+WORKLOAD_CASES = tuple(
+    f"conv2d k={k} {part}" for k in (1, 3, 5, 7, 11) for part in ("forward", "backward input", "backward weight")
+) + ("resnet18 forward",)
 
 
 @dataclass(frozen=True)
@@ -62,8 +61,13 @@ class GpuTarget:
     workload: str | None = None  # "conv2d"
 
 
-def guest_plan(module: module_elf.ModuleFile, guest_path: str, command_timeout: int = 300,
-               gpu: GpuTarget | None = None, workload: dict | None = None) -> dict:
+def guest_plan(
+    module: module_elf.ModuleFile,
+    guest_path: str,
+    command_timeout: int = 300,
+    gpu: GpuTarget | None = None,
+    workload: dict | None = None,
+) -> dict:
     """What collect.py does: load the dependencies, then two loads of the module by path, each unloaded.
 
     With a GPU, its facts are read while the first load (all quirks on) drives it; `workload` is how the
@@ -79,8 +83,12 @@ def guest_plan(module: module_elf.ModuleFile, guest_path: str, command_timeout: 
         "command_timeout": command_timeout,
     }
     if gpu is not None:
-        plan["gpu"] = {"vendor_device": gpu.vendor_device, "quirks": list(gpu.quirks or ()), "on_load": "selftest",
-                       "workload": workload if gpu.workload else None}
+        plan["gpu"] = {
+            "vendor_device": gpu.vendor_device,
+            "quirks": list(gpu.quirks or ()),
+            "on_load": "selftest",
+            "workload": workload if gpu.workload else None,
+        }
     return plan
 
 
@@ -94,30 +102,60 @@ class Check:
 def check_module_file(module: module_elf.ModuleFile, release: str, kernel_vermagic: str) -> list[Check]:
     """Checks that need no VM: the module is amdgpu, built for this very kernel."""
     return [
-        Check("module-name", module.name == MODULE_NAME,
-              f"module name {module.name!r}" + ("" if module.name == MODULE_NAME else f", expected {MODULE_NAME!r}")),
-        Check("vermagic", module.vermagic == kernel_vermagic,
-              f"vermagic {module.vermagic.strip()!r}" + ("" if module.vermagic == kernel_vermagic else
-              f" does not match kernel {release} ({kernel_vermagic.strip()!r}): the module was built for "
-              f"{module.release}")),
+        Check(
+            "module-name",
+            module.name == MODULE_NAME,
+            f"module name {module.name!r}" + ("" if module.name == MODULE_NAME else f", expected {MODULE_NAME!r}"),
+        ),
+        Check(
+            "vermagic",
+            module.vermagic == kernel_vermagic,
+            f"vermagic {module.vermagic.strip()!r}"
+            + (
+                ""
+                if module.vermagic == kernel_vermagic
+                else f" does not match kernel {release} ({kernel_vermagic.strip()!r}): the module was built for "
+                f"{module.release}"
+            ),
+        ),
     ]
 
 
-def check_guest(result: dict | None, module: module_elf.ModuleFile, release: str,
-                selftest_required: int | None, run_problem: str | None = None,
-                gpu: GpuTarget | None = None) -> list[Check]:
+def check_guest(
+    result: dict | None,
+    module: module_elf.ModuleFile,
+    release: str,
+    selftest_required: int | None,
+    run_problem: str | None = None,
+    gpu: GpuTarget | None = None,
+) -> list[Check]:
     """Judge collect.py's result. `run_problem` says why the run ended badly (a timeout), when it did.
     With `gpu` (a passthrough run), the GPU's checks come on top of every emulated one."""
     if result is None:
         why = run_problem or "the guest wrote no result"
         return [Check("guest-run", False, why)]
-    checks = [Check("guest-run", result.get("finished") is True and run_problem is None,
-                    run_problem or ("guest script finished" if result.get("finished") else
-                                    f"guest script stopped after step {_last_step(result)!r}"))]
+    checks = [
+        Check(
+            "guest-run",
+            result.get("finished") is True and run_problem is None,
+            run_problem
+            or (
+                "guest script finished"
+                if result.get("finished")
+                else f"guest script stopped after step {_last_step(result)!r}"
+            ),
+        )
+    ]
     checks.append(Check("guest-kernel", result.get("kernel") == release, f"guest ran {result.get('kernel')}"))
-    checks.append(Check("not-preloaded", result.get("preloaded") is False,
-                        f"{module.name} was already loaded before the test" if result.get("preloaded")
-                        else f"{module.name} not loaded before the test"))
+    checks.append(
+        Check(
+            "not-preloaded",
+            result.get("preloaded") is False,
+            f"{module.name} was already loaded before the test"
+            if result.get("preloaded")
+            else f"{module.name} not loaded before the test",
+        )
+    )
     steps = {step["name"]: step for step in result.get("steps", [])}
     checks.append(_dependencies(module, steps))
     first, second = steps.get("insmod selftest"), steps.get("insmod stock")
@@ -155,25 +193,39 @@ def _gpu_driver(facts, gpu) -> Check:
         return Check("gpu-driver", False, f"the guest has no PCI device {gpu.vendor_device}")
     off = [d for d in devices if d.get("driver") != MODULE_NAME]
     if off:
-        return Check("gpu-driver", False, f"{gpu.vendor_device} at {off[0]['bdf']} is bound to "
-                                          f"{off[0].get('driver') or 'no driver'}, not {MODULE_NAME}")
+        return Check(
+            "gpu-driver",
+            False,
+            f"{gpu.vendor_device} at {off[0]['bdf']} is bound to "
+            f"{off[0].get('driver') or 'no driver'}, not {MODULE_NAME}",
+        )
     return Check("gpu-driver", True, f"{gpu.vendor_device} at {devices[0]['bdf']} bound to {MODULE_NAME}")
 
 
 def _probe_line(facts, gpu, load) -> Check:
     if gpu.quirks is None:
-        return Check("probe-line", False, "the render's manifest is unknown, so are the quirks that should be "
-                                          "active (give --manifest with --module)")
+        return Check(
+            "probe-line",
+            False,
+            "the render's manifest is unknown, so are the quirks that should be "
+            "active (give --manifest with --module)",
+        )
     lines = _messages(load) + (facts.get("log") or [])
     found = [m for m in (PROBE_LINE.search(line) for line in lines) if m and m[1] == gpu.vendor_device.lower()]
     if not found:
-        return Check("probe-line", False, f"no 'rdna1-kmgr: {gpu.vendor_device}, quirks active:' line in the kernel log")
+        return Check(
+            "probe-line", False, f"no 'rdna1-kmgr: {gpu.vendor_device}, quirks active:' line in the kernel log"
+        )
     said = found[-1][2].split()
     active = [] if said == ["none"] else said
     expected = sorted(gpu.quirks)
     if sorted(active) != expected:
-        return Check("probe-line", False, f"the driver reports quirks active: {' '.join(active) or 'none'}; "
-                                          f"expected: {' '.join(expected) or 'none'}")
+        return Check(
+            "probe-line",
+            False,
+            f"the driver reports quirks active: {' '.join(active) or 'none'}; "
+            f"expected: {' '.join(expected) or 'none'}",
+        )
     return Check("probe-line", True, f"quirks active: {' '.join(active) or 'none'}")
 
 
@@ -182,11 +234,17 @@ def _kfd_node(facts, gpu) -> tuple[Check, dict | None]:
     for node in facts.get("kfd_nodes") or []:
         props = node.get("properties", {})
         if props.get("vendor_id") == KFD_VENDOR_ATI and props.get("device_id") == device_id:
-            return Check("kfd-node", True, f"KFD node {node['node']} (device_id {device_id}, "
-                                           f"{len(node.get('mem_banks', []))} memory bank(s))"), node
+            return Check(
+                "kfd-node",
+                True,
+                f"KFD node {node['node']} (device_id {device_id}, " f"{len(node.get('mem_banks', []))} memory bank(s))",
+            ), node
     seen = len(facts.get("kfd_nodes") or [])
-    return Check("kfd-node", False, f"no KFD topology node with vendor_id {KFD_VENDOR_ATI} and device_id {device_id} "
-                                    f"({seen} node(s) seen)"), None
+    return Check(
+        "kfd-node",
+        False,
+        f"no KFD topology node with vendor_id {KFD_VENDOR_ATI} and device_id {device_id} " f"({seen} node(s) seen)",
+    ), None
 
 
 def _vram_heap(node, gpu, devices) -> Check:
@@ -196,25 +254,43 @@ def _vram_heap(node, gpu, devices) -> Check:
     if node is None:
         return Check("vram-heap", False, "no KFD node for the GPU")
     vram = [b["properties"] for b in node.get("mem_banks", []) if b["properties"].get("heap_type") != HEAP_SYSTEM]
-    shown = "; ".join(f"heap_type {b.get('heap_type')}, size_in_bytes {b.get('size_in_bytes')}, flags "
-                      f"{b.get('flags')}" for b in vram) or "none"
+    shown = (
+        "; ".join(
+            f"heap_type {b.get('heap_type')}, size_in_bytes {b.get('size_in_bytes')}, flags " f"{b.get('flags')}"
+            for b in vram
+        )
+        or "none"
+    )
     if CRAT_MEM not in (gpu.quirks or ()):
         return Check("vram-heap", True, f"VRAM bank(s): {shown} (any heap: {CRAT_MEM} not active)")
     if not vram:
         return Check("vram-heap", False, "the GPU's KFD node has no VRAM bank")
     bad = [b for b in vram if b.get("heap_type") != HEAP_FB_PRIVATE or b.get("flags") != 0]
     if len(vram) != 1 or bad:
-        return Check("vram-heap", False, f"{CRAT_MEM} is active but VRAM bank(s) are: {shown} "
-                                         f"(expected one bank, heap_type {HEAP_FB_PRIVATE} FB_PRIVATE, flags 0)")
+        return Check(
+            "vram-heap",
+            False,
+            f"{CRAT_MEM} is active but VRAM bank(s) are: {shown} "
+            f"(expected one bank, heap_type {HEAP_FB_PRIVATE} FB_PRIVATE, flags 0)",
+        )
     size = vram[0].get("size_in_bytes") or 0
     bar = next((d.get("bar0_bytes") for d in devices if d.get("bar0_bytes")), None)
     if bar and bar < size:
-        return Check("vram-heap", True, f"{CRAT_MEM} did nothing: the BAR ({bar >> 20} MiB) is smaller than VRAM "
-                                        f"({size >> 20} MiB), so the stock driver already reports one FB_PRIVATE "
-                                        f"heap (heap_type 2, size_in_bytes {size}, flags 0)")
-    return Check("vram-heap", True, f"one VRAM bank, heap_type 2 (FB_PRIVATE), size_in_bytes {size}, flags 0 "
-                                    f"({CRAT_MEM} took effect: the BAR covers VRAM)" if bar else
-                                    f"one VRAM bank, heap_type 2 (FB_PRIVATE), size_in_bytes {size}, flags 0")
+        return Check(
+            "vram-heap",
+            True,
+            f"{CRAT_MEM} did nothing: the BAR ({bar >> 20} MiB) is smaller than VRAM "
+            f"({size >> 20} MiB), so the stock driver already reports one FB_PRIVATE "
+            f"heap (heap_type 2, size_in_bytes {size}, flags 0)",
+        )
+    return Check(
+        "vram-heap",
+        True,
+        f"one VRAM bank, heap_type 2 (FB_PRIVATE), size_in_bytes {size}, flags 0 "
+        f"({CRAT_MEM} took effect: the BAR covers VRAM)"
+        if bar
+        else f"one VRAM bank, heap_type 2 (FB_PRIVATE), size_in_bytes {size}, flags 0",
+    )
 
 
 def _workload(workload) -> Check:
@@ -223,8 +299,11 @@ def _workload(workload) -> Check:
         return Check("workload", False, "the workload did not run")
     report = runs[-1].get("report")
     if report is None:
-        return Check("workload", False, f"the workload printed no report (exit {runs[-1].get('rc')}): "
-                                        f"{_last_line(runs[-1].get('output'))}")
+        return Check(
+            "workload",
+            False,
+            f"the workload printed no report (exit {runs[-1].get('rc')}): " f"{_last_line(runs[-1].get('output'))}",
+        )
     if "error" in report:
         return Check("workload", False, f"the workload could not run: {report['error']}")
     cases = {c["case"]: c for c in report.get("cases", [])}
@@ -234,11 +313,19 @@ def _workload(workload) -> Check:
         return Check("workload", False, f"case(s) missing from the report: {', '.join(missing)}")
     bad = [c for c in cases.values() if not c.get("ok")]
     if bad:
-        return Check("workload", False, f"{len(bad)} case(s) outside rtol {tol.get('rtol')} / atol {tol.get('atol')}, "
-                                        f"first: {bad[0]['case']} max_abs_err {bad[0]['max_abs_err']:.3g}")
+        return Check(
+            "workload",
+            False,
+            f"{len(bad)} case(s) outside rtol {tol.get('rtol')} / atol {tol.get('atol')}, "
+            f"first: {bad[0]['case']} max_abs_err {bad[0]['max_abs_err']:.3g}",
+        )
     worst = max(cases.values(), key=lambda c: c["max_abs_err"])
-    return Check("workload", True, f"{len(cases)} cases within rtol {tol.get('rtol')} / atol {tol.get('atol')} "
-                                   f"(largest error {worst['max_abs_err']:.3g}, {worst['case']})")
+    return Check(
+        "workload",
+        True,
+        f"{len(cases)} cases within rtol {tol.get('rtol')} / atol {tol.get('atol')} "
+        f"(largest error {worst['max_abs_err']:.3g}, {worst['case']})",
+    )
 
 
 def workload_cases(result: dict | None) -> list[dict] | None:
@@ -270,8 +357,12 @@ def _dependencies(module, steps) -> Check:
     if step is None:
         return Check("dependencies", False, "not reached")
     if step["rc"] != 0:
-        return Check("dependencies", False, f"modprobe of {', '.join(module.depends)} failed: "
-                                            f"{_first_line(step['output']) or 'exit code ' + str(step['rc'])}")
+        return Check(
+            "dependencies",
+            False,
+            f"modprobe of {', '.join(module.depends)} failed: "
+            f"{_first_line(step['output']) or 'exit code ' + str(step['rc'])}",
+        )
     return Check("dependencies", True, f"loaded {', '.join(module.depends)}")
 
 
@@ -298,11 +389,16 @@ def _identity(module, step) -> Check:
     loaded_id = module_elf.note_build_id(bytes.fromhex(after["build_id_note"])) if after.get("build_id_note") else None
     if module.build_id and loaded_id:
         same = loaded_id == module.build_id
-        return Check("identity", same, f"loaded build id {loaded_id}" + ("" if same else f" != file's {module.build_id}"))
+        return Check(
+            "identity", same, f"loaded build id {loaded_id}" + ("" if same else f" != file's {module.build_id}")
+        )
     if module.srcversion and after.get("srcversion"):
         same = after["srcversion"] == module.srcversion
-        return Check("identity", same, f"loaded srcversion {after['srcversion']}"
-                     + ("" if same else f" != file's {module.srcversion}"))
+        return Check(
+            "identity",
+            same,
+            f"loaded srcversion {after['srcversion']}" + ("" if same else f" != file's {module.srcversion}"),
+        )
     return Check("identity", False, "neither a build id nor a srcversion to compare")
 
 
@@ -365,20 +461,26 @@ def _taint(result, step) -> Check:
     letters = set(after.get("taint") or "")
     added = after.get("tainted", 0) & ~result.get("tainted_before", 0)
     extra = sorted(letters - ALLOWED_TAINT_LETTERS) + taint_letters(added & ~ALLOWED_TAINT_BITS)
-    detail = (f"module taint {''.join(sorted(letters)) or 'none'}, kernel taint {after.get('tainted', 0)} "
-              f"(was {result.get('tainted_before', 0)})")
+    detail = (
+        f"module taint {''.join(sorted(letters)) or 'none'}, kernel taint {after.get('tainted', 0)} "
+        f"(was {result.get('tainted_before', 0)})"
+    )
     if extra:
         detail += f"; not allowed: {', '.join(sorted(set(extra)))}"
     return Check("taint", not extra, detail)
 
 
-# The kernel's taint flags by bit, as /proc/sys/kernel/tainted counts them (Documentation/admin-guide/tainted-kernels.rst).
+# The kernel's taint flags by bit, as /proc/sys/kernel/tainted counts them
+# (Documentation/admin-guide/tainted-kernels.rst).
 _TAINT_FLAGS = "PFSRMBUDAWCIOELKXTN"
 
 
 def taint_letters(mask: int) -> list[str]:
-    return [(_TAINT_FLAGS[bit] if bit < len(_TAINT_FLAGS) else f"bit {bit}")
-            for bit in range(mask.bit_length()) if mask >> bit & 1]
+    return [
+        (_TAINT_FLAGS[bit] if bit < len(_TAINT_FLAGS) else f"bit {bit}")
+        for bit in range(mask.bit_length())
+        if mask >> bit & 1
+    ]
 
 
 def _stock_reload(module, step) -> Check:
@@ -460,7 +562,7 @@ class Record:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> "Record":
+    def from_json(cls, data: dict) -> Record:
         data = dict(data)
         data["checks"] = [Check(**c) for c in data.get("checks", [])]
         known = set(cls.__dataclass_fields__)

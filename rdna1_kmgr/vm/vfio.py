@@ -30,8 +30,10 @@ HARMLESS_DRIVERS = frozenset({VFIO_DRIVER, "pci-stub", "pcieport"})
 BRIDGE_CLASSES = frozenset({0x0604, 0x0607, 0x0609})
 BIND_WAIT = 10.0  # seconds for a driver to show up bound after a write
 RETURN_WAIT = 60.0  # amdgpu takes seconds to initialise a board it gets back
-IOMMU_HINT = ("enable VT-d / AMD-Vi (IOMMU, SVM) in the firmware and boot with intel_iommu=on (Intel) or "
-              "amd_iommu=on (AMD) on the kernel command line")
+IOMMU_HINT = (
+    "enable VT-d / AMD-Vi (IOMMU, SVM) in the firmware and boot with intel_iommu=on (Intel) or "
+    "amd_iommu=on (AMD) on the kernel command line"
+)
 
 
 @dataclass(frozen=True)
@@ -167,8 +169,10 @@ def bind(dev: sysfs.PciDevice, sysroot: Path = Path("/")) -> None:
     _write(sysroot / "sys/bus/pci/drivers_probe", dev.bdf)
     now = _wait_for_driver(dev.bdf, VFIO_DRIVER, BIND_WAIT, sysroot)
     if now != VFIO_DRIVER:
-        raise HostError(f"{dev.bdf} did not bind to {VFIO_DRIVER} (driver now: {now or 'none'})",
-                        "see the kernel log (dmesg) for vfio-pci's reason")
+        raise HostError(
+            f"{dev.bdf} did not bind to {VFIO_DRIVER} (driver now: {now or 'none'})",
+            "see the kernel log (dmesg) for vfio-pci's reason",
+        )
 
 
 def group_node(group: int, sysroot: Path = Path("/"), wait: float = BIND_WAIT) -> Path | None:
@@ -254,8 +258,10 @@ def _write(path: Path, text: str) -> None:
     """One write(2) of `text` to a sysfs attribute, as `echo` would do; errors become one HostError line."""
     problems = _try_write(path, text)
     if problems:
-        raise HostError(f"writing {text.strip() or 'an empty line'} to {path} failed: {problems[0]}",
-                        "are you root? see the kernel log (dmesg)")
+        raise HostError(
+            f"writing {text.strip() or 'an empty line'} to {path} failed: {problems[0]}",
+            "are you root? see the kernel log (dmesg)",
+        )
 
 
 def _try_write(path: Path, text: str) -> list[str]:

@@ -111,5 +111,5 @@ def process_start(pid: int) -> int | None:
     except OSError:
         return None
     # The command name is in parentheses and may hold spaces: count fields after its closing parenthesis.
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[19])  # field 22 of the whole line: starttime

@@ -9,12 +9,27 @@ import rdna1_kmgr
 PACKAGE = Path(rdna1_kmgr.__file__).parent
 # The flow, earliest first (userspace: the user-space profiles as data, beside the quirk catalog). commands/
 # and cli.py sit on top of every stage.
-STAGES = ["core", "host", "source", "render", "userspace", "modbuild", "vm", "install", "follow", "doctor", "experiment", "commands"]
-MAX_LINES = 520
+STAGES = [
+    "core",
+    "host",
+    "source",
+    "render",
+    "userspace",
+    "modbuild",
+    "vm",
+    "install",
+    "follow",
+    "doctor",
+    "experiment",
+    "commands",
+]
+MAX_LINES = 650  # lines as `ruff format` lays them out (issue 21: modules are cut by concept, not by this cap)
 
 
 def modules():
-    return sorted(p for p in PACKAGE.rglob("*.py") if not {"kmod", "dkms", "qemu", "hooks"} & set(p.relative_to(PACKAGE).parts))
+    return sorted(
+        p for p in PACKAGE.rglob("*.py") if not {"kmod", "dkms", "qemu", "hooks"} & set(p.relative_to(PACKAGE).parts)
+    )
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -49,11 +64,18 @@ def test_every_stage_imports_only_itself_and_earlier_stages():
 
 def test_only_the_runner_starts_programs():
     starters = {"subprocess", "sh", "pty"}
-    found = [f"{path.relative_to(PACKAGE)}: {name}" for path in modules() for name in imported_modules(path)
-             if name in starters or name.startswith(("subprocess.", "sh."))]
+    found = [
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in modules()
+        for name in imported_modules(path)
+        if name in starters or name.startswith(("subprocess.", "sh."))
+    ]
     assert found == ["core/runner.py: subprocess"]
-    calls = [str(path.relative_to(PACKAGE)) for path in modules()
-             if "os.system(" in path.read_text() or "os.popen(" in path.read_text() or "os.exec" in path.read_text()]
+    calls = [
+        str(path.relative_to(PACKAGE))
+        for path in modules()
+        if "os.system(" in path.read_text() or "os.popen(" in path.read_text() or "os.exec" in path.read_text()
+    ]
     assert calls == []
 
 

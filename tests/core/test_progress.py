@@ -29,7 +29,16 @@ class FakeClock:
 
 def test_compiled_objects_are_kbuilds_cc_and_as_lines():
     assert [is_compiled_object(line) for line in KBUILD_LINES] == [
-        False, True, True, True, False, False, True, False, False]
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_a_pipe_gets_a_few_plain_lines():

@@ -22,8 +22,12 @@ def test_a_run_returns_what_the_program_printed():
 
 def test_a_failure_is_the_error_kind_asked_for_with_the_last_stderr_line():
     with pytest.raises(BuildError) as err:
-        runner.run(["sh", "-c", "echo noise >&2; echo 'the real reason' >&2; exit 3"], error=BuildError,
-                   doing="the build", hint="read the log")
+        runner.run(
+            ["sh", "-c", "echo noise >&2; echo 'the real reason' >&2; exit 3"],
+            error=BuildError,
+            doing="the build",
+            hint="read the log",
+        )
     assert err.value.line() == "the build failed (exit 3): the real reason: read the log"
 
 
@@ -113,8 +117,9 @@ def test_a_child_left_behind_after_a_normal_exit_is_swept(tmp_path):
 
 
 def test_watch_can_stop_a_run_early(tmp_path):
-    outcome = runner.run_session(["sh", "-c", "echo ready; sleep 300"], tmp_path / "out", timeout=30,
-                             watch=lambda chunk: "ready" in chunk)
+    outcome = runner.run_session(
+        ["sh", "-c", "echo ready; sleep 300"], tmp_path / "out", timeout=30, watch=lambda chunk: "ready" in chunk
+    )
     assert outcome.stopped_early and outcome.returncode is None
     assert runner.session_members(outcome.session) == []
 
@@ -133,7 +138,9 @@ def test_ctrl_c_stops_the_session_and_goes_on_up(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner.subprocess, "Popen", recording_popen)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_session(["sh", "-c", "echo go; sleep 300 & sleep 300"], tmp_path / "out", timeout=30, watch=interrupt)
+        runner.run_session(
+            ["sh", "-c", "echo go; sleep 300 & sleep 300"], tmp_path / "out", timeout=30, watch=interrupt
+        )
     assert sessions and runner.session_members(sessions[0]) == []
 
 
@@ -142,8 +149,6 @@ def test_output_survives_a_child_that_reopens_its_stdout(tmp_path):
     script = "echo from-the-shell; sleep 0.3; echo from-the-reopen > /proc/self/fd/1"
     runner.run_session(["sh", "-c", script], tmp_path / "out", timeout=10)
     assert (tmp_path / "out").read_text() == "from-the-shell\nfrom-the-reopen\n"
-
-
 
 
 def test_on_tick_runs_while_the_program_does():
@@ -176,6 +181,7 @@ def test_no_log_folder_means_no_log_written(tmp_path, monkeypatch):
 
     missing = tmp_path / "not-here"
     cli = Path(sys.executable).parent / "rdna1-kmgr"
-    subprocess.run([str(cli), "detect"], check=True, capture_output=True,
-                   env={**os.environ, "RDNA1_KMGR_LOG": str(missing)})
+    subprocess.run(
+        [str(cli), "detect"], check=True, capture_output=True, env={**os.environ, "RDNA1_KMGR_LOG": str(missing)}
+    )
     assert not missing.exists()

@@ -65,8 +65,12 @@ def test_the_magic_as_a_constant_in_code_is_not_a_bundle(tmp_path):
 @pytest.mark.parametrize("method,version", [(0, 2), (1, 2), (1, 3)])
 def test_compressed_bundles_are_inflated_far_enough_to_read_their_ids(tmp_path, method, version):
     lib = tmp_path / "libtorch_hip.so"
-    lib.write_bytes(b"\1" * 333 + compressed(bundle(HOST, GFX1030, "hip-amdgcn-amd-amdhsa-gfx1010:xnack-",
-                                                     payload=b"\7" * 200_000), method, version))
+    lib.write_bytes(
+        b"\1" * 333
+        + compressed(
+            bundle(HOST, GFX1030, "hip-amdgcn-amd-amdhsa-gfx1010:xnack-", payload=b"\7" * 200_000), method, version
+        )
+    )
     found = code_objects.scan_binary(lib)
     assert found.compressed == 1 and not found.unreadable
     assert found.targets == {"gfx1030": 1, "gfx1010": 1}
@@ -90,8 +94,9 @@ def test_bare_code_objects_are_read_from_their_elf_flags(tmp_path):
     assert not code_objects.scan_binary(x86).targets
 
 
-@pytest.mark.parametrize("value,name", [(100100, "gfx1010"), (100300, "gfx1030"), (90010, "gfx90a"),
-                                        (110001, "gfx1101"), (80003, "gfx803")])
+@pytest.mark.parametrize(
+    "value,name", [(100100, "gfx1010"), (100300, "gfx1030"), (90010, "gfx90a"), (110001, "gfx1101"), (80003, "gfx803")]
+)
 def test_kfd_target_versions_name_the_processor(value, name):
     assert code_objects.from_kfd_version(value) == name
 
@@ -104,7 +109,9 @@ def test_generic_code_runs_on_its_family_only():
 
 
 def test_target_names_in_file_names():
-    assert code_objects.targets_in_name("TensileLibrary_Type_SS_Contraction_l_Alik_Bljk_Cijk_Dijk_gfx90a.co") == ["gfx90a"]
+    assert code_objects.targets_in_name("TensileLibrary_Type_SS_Contraction_l_Alik_Bljk_Cijk_Dijk_gfx90a.co") == [
+        "gfx90a"
+    ]
     assert code_objects.targets_in_name("Kernels.so-000-gfx1010.hsaco") == ["gfx1010"]
     assert code_objects.targets_in_name("gfx10-1-generic.kdb") == ["gfx10-1-generic"]
     assert code_objects.targets_in_name("librocblas.so.4") == []

@@ -20,16 +20,20 @@ CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 
 
 def doctor(*args: str, env: dict | None = None) -> dict:
-    proc = subprocess.run([CLI, "doctor", "--json", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [CLI, "doctor", "--json", *args], capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})}
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 def listed_names(family: str, processor: str) -> int:
     """How many files of the family's .deb name `processor`, from the package's own listing."""
-    deb = next((Path(os.environ.get("RDNA1_KMGR_TEST_CACHE", "/var/cache/rdna1-kmgr-tests")) / "debs").glob(
-        f"{unpacked(PACKAGES[family]).name}.deb"))
+    deb = next(
+        (Path(os.environ.get("RDNA1_KMGR_TEST_CACHE", "/var/cache/rdna1-kmgr-tests")) / "debs").glob(
+            f"{unpacked(PACKAGES[family]).name}.deb"
+        )
+    )
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
     return sum(1 for line in listing.splitlines() if processor in line.rsplit("/", 1)[-1])
 
@@ -104,8 +108,12 @@ def test_a_real_cpu_torch_named_with_python_is_found_and_called_cpu_only():
     python = os.environ.get("RDNA1_KMGR_TORCH_PYTHON")
     if not python:
         pytest.skip("set RDNA1_KMGR_TORCH_PYTHON to a venv's python with torch (pip install torch)")
-    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__, torch.version.hip)"],
-                           capture_output=True, text=True, check=True).stdout.split()
+    probe = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__, torch.version.hip)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     result = doctor("--python", python)
     mine = [f for f in by_check(result, "torch") if f["facts"].get("version") == probe[0]]
     assert mine, by_check(result, "torch")

@@ -59,14 +59,17 @@ def test_sudo_user_is_the_one_checked(tmp_path, monkeypatch):
     assert result["user"] == "guest" and by_check(result, "access")[0]["level"] == "problem"
 
 
-@pytest.mark.parametrize("rel,line", [
-    ("etc/environment", 'HSA_OVERRIDE_GFX_VERSION="10.3.0"'),
-    ("etc/environment.d/50-rocm.conf", "HSA_OVERRIDE_GFX_VERSION=10.3.0"),
-    ("etc/profile.d/rocm.sh", "export HSA_OVERRIDE_GFX_VERSION=10.3.0  # forum advice"),
-    ("etc/security/pam_env.conf", "HSA_OVERRIDE_GFX_VERSION DEFAULT=10.3.0"),
-    ("home/owner/.bashrc", "export HSA_OVERRIDE_GFX_VERSION='10.3.0'"),
-    ("home/owner/.config/fish/config.fish", "set -gx HSA_OVERRIDE_GFX_VERSION 10.3.0"),
-])
+@pytest.mark.parametrize(
+    "rel,line",
+    [
+        ("etc/environment", 'HSA_OVERRIDE_GFX_VERSION="10.3.0"'),
+        ("etc/environment.d/50-rocm.conf", "HSA_OVERRIDE_GFX_VERSION=10.3.0"),
+        ("etc/profile.d/rocm.sh", "export HSA_OVERRIDE_GFX_VERSION=10.3.0  # forum advice"),
+        ("etc/security/pam_env.conf", "HSA_OVERRIDE_GFX_VERSION DEFAULT=10.3.0"),
+        ("home/owner/.bashrc", "export HSA_OVERRIDE_GFX_VERSION='10.3.0'"),
+        ("home/owner/.config/fish/config.fish", "set -gx HSA_OVERRIDE_GFX_VERSION 10.3.0"),
+    ],
+)
 def test_the_override_is_found_wherever_it_is_set(tmp_path, rel, line):
     tree = board_root(tmp_path).file(rel, f"# set by hand\n{line}\n")
     result = run(tree)
@@ -104,9 +107,11 @@ def test_the_quirk_mask_is_named_by_the_catalogs_bits(tmp_path):
 
 
 def test_probe_errors_come_from_the_kernel_log(tmp_path):
-    tree = board_root(tmp_path).kmsg("[drm] amdgpu kernel modesetting enabled.",
-                                     "amdgpu 0000:0a:00.0: amdgpu: Fatal error during GPU init",
-                                     "amdgpu: probe of 0000:0a:00.0 failed with error -22")
+    tree = board_root(tmp_path).kmsg(
+        "[drm] amdgpu kernel modesetting enabled.",
+        "amdgpu 0000:0a:00.0: amdgpu: Fatal error during GPU init",
+        "amdgpu: probe of 0000:0a:00.0 failed with error -22",
+    )
     errors = by_check(run(tree), "probe-errors")[0]
     assert errors["level"] == "problem" and "probe of 0000:0a:00.0 failed" in errors["seen"]
     assert len(errors["facts"]["lines"]) == 2
@@ -131,8 +136,8 @@ def torch_site(root: Path, version: str, hip: str | None, kernels: bytes | None)
     site = root / "lib/python3.11/site-packages"
     (site / "torch/lib").mkdir(parents=True)
     (site / "torch/version.py").write_text(
-        f"__version__ = '{version}'\ndebug = False\ncuda: Optional[str] = None\n"
-        f"hip: Optional[str] = {repr(hip)}\n")
+        f"__version__ = '{version}'\ndebug = False\ncuda: Optional[str] = None\n" f"hip: Optional[str] = {repr(hip)}\n"
+    )
     if kernels is not None:
         (site / "torch/lib/libtorch_hip.so").write_bytes(b"\x7fELF" + b"\1" * 999 + kernels)
     (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
@@ -161,5 +166,6 @@ def test_a_named_venv_is_read_and_generic_rdna1_code_counts(tmp_path):
 
 def test_missing_python_path_is_bad_input(tmp_path):
     from rdna1_kmgr.core.errors import UsageError
+
     with pytest.raises(UsageError, match="does not exist"):
         run(board_root(tmp_path), pythons=[str(tmp_path / "nope")])

@@ -45,13 +45,16 @@ def test_a_build_without_the_cwsr_bit_is_the_same_problem_and_with_it_ok(tmp_pat
     assert with_bit["level"] == "ok" and "has cwsr-size" in with_bit["seen"]
 
 
-@pytest.mark.parametrize("kernel,rocm,level,words", [
-    ("6.1.0-56-amd64", "7.13.0a20260601", "ok", "does not check"),  # no validation before 6.12
-    ("6.8.0-49-generic", "7.13.0a20260601", "ok", "does not check"),  # Ubuntu 24.04's GA kernel
-    ("6.12.95+deb12-amd64", "7.13.0a20260401", "ok", "from before rocm-systems #6125"),  # an April nightly
-    ("6.12.95+deb12-amd64", "7.13.0a20260514", "warn", "cannot be told"),  # the merge day itself
-    ("5.14.0-570.12.1.el9_6.x86_64", "7.13.0a20260601", "problem", "RHEL 9 backported"),
-])
+@pytest.mark.parametrize(
+    "kernel,rocm,level,words",
+    [
+        ("6.1.0-56-amd64", "7.13.0a20260601", "ok", "does not check"),  # no validation before 6.12
+        ("6.8.0-49-generic", "7.13.0a20260601", "ok", "does not check"),  # Ubuntu 24.04's GA kernel
+        ("6.12.95+deb12-amd64", "7.13.0a20260401", "ok", "from before rocm-systems #6125"),  # an April nightly
+        ("6.12.95+deb12-amd64", "7.13.0a20260514", "warn", "cannot be told"),  # the merge day itself
+        ("5.14.0-570.12.1.el9_6.x86_64", "7.13.0a20260601", "problem", "RHEL 9 backported"),
+    ],
+)
 def test_queue_forms(tmp_path, kernel, rocm, level, words):
     queue = by_check(run(queue_root(tmp_path, kernel=kernel, rocm=rocm)), "queue")[0]
     assert queue["level"] == level and words in queue["seen"], queue
@@ -67,8 +70,10 @@ def test_an_opt_rocm_whose_version_does_not_say_is_a_warning(tmp_path):
 
 def test_the_loaded_amdgpus_symbols_decide_over_the_version(tmp_path):
     tree = queue_root(tmp_path, kernel="6.1.0-56-amd64")
-    tree.file("proc/kallsyms", "ffffffffc0a00000 t kfd_queue_acquire_buffers\t[amdgpu]\n"
-                               "ffffffffc0a01000 t amdgpu_device_init\t[amdgpu]\n")
+    tree.file(
+        "proc/kallsyms",
+        "ffffffffc0a00000 t kfd_queue_acquire_buffers\t[amdgpu]\n" "ffffffffc0a01000 t amdgpu_device_init\t[amdgpu]\n",
+    )
     queue = by_check(run(tree), "queue")[0]
     assert queue["level"] == "problem" and "has kfd_queue_acquire_buffers (/proc/kallsyms)" in queue["seen"]
 
@@ -77,8 +82,10 @@ def test_the_loaded_amdgpus_symbols_decide_over_the_version(tmp_path):
 
 
 def test_ld_library_path_to_opt_rocm_under_therock_torch_is_reported_with_its_file(tmp_path):
-    tree = queue_root(tmp_path).file("etc/profile.d/rocm.sh", "export LD_LIBRARY_PATH=/opt/rocm-5.2.0/lib:$LD_LIBRARY_PATH\n"
-                                                              "export ROCM_PATH=/opt/rocm\n")
+    tree = queue_root(tmp_path).file(
+        "etc/profile.d/rocm.sh",
+        "export LD_LIBRARY_PATH=/opt/rocm-5.2.0/lib:$LD_LIBRARY_PATH\n" "export ROCM_PATH=/opt/rocm\n",
+    )
     mixed = by_check(run(tree), "mixed-stacks")
     assert [f["level"] for f in mixed] == ["problem", "warn"]
     assert "LD_LIBRARY_PATH=/opt/rocm-5.2.0/lib:$LD_LIBRARY_PATH in /etc/profile.d/rocm.sh:1" in mixed[0]["seen"]
@@ -105,8 +112,9 @@ def test_miopen_direct_off_is_a_problem_reported_with_its_file(tmp_path):
 
 
 def test_miopen_family_at_1_does_nothing_and_implicit_gemm_is_gated_on_gfx1010(tmp_path):
-    tree = board_root(tmp_path).file("etc/environment", "MIOPEN_DEBUG_CONV_IMPLICIT_GEMM=1\nMIOPEN_DEBUG_CONV_GEMM=0\n"
-                                                         "MIOPEN_FIND_MODE=FAST\n")
+    tree = board_root(tmp_path).file(
+        "etc/environment", "MIOPEN_DEBUG_CONV_IMPLICIT_GEMM=1\nMIOPEN_DEBUG_CONV_GEMM=0\n" "MIOPEN_FIND_MODE=FAST\n"
+    )
     settings = {f["seen"].split("=")[0]: f for f in by_check(run(tree), "miopen-settings")}
     gated = settings["MIOPEN_DEBUG_CONV_IMPLICIT_GEMM"]
     assert gated["level"] == "warn" and gated["seen"].endswith("does nothing")
@@ -126,14 +134,18 @@ def test_miopen_unset_is_ok_and_a_value_miopen_refuses_is_a_problem(tmp_path):
 
 
 def test_compute_hangs_are_their_own_finding(tmp_path):
-    tree = board_root(tmp_path).kmsg("[drm] amdgpu kernel modesetting enabled.",
-                                     "amdgpu 0000:0a:00.0: amdgpu: ring comp_1.0.0 timeout, signaled seq=12, emitted seq=14",
-                                     "amdgpu 0000:0a:00.0: amdgpu: MODE1 reset",
-                                     "amdgpu: Failed to evict process queues")
+    tree = board_root(tmp_path).kmsg(
+        "[drm] amdgpu kernel modesetting enabled.",
+        "amdgpu 0000:0a:00.0: amdgpu: ring comp_1.0.0 timeout, signaled seq=12, emitted seq=14",
+        "amdgpu 0000:0a:00.0: amdgpu: MODE1 reset",
+        "amdgpu: Failed to evict process queues",
+    )
     result = run(tree)
     hangs = by_check(result, "compute-hangs")[0]
     assert hangs["level"] == "problem" and "Failed to evict process queues" in hangs["seen"]
-    assert len(hangs["facts"]["compute"]) == 2 and hangs["facts"]["other"] == ["amdgpu 0000:0a:00.0: amdgpu: MODE1 reset"]
+    assert len(hangs["facts"]["compute"]) == 2 and hangs["facts"]["other"] == [
+        "amdgpu 0000:0a:00.0: amdgpu: MODE1 reset"
+    ]
     assert by_check(result, "probe-errors")[0]["level"] == "ok"  # hangs are not probe errors
     reset = board_root(tmp_path / "reset").kmsg("amdgpu 0000:0a:00.0: amdgpu: ring gfx_0.0.0 timeout")
     assert by_check(run(reset), "compute-hangs")[0]["level"] == "warn"
@@ -158,8 +170,9 @@ def test_pcie_atomics_from_the_io_link_flags_and_the_kernel_log(tmp_path):
 
 def test_a_root_without_board_rocm_or_torch_is_a_clean_report(tmp_path):
     tree = no_gpu(tmp_path / "root")
-    proc = subprocess.run([CLI, "doctor", "--json", "--sysroot", str(tree.root)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [CLI, "doctor", "--json", "--sysroot", str(tree.root)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     result = json.loads(proc.stdout)
     assert result["board"] is None and result["summary"]["problem"] == 0

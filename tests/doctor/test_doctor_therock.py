@@ -25,15 +25,25 @@ def venv_root(tmp_path, **kwargs):
 
 
 def test_the_kpack_format_as_documented_is_read(tmp_path):
-    path = kpack_archive(tmp_path / "blas_lib_gfx1010.kpack", "blas_lib", "gfx1010",
-                         ["rocblas/lib/librocblas.so.5", "rocblas/lib/librocblas.so.5#1"])
+    path = kpack_archive(
+        tmp_path / "blas_lib_gfx1010.kpack",
+        "blas_lib",
+        "gfx1010",
+        ["rocblas/lib/librocblas.so.5", "rocblas/lib/librocblas.so.5#1"],
+    )
     archive = kpack.read_archive(path)
     assert (archive.group, archive.family, archive.arches, archive.kernels) == ("blas_lib", "gfx1010", ("gfx1010",), 2)
-    assert archive.holds_kernels_of(tmp_path / "librocblas.so.5") and not archive.holds_kernels_of(tmp_path / "libMIOpen.so")
+    assert archive.holds_kernels_of(tmp_path / "librocblas.so.5") and not archive.holds_kernels_of(
+        tmp_path / "libMIOpen.so"
+    )
     (tmp_path / "bad.kpack").write_bytes(b"PK\x03\x04" + bytes(60))
     assert "no KPAK header" in kpack.read_archive(tmp_path / "bad.kpack").error
-    ref = kpack.marker(elf_library(tmp_path / "lib/libx.so", {"kpack_search_paths": ["../.kpack/x_@GFXARCH@.kpack"],
-                                                              "kernel_name": "x/lib/libx.so"}))
+    ref = kpack.marker(
+        elf_library(
+            tmp_path / "lib/libx.so",
+            {"kpack_search_paths": ["../.kpack/x_@GFXARCH@.kpack"], "kernel_name": "x/lib/libx.so"},
+        )
+    )
     assert ref.search_paths == ("../.kpack/x_@GFXARCH@.kpack",) and ref.kernel_name == "x/lib/libx.so"
     assert ref.candidates("gfx1010") == [(tmp_path / ".kpack/x_gfx1010.kpack").resolve()]
     assert kpack.marker(elf_library(tmp_path / "lib/plain.so")) is None
@@ -45,8 +55,10 @@ def test_msgpack_reader_against_the_spec_bytes():
     # negative numbers and floats, written by hand from the specification
     assert msgpack_data.decode(b"\xff") == -1 and msgpack_data.decode(b"\xd1" + struct.pack(">h", -200)) == -200
     assert msgpack_data.decode(b"\xcb" + struct.pack(">d", 1.5)) == 1.5
-    assert msgpack_data.decode(msgpack({"long": "x" * 40, "t": [True, None, b"\x00\x01"]})) == \
-        {"long": "x" * 40, "t": [True, None, b"\x00\x01"]}
+    assert msgpack_data.decode(msgpack({"long": "x" * 40, "t": [True, None, b"\x00\x01"]})) == {
+        "long": "x" * 40,
+        "t": [True, None, b"\x00\x01"],
+    }
 
 
 def test_therock_torch_with_its_device_wheel_is_ok_and_rocblas_and_hip_are_found(tmp_path):
@@ -58,7 +70,10 @@ def test_therock_torch_with_its_device_wheel_is_ok_and_rocblas_and_hip_are_found
     assert "amd-torch-device-gfx1010 2.11.0+rocm7.13.0a20260601" in torch[0]["seen"]
     sdk = by_check(result, "rocm-sdk")
     assert [f["level"] for f in sdk] == ["ok"]
-    assert "rocm-sdk-core 7.13.0a20260601" in sdk[0]["seen"] and "rocm-sdk-device-gfx1010 7.13.0a20260601" in sdk[0]["seen"]
+    assert (
+        "rocm-sdk-core 7.13.0a20260601" in sdk[0]["seen"]
+        and "rocm-sdk-device-gfx1010 7.13.0a20260601" in sdk[0]["seen"]
+    )
     assert "gfx1010 gfx1100" in sdk[0]["seen"]
 
     rocblas = [f for f in by_check(result, "rocblas") if f["seen"].startswith("rocBLAS in ")]
@@ -78,11 +93,16 @@ def test_therock_torch_with_its_device_wheel_is_ok_and_rocblas_and_hip_are_found
 def test_a_missing_device_wheel_is_a_problem_with_the_exact_pip_line(tmp_path):
     tree, _site = venv_root(tmp_path, device=None)
     result = run(tree)
-    pip = (f'/home/owner/venv/bin/python -m pip install --index-url {INDEX} '
-           f'"torch[device-gfx1010]==2.11.0+rocm7.13.0a20260601" "torchvision[device-gfx1010]==0.26.0+rocm7.13.0a20260601"')
+    pip = (
+        f"/home/owner/venv/bin/python -m pip install --index-url {INDEX} "
+        f'"torch[device-gfx1010]==2.11.0+rocm7.13.0a20260601" "torchvision[device-gfx1010]==0.26.0+rocm7.13.0a20260601"'
+    )
     torch = by_check(result, "torch")[0]
     assert torch["level"] == "problem"
-    assert "torch/.kpack has no gfx1010 archive (amd-torch-device-gfx1010 not installed; archives for: gfx1100)" in torch["seen"]
+    assert (
+        "torch/.kpack has no gfx1010 archive (amd-torch-device-gfx1010 not installed; archives for: gfx1100)"
+        in torch["seen"]
+    )
     assert "device kernel image is invalid" in torch["why"] and "kpack_load_code_object" in torch["why"]
     assert pip in torch["todo"]
     sdk = by_check(result, "rocm-sdk")[0]
@@ -99,7 +119,10 @@ def test_a_device_wheel_of_another_version_is_a_problem(tmp_path):
         info.rmdir()
     dist_info(site, "amd-torch-device-gfx1010", "2.10.0+rocm7.12.0")
     torch = by_check(run(tree), "torch")[0]
-    assert torch["level"] == "problem" and "amd-torch-device-gfx1010 2.10.0+rocm7.12.0 does not match torch" in torch["seen"]
+    assert (
+        torch["level"] == "problem"
+        and "amd-torch-device-gfx1010 2.10.0+rocm7.12.0 does not match torch" in torch["seen"]
+    )
 
 
 def test_an_archive_that_is_not_kpack_is_not_counted(tmp_path):

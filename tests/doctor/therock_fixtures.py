@@ -39,8 +39,9 @@ def msgpack(value) -> bytes:
     if isinstance(value, bytes):
         return b"\xc5" + struct.pack(">H", len(value)) + value
     if isinstance(value, list):
-        return (bytes([0x90 | len(value)]) if len(value) < 16 else b"\xdc" + struct.pack(">H", len(value))) + \
-            b"".join(msgpack(v) for v in value)
+        return (bytes([0x90 | len(value)]) if len(value) < 16 else b"\xdc" + struct.pack(">H", len(value))) + b"".join(
+            msgpack(v) for v in value
+        )
     if isinstance(value, dict):
         head = bytes([0x80 | len(value)]) if len(value) < 16 else b"\xde" + struct.pack(">H", len(value))
         return head + b"".join(msgpack(k) + msgpack(v) for k, v in value.items())
@@ -54,9 +55,15 @@ def kpack_archive(path: Path, group: str, arch: str, binaries: list[str]) -> Pat
         kernel = b"\x7fELF" + bytes(60)
         blobs += kernel
         toc[binary] = {arch: {"type": "hsaco", "ordinal": ordinal, "original_size": len(kernel)}}
-    table = {"format_version": 1, "group_name": group, "gfx_arch_family": arch, "gfx_arches": [arch],
-             "compression_scheme": "none",
-             "blobs": [{"offset": offset + 64 * i, "size": 64} for i in range(len(binaries))], "toc": toc}
+    table = {
+        "format_version": 1,
+        "group_name": group,
+        "gfx_arch_family": arch,
+        "gfx_arches": [arch],
+        "compression_scheme": "none",
+        "blobs": [{"offset": offset + 64 * i, "size": 64} for i in range(len(binaries))],
+        "toc": toc,
+    }
     body = blobs
     header = b"KPAK" + struct.pack("<IQ", 1, offset + len(body))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,11 +85,15 @@ def elf_library(path: Path, marker: dict | None = None, payload: bytes = b"") ->
     strtab_at = pos + len(data)
     data += names
     shoff = pos + len(data)
-    header = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9) + struct.pack(
-        "<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(sections) + 2, len(sections) + 1)
+    header = (
+        b"\x7fELF"
+        + bytes([2, 1, 1])
+        + bytes(9)
+        + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(sections) + 2, len(sections) + 1)
+    )
     table = bytes(64)
     name_at = 1
-    for (name, content), offset in zip(sections, offsets):
+    for (name, content), offset in zip(sections, offsets, strict=False):
         table += struct.pack("<IIQQQQIIQQ", name_at, 1, 2, 0, offset, len(content), 0, 0, 1, 0)
         name_at += len(name) + 1
     table += struct.pack("<IIQQQQIIQQ", name_at, 3, 0, 0, strtab_at, len(names), 0, 0, 1, 0)
@@ -93,7 +104,9 @@ def elf_library(path: Path, marker: dict | None = None, payload: bytes = b"") ->
 
 def code_object(path: Path, arch: str) -> Path:
     """A bare AMDGPU code object header (what Tensile's .co files are)."""
-    head = b"\x7fELF" + bytes([2, 1, 1, 0x40]) + bytes(8) + struct.pack("<HHIQQQI", 3, EM_AMDGPU, 1, 0, 0, 0, MACH[arch])
+    head = (
+        b"\x7fELF" + bytes([2, 1, 1, 0x40]) + bytes(8) + struct.pack("<HHIQQQI", 3, EM_AMDGPU, 1, 0, 0, 0, MACH[arch])
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(head + bytes(64))
     return path
@@ -105,8 +118,13 @@ def dist_info(site: Path, name: str, version: str) -> None:
     (folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nREADME\n")
 
 
-def therock_venv(venv: Path, rocm: str = "7.13.0a20260601", torch: str = "2.11.0+rocm7.13.0a20260601",
-                 device: str | None = "gfx1010", host_arches: tuple[str, ...] = ("gfx1100",)) -> Path:
+def therock_venv(
+    venv: Path,
+    rocm: str = "7.13.0a20260601",
+    torch: str = "2.11.0+rocm7.13.0a20260601",
+    device: str | None = "gfx1010",
+    host_arches: tuple[str, ...] = ("gfx1100",),
+) -> Path:
     """A venv with TheRock's torch, torchvision and ROCm SDK host wheels, the device wheels for `device`
     (None: none) and for `host_arches` (other GPUs' device wheels, installed too). Returns site-packages."""
     site = venv / "lib/python3.12/site-packages"
@@ -114,17 +132,31 @@ def therock_venv(venv: Path, rocm: str = "7.13.0a20260601", torch: str = "2.11.0
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (site / "torch").mkdir(parents=True)
     (site / "torch/version.py").write_text(f"__version__ = '{torch}'\ndebug = False\ncuda = None\nhip = '{rocm}'\n")
-    elf_library(site / "torch/lib/libtorch_hip.so", {"kpack_search_paths": ["../.kpack/torch_@GFXARCH@.kpack"],
-                                                     "kernel_name": "torch/lib/libtorch_hip.so"})
+    elf_library(
+        site / "torch/lib/libtorch_hip.so",
+        {"kpack_search_paths": ["../.kpack/torch_@GFXARCH@.kpack"], "kernel_name": "torch/lib/libtorch_hip.so"},
+    )
     elf_library(site / "_rocm_sdk_core/lib/libamdhip64.so.7")
     libs = site / "_rocm_sdk_libraries/lib"
-    elf_library(libs / "librocblas.so.5", {"kpack_search_paths": ["../.kpack/blas_lib_@GFXARCH@.kpack"],
-                                           "kernel_name": "rocblas/lib/librocblas.so.5"})
-    elf_library(libs / "libhipblaslt.so.1", {"kpack_search_paths": ["../.kpack/blas_lib_@GFXARCH@.kpack"],
-                                             "kernel_name": "hipblaslt/lib/libhipblaslt.so.1"})
+    elf_library(
+        libs / "librocblas.so.5",
+        {"kpack_search_paths": ["../.kpack/blas_lib_@GFXARCH@.kpack"], "kernel_name": "rocblas/lib/librocblas.so.5"},
+    )
+    elf_library(
+        libs / "libhipblaslt.so.1",
+        {
+            "kpack_search_paths": ["../.kpack/blas_lib_@GFXARCH@.kpack"],
+            "kernel_name": "hipblaslt/lib/libhipblaslt.so.1",
+        },
+    )
     elf_library(libs / "libMIOpen.so.1")
-    for name, version in (("torch", torch), ("torchvision", "0.26.0+rocm" + rocm), ("rocm", rocm),
-                          ("rocm-sdk-core", rocm), ("rocm-sdk-libraries", rocm)):
+    for name, version in (
+        ("torch", torch),
+        ("torchvision", "0.26.0+rocm" + rocm),
+        ("rocm", rocm),
+        ("rocm-sdk-core", rocm),
+        ("rocm-sdk-libraries", rocm),
+    ):
         dist_info(site, name, version)
     for arch in ((device,) if device else ()) + host_arches:
         device_wheels(site, arch, torch, rocm, hipblaslt=arch != "gfx1010")

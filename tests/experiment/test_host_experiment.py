@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sysfs_fixtures import no_gpu, rx5600xt
 
 from rdna1_kmgr.cli import main
-from sysfs_fixtures import no_gpu, rx5600xt
 
 STANDIN = Path(__file__).parent / "standin"
 CASE_LIMIT = 6  # seconds without progress; the stand-in's compilation takes 15 s, its hang forever
@@ -28,24 +28,39 @@ SCRIPT = {  # --backend miopen, every profile: one cell each
     "as-installed/miopen": {"do": "wrong", "at": "conv2d k=3"},
     "no-override/miopen": {"do": "raise", "at": "smoke", "message": "HIP error: invalid device function"},
     "find-fast/miopen": {"do": "raise", "at": "smoke", "message": "HIP error: device kernel image is invalid"},
-    "conv-gemm/miopen": {"do": "abort", "at": "smoke", "message": "hip runtime: HSA_STATUS_ERROR_OUT_OF_RESOURCES: "
-                         "The runtime failed to allocate the necessary resources."},
-    "conv-direct/miopen": {"do": "abort", "at": "conv2d k=5", "message": "Memory access fault by GPU node-1 (Agent "
-                           "handle: 0x55d0c0) on address 0x7f0000. Reason: Page not present or supervisor privilege."},
+    "conv-gemm/miopen": {
+        "do": "abort",
+        "at": "smoke",
+        "message": "hip runtime: HSA_STATUS_ERROR_OUT_OF_RESOURCES: "
+        "The runtime failed to allocate the necessary resources.",
+    },
+    "conv-direct/miopen": {
+        "do": "abort",
+        "at": "conv2d k=5",
+        "message": "Memory access fault by GPU node-1 (Agent "
+        "handle: 0x55d0c0) on address 0x7f0000. Reason: Page not present or supervisor privilege.",
+    },
     "no-winograd/miopen": {"do": "hang", "at": "conv2d k=7"},
     "no-asm/miopen": {"do": "ring", "at": "conv2d k=1"},
     "deprecated-solvers/miopen": {"do": "compile", "at": "conv2d k=1", "steps": 30},
     "override-1030/miopen": {"do": "pass"},
-    "small-bar/miopen": {"do": "raise", "at": "conv2d depthwise",
-                         "message": "miopenStatusUnknownError: No suitable algorithm was found to execute the "
-                                    "required convolution"},
+    "small-bar/miopen": {
+        "do": "raise",
+        "at": "conv2d depthwise",
+        "message": "miopenStatusUnknownError: No suitable algorithm was found to execute the " "required convolution",
+    },
 }
 EXPECTED = {
-    "as-installed/miopen": ("wrong", "conv2d"), "no-override/miopen": ("invalid-device-function", "smoke"),
-    "find-fast/miopen": ("kernel-image-invalid", "smoke"), "conv-gemm/miopen": ("queue-failed", "smoke"),
-    "conv-direct/miopen": ("memory-fault", "conv2d"), "no-winograd/miopen": ("hang", "conv2d"),
-    "no-asm/miopen": ("ring-timeout", None), "deprecated-solvers/miopen": ("pass", None),
-    "override-1030/miopen": ("pass", None), "small-bar/miopen": ("not-applicable", "variants"),
+    "as-installed/miopen": ("wrong", "conv2d"),
+    "no-override/miopen": ("invalid-device-function", "smoke"),
+    "find-fast/miopen": ("kernel-image-invalid", "smoke"),
+    "conv-gemm/miopen": ("queue-failed", "smoke"),
+    "conv-direct/miopen": ("memory-fault", "conv2d"),
+    "no-winograd/miopen": ("hang", "conv2d"),
+    "no-asm/miopen": ("ring-timeout", None),
+    "deprecated-solvers/miopen": ("pass", None),
+    "override-1030/miopen": ("pass", None),
+    "small-bar/miopen": ("not-applicable", "variants"),
 }
 
 
@@ -61,8 +76,9 @@ def bench(tmp_path, monkeypatch):
 
     def script(cells: dict) -> Path:
         path = tmp_path / "standin.json"
-        path.write_text(json.dumps({"kmsg": str(tree.root / "dev/kmsg"), "log": str(tmp_path / "standin.log"),
-                                    "cells": cells}))
+        path.write_text(
+            json.dumps({"kmsg": str(tree.root / "dev/kmsg"), "log": str(tmp_path / "standin.log"), "cells": cells})
+        )
         monkeypatch.setenv("STANDIN_SCRIPT", str(path))
         return path
 
@@ -74,8 +90,22 @@ def bench(tmp_path, monkeypatch):
 
 
 def experiment(bench, python, *args):
-    return CliRunner().invoke(main, ["experiment", "--python", python, "--sysroot", bench["sysroot"], "--quick",
-                                     "--case-timeout", str(CASE_LIMIT), "--cell-timeout", "300", *args])
+    return CliRunner().invoke(
+        main,
+        [
+            "experiment",
+            "--python",
+            python,
+            "--sysroot",
+            bench["sysroot"],
+            "--quick",
+            "--case-timeout",
+            str(CASE_LIMIT),
+            "--cell-timeout",
+            "300",
+            *args,
+        ],
+    )
 
 
 def alive(pid: int) -> bool:
@@ -122,8 +152,18 @@ def test_every_outcome_class_from_the_scripted_cells(bench, torch_python):
 
 def test_each_cell_has_its_own_miopen_caches_and_its_profile(bench, torch_python):
     bench["script"]({})
-    result = experiment(bench, torch_python, "--backend", "miopen", "--profile", "as-installed", "--profile",
-                        "conv-gemm", "--profile", "deprecated-solvers")
+    result = experiment(
+        bench,
+        torch_python,
+        "--backend",
+        "miopen",
+        "--profile",
+        "as-installed",
+        "--profile",
+        "conv-gemm",
+        "--profile",
+        "deprecated-solvers",
+    )
     assert result.exit_code == 0, result.output
     starts = {e["cell"]: e for e in bench["seen"]() if e.get("event") == "start"}
     assert set(starts) == {"as-installed/miopen", "conv-gemm/miopen", "deprecated-solvers/miopen"}
@@ -142,12 +182,20 @@ def test_each_cell_has_its_own_miopen_caches_and_its_profile(bench, torch_python
 
 
 def test_backends_reach_the_workload_and_apply_installs_the_answer(bench, torch_python, tmp_path):
-    bench["script"]({"as-installed/miopen": {"do": "wrong", "at": "smoke"},
-                     "no-override/miopen": {"do": "wrong", "at": "smoke"},
-                     "no-override/miopen-benchmark": {"do": "pass"},
-                     "as-installed/miopen-benchmark": {"do": "raise", "at": "smoke",
-                                                       "message": "HIP error: invalid device function"},
-                     "as-installed/no-miopen": {"do": "pass"}, "no-override/no-miopen": {"do": "pass"}})
+    bench["script"](
+        {
+            "as-installed/miopen": {"do": "wrong", "at": "smoke"},
+            "no-override/miopen": {"do": "wrong", "at": "smoke"},
+            "no-override/miopen-benchmark": {"do": "pass"},
+            "as-installed/miopen-benchmark": {
+                "do": "raise",
+                "at": "smoke",
+                "message": "HIP error: invalid device function",
+            },
+            "as-installed/no-miopen": {"do": "pass"},
+            "no-override/no-miopen": {"do": "pass"},
+        }
+    )
     result = experiment(bench, torch_python, "--profile", "as-installed", "--profile", "no-override")
     assert result.exit_code == 0, result.output
     starts = {e["cell"]: (e["cudnn"], e["benchmark"]) for e in bench["seen"]() if e.get("event") == "start"}
@@ -157,7 +205,9 @@ def test_backends_reach_the_workload_and_apply_installs_the_answer(bench, torch_
     assert "smallest change that passes: as-installed/no-miopen" in result.stdout
     assert "torch.backends.cudnn.enabled = False" in result.stdout
     page = Path(json.loads((bench["tmp"] / "state/experiments/host-latest.json").read_text())["html"]).read_text()
-    assert page.count("<tr><th>") == 1 + 2 and "#4caf50" in page and "invalid-device-function" in page  # header, 2 profiles
+    assert (
+        page.count("<tr><th>") == 1 + 2 and "#4caf50" in page and "invalid-device-function" in page
+    )  # header, 2 profiles
 
     dry = CliRunner().invoke(main, ["experiment", "apply", "--cell", "no-override/miopen-benchmark", "--dry-run"])
     assert dry.exit_code == 0, dry.output
@@ -174,8 +224,18 @@ def test_backends_reach_the_workload_and_apply_installs_the_answer(bench, torch_
 
 def test_a_failed_gpu_reset_stops_the_experiment_and_says_what_to_do(bench, torch_python):
     bench["script"]({"as-installed/miopen": {"do": "reset-failed", "at": "smoke"}})
-    result = experiment(bench, torch_python, "--backend", "miopen", "--profile", "as-installed", "--profile",
-                        "no-override", "--case-timeout", "120")
+    result = experiment(
+        bench,
+        torch_python,
+        "--backend",
+        "miopen",
+        "--profile",
+        "as-installed",
+        "--profile",
+        "no-override",
+        "--case-timeout",
+        "120",
+    )
     assert result.exit_code == 6, result.output
     assert "did not come back" in result.stderr and "power it off" in result.stderr
     record = json.loads((bench["tmp"] / "state/experiments/host-latest.json").read_text())
@@ -185,11 +245,14 @@ def test_a_failed_gpu_reset_stops_the_experiment_and_says_what_to_do(bench, torc
     assert cell["seconds"] < 60  # stopped when the log said so, not at the case limit
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--profile", "no-such"], "unknown profile 'no-such'"),
-    (["--cells", "nothing/*"], "--cells 'nothing/*' matches no cell"),
-    (["--python", "/nonexistent/python"], "is not a file"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--profile", "no-such"], "unknown profile 'no-such'"),
+        (["--cells", "nothing/*"], "--cells 'nothing/*' matches no cell"),
+        (["--python", "/nonexistent/python"], "is not a file"),
+    ],
+)
 def test_bad_input_is_one_line_and_changes_nothing(bench, args, says):
     result = CliRunner().invoke(main, ["experiment", "--sysroot", bench["sysroot"], "--python", sys.executable, *args])
     assert result.exit_code == 2 and says in result.stderr

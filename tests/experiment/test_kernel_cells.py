@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sysfs_fixtures import no_gpu, rx5600xt
 
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.experiment import boot_cells, kernel_cells, kernel_run
 from rdna1_kmgr.experiment.kernel_cells import InstalledBuild
 from rdna1_kmgr.install.target_root import TargetRoot
-from sysfs_fixtures import no_gpu, rx5600xt
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 
@@ -24,17 +24,23 @@ CLI = Path(sys.executable).parent / "rdna1-kmgr"
 def test_stock_cells_are_one_amdgpu_word_each():
     cells = {c.name: c.parameter for c in kernel_cells.stock_cells()}
     # the three stock parameters issue 24 names, in the data file's order
-    assert cells == {"cwsr-off": "amdgpu.cwsr_enable=0", "small-bar": "amdgpu.vis_vramlimit=256",
-                     "vm-update-sdma": "amdgpu.vm_update_mode=0"}
+    assert cells == {
+        "cwsr-off": "amdgpu.cwsr_enable=0",
+        "small-bar": "amdgpu.vis_vramlimit=256",
+        "vm-update-sdma": "amdgpu.vm_update_mode=0",
+    }
 
 
 def test_quirk_cells_come_from_the_installed_builds_bits():
     # A 6.12 build: cwsr-size (0x10) on by default; crat-mem (0x2) and coarse-mtype's two classes (0x4, 0x8)
     # carried, opt-in (README's table).
     cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(0x10, 0x1E))}
-    assert cells == {"quirks-off": "amdgpu.rdna1_quirks=0", "quirks+crat-mem": "amdgpu.rdna1_quirks=0x12",
-                     "quirks+coarse-mtype-vram": "amdgpu.rdna1_quirks=0x14",
-                     "quirks+coarse-mtype-host": "amdgpu.rdna1_quirks=0x18"}
+    assert cells == {
+        "quirks-off": "amdgpu.rdna1_quirks=0",
+        "quirks+crat-mem": "amdgpu.rdna1_quirks=0x12",
+        "quirks+coarse-mtype-vram": "amdgpu.rdna1_quirks=0x14",
+        "quirks+coarse-mtype-host": "amdgpu.rdna1_quirks=0x18",
+    }
     # a 6.1 build carries no default bit: no "off" cell, each opt-in bit alone
     cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(0, 0x2))}
     assert cells == {"quirks+crat-mem": "amdgpu.rdna1_quirks=0x2"}
@@ -53,25 +59,30 @@ def test_a_cell_word_that_is_not_one_amdgpu_parameter_is_rejected():
             kernel_cells.KernelCell("bad", parameter, "")
 
 
-@pytest.mark.parametrize("current, this_cell, state, name, action", [
-    ("small-bar", "small-bar", "booted", "small-bar", "run"),  # GRUB started the cell's boot: run it
-    ("small-bar", None, "booted", "small-bar", "hang"),  # GRUB started it, but this boot is a normal one
-    ("small-bar", None, "armed", "small-bar", "wait"),  # the owner has not rebooted yet
-    ("small-bar", None, None, None, "rearm"),  # the block lost it: arm again
-    ("small-bar", "cwsr-off", "booted", "cwsr-off", "nothing"),  # a cell already recorded
-    (None, None, None, None, "nothing"),  # every cell done
-])
+@pytest.mark.parametrize(
+    "current, this_cell, state, name, action",
+    [
+        ("small-bar", "small-bar", "booted", "small-bar", "run"),  # GRUB started the cell's boot: run it
+        ("small-bar", None, "booted", "small-bar", "hang"),  # GRUB started it, but this boot is a normal one
+        ("small-bar", None, "armed", "small-bar", "wait"),  # the owner has not rebooted yet
+        ("small-bar", None, None, None, "rearm"),  # the block lost it: arm again
+        ("small-bar", "cwsr-off", "booted", "cwsr-off", "nothing"),  # a cell already recorded
+        (None, None, None, None, "nothing"),  # every cell done
+    ],
+)
 def test_boot_step_decides_by_this_boot_and_grubs_block(current, this_cell, state, name, action):
     assert kernel_run.decide(current, this_cell, state, name) == action
 
 
 def test_best_host_cells_are_those_that_got_furthest():
-    record = {"cells": [
-        {"cell": "as-installed/miopen", "outcome": "invalid-device-function", "stage": "smoke"},
-        {"cell": "no-override/miopen", "outcome": "wrong", "stage": "conv2d"},
-        {"cell": "conv-gemm/miopen", "outcome": "hang", "stage": "variants"},
-        {"cell": "find-fast/miopen", "outcome": "wrong", "stage": "conv2d"},
-    ]}
+    record = {
+        "cells": [
+            {"cell": "as-installed/miopen", "outcome": "invalid-device-function", "stage": "smoke"},
+            {"cell": "no-override/miopen", "outcome": "wrong", "stage": "conv2d"},
+            {"cell": "conv-gemm/miopen", "outcome": "hang", "stage": "variants"},
+            {"cell": "find-fast/miopen", "outcome": "wrong", "stage": "conv2d"},
+        ]
+    }
     assert kernel_run.best_host_cells(record) == ["conv-gemm/miopen", "no-override/miopen"]
     record["cells"].append({"cell": "no-asm/no-miopen", "outcome": "pass", "stage": None})
     assert kernel_run.best_host_cells(record, 1) == ["no-asm/no-miopen"]
@@ -82,13 +93,18 @@ def test_grub_script_marks_the_cell_booted_before_the_kernel_line_uses_it(tmp_pa
     script = boot_cells.files(TargetRoot(tmp_path))[tmp_path / boot_cells.GRUB_SCRIPT][0]
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     armed = out.index('= "armed"')
-    assert out.index("set rdna1_kmgr_cell=booted", armed) < out.index("save_env rdna1_kmgr_cell", armed) \
+    assert (
+        out.index("set rdna1_kmgr_cell=booted", armed)
+        < out.index("save_env rdna1_kmgr_cell", armed)
         < out.index("rdna1_kmgr_cell_args=", armed)
-    assert 'rdna1_kmgr_cell_args=""' in out[out.index("else", armed):]  # any other boot: no word at all
+    )
+    assert 'rdna1_kmgr_cell_args=""' in out[out.index("else", armed) :]  # any other boot: no word at all
     defaults = boot_cells.files(TargetRoot(tmp_path))[tmp_path / boot_cells.GRUB_DEFAULTS][0]
     # sourced by update-grub after the boot guard's rdna1-kmgr.cfg: a cell's rdna1_quirks comes last
-    assert sorted(["rdna1-kmgr.cfg", Path(boot_cells.GRUB_DEFAULTS).name]) == ["rdna1-kmgr.cfg",
-                                                                               "rdna1-kmgr.experiment.cfg"]
+    assert sorted(["rdna1-kmgr.cfg", Path(boot_cells.GRUB_DEFAULTS).name]) == [
+        "rdna1-kmgr.cfg",
+        "rdna1-kmgr.experiment.cfg",
+    ]
     assert "\\${rdna1_kmgr_cell_args}" in defaults
 
 
@@ -109,8 +125,10 @@ def test_no_board_is_one_line_and_nothing_changes(state):
 
 def test_kernel_cells_need_grub_on_this_machine(state):
     tree = rx5600xt(state / "sysroot")
-    result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root), "--python", sys.executable,
-                                       "--kernel-cell", "cwsr-off"])
+    result = CliRunner().invoke(
+        main,
+        ["experiment", "kernel", "--sysroot", str(tree.root), "--python", sys.executable, "--kernel-cell", "cwsr-off"],
+    )
     assert result.exit_code == 2, result.output
     assert "boots through GRUB" in result.stderr and "not this machine's root" in result.stderr
     assert result.stderr.count("\n") == 1 and not (state / "state").exists()
@@ -139,12 +157,35 @@ def test_apply_kernel_refuses_what_did_not_pass_and_needs_grub(state):
     from rdna1_kmgr.experiment import answer
     from rdna1_kmgr.vm.experiment import experiments_dir
 
-    plan = kernel_run.Plan(str(state / "state/experiments/kernel-x"), tuple(kernel_cells.stock_cells()[:2]),
-                           ("as-installed/miopen",), sys.executable, "/", {}, kernel_run.cell_run.Limits(), True, False)
-    events = [{"cell": "cwsr-off", "event": "ran", "results": [
-                  {"cell": "as-installed/miopen", "profile": "as-installed", "backend": "miopen", "outcome": "pass",
-                   "stage": None, "case": None, "detail": ""}]},
-              {"cell": "small-bar", "event": "hang"}]
+    plan = kernel_run.Plan(
+        str(state / "state/experiments/kernel-x"),
+        tuple(kernel_cells.stock_cells()[:2]),
+        ("as-installed/miopen",),
+        sys.executable,
+        "/",
+        {},
+        kernel_run.cell_run.Limits(),
+        True,
+        False,
+    )
+    events = [
+        {
+            "cell": "cwsr-off",
+            "event": "ran",
+            "results": [
+                {
+                    "cell": "as-installed/miopen",
+                    "profile": "as-installed",
+                    "backend": "miopen",
+                    "outcome": "pass",
+                    "stage": None,
+                    "case": None,
+                    "detail": "",
+                }
+            ],
+        },
+        {"cell": "small-bar", "event": "hang"},
+    ]
     record = answer.write_kernel_record(plan, events, "")
     assert record["recommended_kernel_cell"] == "cwsr-off"
     assert "sudo rdna1-kmgr experiment apply --kernel-cell cwsr-off" in record["answer"][1]
@@ -166,20 +207,28 @@ def test_quirk_cells_read_the_build_the_journal_installed(state, monkeypatch):
     params.mkdir(parents=True)
     (params / "rdna1_quirks").write_text("16\n")
     # a 6.12 render manifest's bits (cwsr-size on by default, crat-mem opt-in); two builds, the journal's is the 2nd
-    manifest = {"quirks_mask": 0x10, "all_bits_mask": 0x12,
-                "bits": [{"id": "cwsr-size", "default": True}, {"id": "crat-mem", "default": False}]}
-    builds = [{"version": "6.12.95+pold", "quirks": status.build_quirks({"quirks_mask": 0, "all_bits_mask": 0x2})},
-              {"version": "6.12.95+pnew", "quirks": status.build_quirks(manifest)}]
-    kernels = [{"kernel": "6.12.95+deb12-amd64", "running": True, "journal": {"version": "6.12.95+pnew"},
-                "built": builds}]
+    manifest = {
+        "quirks_mask": 0x10,
+        "all_bits_mask": 0x12,
+        "bits": [{"id": "cwsr-size", "default": True}, {"id": "crat-mem", "default": False}],
+    }
+    builds = [
+        {"version": "6.12.95+pold", "quirks": status.build_quirks({"quirks_mask": 0, "all_bits_mask": 0x2})},
+        {"version": "6.12.95+pnew", "quirks": status.build_quirks(manifest)},
+    ]
+    kernels = [
+        {"kernel": "6.12.95+deb12-amd64", "running": True, "journal": {"version": "6.12.95+pnew"}, "built": builds}
+    ]
     monkeypatch.setattr(status, "run", lambda: {"kernels": kernels})
     assert kernel_run.installed_build(TargetRoot(root)) == InstalledBuild(0x10, 0x12)
 
 
 def test_bad_input_is_said_before_the_machine_is_looked_at(state):
     tree = no_gpu(state / "sysroot")  # no board either: the input's error comes first
-    for args, said in ((["--kernel-cell", "nosuch"], "unknown kernel cell 'nosuch'"),
-                       (["--cells", "nothing/*"], "matches no cell")):
+    for args, said in (
+        (["--kernel-cell", "nosuch"], "unknown kernel cell 'nosuch'"),
+        (["--cells", "nothing/*"], "matches no cell"),
+    ):
         result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root), *args])
         assert result.exit_code == 2 and said in result.stderr and result.stderr.count("\n") == 1, result.output
     assert not (state / "state").exists()

@@ -52,8 +52,10 @@ export PYTHONPATH={HOME}/standin STANDIN_SCRIPT={HOME}/standin.json
 class Bench:
     def __init__(self, system, python: str):
         self.system = system
-        self.args = (f"--python {python} --sysroot {HOME}/sysroot --cells as-installed/miopen --quick "
-                     f"--case-timeout 300 --cell-timeout 1200 " + " ".join(f"--kernel-cell {c}" for c in CELLS))
+        self.args = (
+            f"--python {python} --sysroot {HOME}/sysroot --cells as-installed/miopen --quick "
+            f"--case-timeout 300 --cell-timeout 1200 " + " ".join(f"--kernel-cell {c}" for c in CELLS)
+        )
 
     def step(self, body: str, timeout: float = 1200, wait_for_unit: bool = True):
         # The unit runs after the multi-user target, as this step does: wait for it (a oneshot that stays
@@ -77,16 +79,28 @@ def bench(wholesystem_image_61, torch_python, tmp_path_factory) -> Bench:
         home = root / STEP_DIR
         shutil.copytree(STANDIN, home / "standin", dirs_exist_ok=True)
         shutil.copytree(board.root, home / "sysroot", symlinks=True, dirs_exist_ok=True)
-        (home / "standin.json").write_text(json.dumps({
-            "kmsg": f"{HOME}/sysroot/dev/kmsg", "log": f"{HOME}/standin.log",
-            "cells": {"as-installed/miopen": {"do": "raise", "at": "smoke", "message": "HIP error: invalid device "
-                                              "function"}},
-            "by_cmdline": BY_CMDLINE}))
+        (home / "standin.json").write_text(
+            json.dumps(
+                {
+                    "kmsg": f"{HOME}/sysroot/dev/kmsg",
+                    "log": f"{HOME}/standin.log",
+                    "cells": {
+                        "as-installed/miopen": {
+                            "do": "raise",
+                            "at": "smoke",
+                            "message": "HIP error: invalid device " "function",
+                        }
+                    },
+                    "by_cmdline": BY_CMDLINE,
+                }
+            )
+        )
     return Bench(system, torch_python)
 
 
 def test_kernel_cells_start_stop_and_start_change_only_what_they_say(bench):
-    boot, found = bench.step(f"""
+    boot, found = bench.step(
+        f"""
 rdna1-kmgr experiment kernel {bench.args} --dry-run
 echo "FACT dry_etc_boot=$(find /etc /boot -iname '*rdna1*' | tr '\\n' ' ')"
 rdna1-kmgr experiment kernel {bench.args}
@@ -100,12 +114,18 @@ echo "FACT stopped_grubenv=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' '
 echo "FACT stopped_grubcfg=$(grep -c rdna1 /boot/grub/grub.cfg || true)"
 rdna1-kmgr experiment status
 rdna1-kmgr experiment kernel {bench.args}
-""", timeout=1800, wait_for_unit=False)
+""",
+        timeout=1800,
+        wait_for_unit=False,
+    )
     assert found["etc_boot"] == "" and found["dry_etc_boot"] == "", found  # the dry run wrote nothing
     for n, cell in enumerate(CELLS, 1):
         assert f"{n}. {cell}:" in boot.step_out
-    assert "rdna1_kmgr_cell=armed" in found["started_grubenv"] and "rdna1_kmgr_cell_name=cwsr-off" in \
-        found["started_grubenv"] and "rdna1_kmgr_cell_parameter=amdgpu.cwsr_enable=0" in found["started_grubenv"]
+    assert (
+        "rdna1_kmgr_cell=armed" in found["started_grubenv"]
+        and "rdna1_kmgr_cell_name=cwsr-off" in found["started_grubenv"]
+        and "rdna1_kmgr_cell_parameter=amdgpu.cwsr_enable=0" in found["started_grubenv"]
+    )
     assert int(found["linux_lines"]) >= 2 and found["linux_lines_cells"] == found["linux_lines"], found
     # stop: nothing of the experiment in /etc, /boot, grubenv or grub.cfg
     assert found["stopped_etc_boot"] == "", found
@@ -147,7 +167,8 @@ rdna1-kmgr experiment status
 
 
 def test_kernel_cells_machine_boots_normally_with_the_table(bench):
-    boot, found = bench.step("""
+    boot, found = bench.step(
+        """
 rdna1-kmgr experiment status
 echo RECORD-BEGIN
 cat /var/lib/rdna1-kmgr/experiments/kernel-latest.json
@@ -161,15 +182,20 @@ rdna1-kmgr rollback --yes
 echo "FACT rolled_back_etc_boot=$(find /etc /boot -iname '*rdna1*' | tr '\n' ' ')"
 echo "FACT rolled_back_grubcfg=$(grep -c -e rdna1 -e cwsr_enable /boot/grub/grub.cfg || true)"
 rdna1-kmgr rollback --yes
-""", wait_for_unit=False)
+""",
+        wait_for_unit=False,
+    )
     assert "rdna1" not in found["cmdline"] and found["etc_boot"] == "" and found["grubcfg"] == "0", found
     assert "rdna1" not in found["grubenv"], found
     out = boot.step_out
-    block = out[out.index("\nRECORD-BEGIN\n"):out.index("\nRECORD-END\n")]  # sh -x's trace lines around it
-    record = json.loads(block[block.index("\n{"):block.rindex("\n}") + 2])
+    block = out[out.index("\nRECORD-BEGIN\n") : out.index("\nRECORD-END\n")]  # sh -x's trace lines around it
+    record = json.loads(block[block.index("\n{") : block.rindex("\n}") + 2])
     table = {(r["kernel"], r["cell"]): r["outcome"] for r in record["rows"]}
-    assert table == {("cwsr-off", "as-installed/miopen"): "pass", ("small-bar", "as-installed/miopen"): "hang",
-                     ("vm-update-sdma", "as-installed/miopen"): "wrong"}, table
+    assert table == {
+        ("cwsr-off", "as-installed/miopen"): "pass",
+        ("small-bar", "as-installed/miopen"): "hang",
+        ("vm-update-sdma", "as-installed/miopen"): "wrong",
+    }, table
     assert record["answer"][0].startswith("smallest change that passes: kernel cell cwsr-off (amdgpu.cwsr_enable=0)")
     # apply: the answer on every boot's command line through GRUB, journaled; rollback takes it away again
     assert found["dry_etc"] == "", found

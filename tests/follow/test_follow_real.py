@@ -30,9 +30,9 @@ from install_checks import (
     verdict_record,
 )
 
+from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_checks
-from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.vm import verdict
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
@@ -40,14 +40,20 @@ APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 
 
 def package_installed(name: str) -> bool:
-    query = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", name],
-                           capture_output=True, text=True)
+    query = subprocess.run(
+        ["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", name], capture_output=True, text=True
+    )
     return query.returncode == 0 and query.stdout.startswith("ii")
 
 
 def apt_get(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "-y", *args], capture_output=True,
-                          text=True, timeout=3600, env={**(env or os.environ), **APT_ENV})
+    return subprocess.run(
+        ["apt-get", "-o", "DPkg::Lock::Timeout=600", "-y", *args],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={**(env or os.environ), **APT_ENV},
+    )
 
 
 @dataclass
@@ -81,8 +87,11 @@ def machine(built_module_61, built_module_612, tmp_path_factory):
     assert "Candidate: (none)" not in policy and "Candidate:" in policy, f"apt offers no linux-image-{new}"
     old_installed_here = ensure_image_installed(old)
     state = tmp_path_factory.mktemp("follow-state")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_DKMS_TREE", "RDNA1_KMGR_DKMS_SOURCE_TREE", jr.ABORT_ENV)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_DKMS_TREE", "RDNA1_KMGR_DKMS_SOURCE_TREE", jr.ABORT_ENV)
+    }
     # The cache the build fixtures used: follow finds the same source there, renders the same patch set.
     env.update(RDNA1_KMGR_STATE=str(state), RDNA1_KMGR_CACHE=str(persistent_cache_root()))
     saved_state = os.environ.get("RDNA1_KMGR_STATE")
@@ -130,8 +139,7 @@ def test_apt_installing_a_new_kernel_patches_it_and_purging_it_cleans_up(machine
     assert proc.returncode == 0, proc.stderr
 
     # --- the upgrade: apt installs the new kernel; the hooks do the rest -----------------------------------
-    apt = apt_get("install", "--no-install-recommends", f"linux-image-{m.new}", f"linux-headers-{m.new}",
-                  env=m.env)
+    apt = apt_get("install", "--no-install-recommends", f"linux-image-{m.new}", f"linux-headers-{m.new}", env=m.env)
     assert apt.returncode == 0, apt.stdout[-3000:] + apt.stderr[-3000:]
     tail = [line for line in apt.stdout.splitlines() if line.strip()][-3:]
     assert any(line.startswith(f"rdna1-kmgr: {m.new}: patched: ") for line in tail), tail
@@ -151,8 +159,10 @@ def test_apt_installing_a_new_kernel_patches_it_and_purging_it_cleans_up(machine
     # with no bit (cwsr-size has nothing to fix there), 6.12's with cwsr-size (0x10); builds that disagree get
     # no options line, each module keeps the default it was built with (install/modprobe_conf.py)
     now = system_hash(Path("/"), m.old)
-    assert_same_system({k: v for k, v in installed_old.items() if k != "modprobe.d"},
-                       {k: v for k, v in now.items() if k != "modprobe.d"})
+    assert_same_system(
+        {k: v for k, v in installed_old.items() if k != "modprobe.d"},
+        {k: v for k, v in now.items() if k != "modprobe.d"},
+    )
     conf = Path("/etc/modprobe.d/rdna1-kmgr.conf").read_text().splitlines()
     assert not [line for line in conf if line.startswith("options ")], conf
     assert f"#   {m.old}: rdna1_quirks=0x0" in conf and f"#   {m.new}: rdna1_quirks=0x10" in conf, conf

@@ -31,9 +31,15 @@ class Host:
         self.state = base / "state"
         self.src = base / "usr-src"
         FakeSysroot(self.root).kernel(OLD).os_release("debian", "12", "Debian GNU/Linux 12 (bookworm)")
-        self.env = {**os.environ, "RDNA1_KMGR_ROOT": str(self.root), "RDNA1_KMGR_STATE": str(self.state),
-                    "RDNA1_KMGR_DKMS_SOURCE_TREE": str(self.src), "RDNA1_KMGR_DKMS_TREE": str(base / "var-lib-dkms"),
-                    "RDNA1_KMGR_CACHE": str(base / "cache"), "RDNA1_KMGR_LOG": str(base / "log")}
+        self.env = {
+            **os.environ,
+            "RDNA1_KMGR_ROOT": str(self.root),
+            "RDNA1_KMGR_STATE": str(self.state),
+            "RDNA1_KMGR_DKMS_SOURCE_TREE": str(self.src),
+            "RDNA1_KMGR_DKMS_TREE": str(base / "var-lib-dkms"),
+            "RDNA1_KMGR_CACHE": str(base / "cache"),
+            "RDNA1_KMGR_LOG": str(base / "log"),
+        }
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(CLI), *args], capture_output=True, text=True, env=self.env, timeout=120)
@@ -44,9 +50,14 @@ class Host:
         os.environ["RDNA1_KMGR_STATE"] = str(self.state)
         try:
             journal = jr.Journal(kernel)
-            journal.begin("install", kernel=kernel, package="rdna1-amdgpu", version=VERSION,
-                          parameters={"rdna1_quirks": "0x3"},
-                          trees={"source": str(self.src), "dkms": self.env["RDNA1_KMGR_DKMS_TREE"]})
+            journal.begin(
+                "install",
+                kernel=kernel,
+                package="rdna1-amdgpu",
+                version=VERSION,
+                parameters={"rdna1_quirks": "0x3"},
+                trees={"source": str(self.src), "dkms": self.env["RDNA1_KMGR_DKMS_TREE"]},
+            )
             journal.append("commit", verified={})
         finally:
             if saved is None:
@@ -55,14 +66,28 @@ class Host:
                 os.environ["RDNA1_KMGR_STATE"] = saved
         package = self.src / f"rdna1-amdgpu-{VERSION}"
         package.mkdir(parents=True)
-        (package / "rdna1-manifest.json").write_text(json.dumps(
-            {"quirks": [{"id": "coarse-mtype", "bit": 0}, {"id": "crat-mem", "bit": 1}], "devices": ["0x731F"]}))
+        (package / "rdna1-manifest.json").write_text(
+            json.dumps(
+                {"quirks": [{"id": "coarse-mtype", "bit": 0}, {"id": "crat-mem", "bit": 1}], "devices": ["0x731F"]}
+            )
+        )
 
     def run_parts(self, folder: str, kernel: str) -> tuple[subprocess.CompletedProcess, float]:
         started = time.monotonic()
-        proc = subprocess.run(["run-parts", "--report", "--exit-on-error", f"--arg={kernel}",
-                               f"--arg=/boot/vmlinuz-{kernel}", str(self.root / "etc/kernel" / folder)],
-                              capture_output=True, text=True, env=self.env, timeout=60)
+        proc = subprocess.run(
+            [
+                "run-parts",
+                "--report",
+                "--exit-on-error",
+                f"--arg={kernel}",
+                f"--arg=/boot/vmlinuz-{kernel}",
+                str(self.root / "etc/kernel" / folder),
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=60,
+        )
         return proc, time.monotonic() - started
 
     @property
@@ -111,8 +136,13 @@ def post_invoke_dump(host) -> str:
     (alone / "parts").mkdir(parents=True, exist_ok=True)
     (alone / "apt.conf").write_text(f'Dir::Etc::main "/dev/null";\nDir::Etc::parts "{alone / "parts"}";\n')
     conf = host.root / "etc/apt/apt.conf.d/80rdna1-kmgr"
-    return subprocess.run(["apt-config", "-c", str(conf), "dump", "DPkg::Post-Invoke"], capture_output=True,
-                          text=True, check=True, env={**os.environ, "APT_CONFIG": str(alone / "apt.conf")}).stdout
+    return subprocess.run(
+        ["apt-config", "-c", str(conf), "dump", "DPkg::Post-Invoke"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "APT_CONFIG": str(alone / "apt.conf")},
+    ).stdout
 
 
 def test_apt_reads_the_post_invoke_hook(host):
@@ -244,8 +274,10 @@ def test_follow_dry_run_prints_the_plan_and_changes_nothing(host):
     proc = host.cli("follow", "--kernel", NEW, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == (f"follow {NEW} with the quirks installed for {OLD} (rdna1-amdgpu/{VERSION}): "
-                        "coarse-mtype crat-mem; devices 0x731F")
+    assert lines[0] == (
+        f"follow {NEW} with the quirks installed for {OLD} (rdna1-amdgpu/{VERSION}): "
+        "coarse-mtype crat-mem; devices 0x731F"
+    )
     assert any(line.startswith("  install: `rdna1-kmgr install --kernel") for line in lines)
     assert sorted(str(p) for p in host.state.rglob("*")) == before
     assert host.cli("follow", "--kernel", OLD, "--dry-run").stdout.startswith(f"nothing to do for {OLD}")

@@ -86,7 +86,8 @@ def story(built_module_61, wholesystem_image_61, tmp_path_factory) -> Story:
 
 
 def test_boot_guard_install_arms_a_trial(story):
-    _, found = story.step(f"""
+    _, found = story.step(
+        f"""
 rdna1-kmgr install --kernel {story.kernel} --skip-vm-check --yes --confirm-after {CONFIRM_AFTER} --json \
     > /{STEP_DIR}/install.json
 cat /{STEP_DIR}/install.json
@@ -94,11 +95,14 @@ rdna1-kmgr status
 echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
 echo "FACT linux_lines=$(grep -cE '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg)"
 echo "FACT linux_lines_guarded=$(grep -E '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg | grep -c 'rdna1_kmgr_args')"
-""", timeout=1800)
+""",
+        timeout=1800,
+    )
     assert found["quirks"] == "none" and "rdna1_kmgr" not in found["cmdline"], found  # stock, no guard yet
     assert "rdna1_kmgr=trial" in found["grubenv_after"] and f"rdna1_kmgr_mask={story.mask}" in found["grubenv_after"]
-    assert int(found["linux_lines"]) >= 2 and found["linux_lines_guarded"] == found["linux_lines"], \
-        "every kernel line of grub.cfg (recovery ones too) carries ${rdna1_kmgr_args}"
+    assert (
+        int(found["linux_lines"]) >= 2 and found["linux_lines_guarded"] == found["linux_lines"]
+    ), "every kernel line of grub.cfg (recovery ones too) carries ${rdna1_kmgr_args}"
 
 
 def test_boot_guard_trial_boot_confirms_itself(story):
@@ -138,7 +142,7 @@ printf '[Timer]\\nOnBootSec=\\nOnBootSec=3600\\n' > /etc/systemd/system/rdna1-km
     assert boot.step_out.count("did not confirm") >= 4, boot.step_out[-3000:]
     # agetty's banner: /etc/issue ("Debian GNU/Linux 12 <host> ttyS0"), then /etc/issue.d, then the prompt
     prompt = boot.console.rindex("wholesystem login:")
-    banner = boot.console[boot.console.rindex("wholesystem ttyS0", 0, prompt):prompt]
+    banner = boot.console[boot.console.rindex("wholesystem ttyS0", 0, prompt) : prompt]
     assert "did not confirm" in banner, f"the login prompt does not say it:\n{banner}"
 
 

@@ -25,11 +25,14 @@ def scratch(tmp_path: Path, cmdline: str, guard: bool = True) -> TargetRoot:
     return TargetRoot(tmp_path)
 
 
-@pytest.mark.parametrize("cmdline, kind", [
-    ("BOOT_IMAGE=/vmlinuz ro amdgpu.rdna1_quirks=0x3 rdna1_kmgr.boot=trial", "trial"),
-    ("ro amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback quiet", "fallback"),
-    ("ro quiet", None),
-])
+@pytest.mark.parametrize(
+    "cmdline, kind",
+    [
+        ("BOOT_IMAGE=/vmlinuz ro amdgpu.rdna1_quirks=0x3 rdna1_kmgr.boot=trial", "trial"),
+        ("ro amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback quiet", "fallback"),
+        ("ro quiet", None),
+    ],
+)
 def test_boot_guard_reads_the_kind_of_boot_from_the_command_line(tmp_path, cmdline, kind):
     assert boot_guard.this_boot(scratch(tmp_path, cmdline)) == kind
 
@@ -53,8 +56,12 @@ def test_boot_guard_fallback_boot_says_so_at_login(tmp_path):
 def test_boot_guard_commands_without_a_guard_are_one_clear_error(tmp_path):
     scratch(tmp_path, "ro", guard=False)
     for command in (["confirm"], ["retry"]):
-        proc = subprocess.run([str(CLI), *command], capture_output=True, text=True,
-                              env={"RDNA1_KMGR_ROOT": str(tmp_path), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        proc = subprocess.run(
+            [str(CLI), *command],
+            capture_output=True,
+            text=True,
+            env={"RDNA1_KMGR_ROOT": str(tmp_path), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        )
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and "boot guard is not installed" in proc.stderr
 
@@ -78,27 +85,34 @@ def test_boot_guard_grub_script_consumes_the_trial_before_the_kernel_runs(tmp_pa
     script = files[tmp_path / boot_guard.GRUB_SCRIPT]
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     trial = out.index('= "trial"')
-    assert out.index("set rdna1_kmgr=trying", trial) < out.index("save_env rdna1_kmgr", trial) < out.index(
-        "rdna1_kmgr.boot=trial", trial)
-    assert 'amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback' in out and "export rdna1_kmgr_args" in out
+    assert (
+        out.index("set rdna1_kmgr=trying", trial)
+        < out.index("save_env rdna1_kmgr", trial)
+        < out.index("rdna1_kmgr.boot=trial", trial)
+    )
+    assert "amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback" in out and "export rdna1_kmgr_args" in out
     assert "OnBootSec=180" in files[tmp_path / boot_guard.UNITS / boot_guard.CONFIRM_TIMER]
 
 
-@pytest.mark.parametrize("fs, abstraction, refused", [
-    ("ext2", "", None),  # grub-probe says ext2 for ext4: Debian's and Ubuntu's /boot
-    ("btrfs", "", "on btrfs, where GRUB cannot save"),
-    ("zfs", "", "on zfs, where GRUB cannot save"),
-    ("ext2", "lvm", "on lvm, where GRUB cannot save"),
-    ("ext2", "diskfilter mdraid1x", "on diskfilter mdraid1x"),
-])
+@pytest.mark.parametrize(
+    "fs, abstraction, refused",
+    [
+        ("ext2", "", None),  # grub-probe says ext2 for ext4: Debian's and Ubuntu's /boot
+        ("btrfs", "", "on btrfs, where GRUB cannot save"),
+        ("zfs", "", "on zfs, where GRUB cannot save"),
+        ("ext2", "lvm", "on lvm, where GRUB cannot save"),
+        ("ext2", "diskfilter mdraid1x", "on diskfilter mdraid1x"),
+    ],
+)
 def test_boot_guard_refuses_where_grub_cannot_save_its_environment(tmp_path, monkeypatch, fs, abstraction, refused):
     """GRUB's save_env writes the block in place and cannot on these (grub-mkconfig's 00_header turns Ubuntu's
     recordfail off for the same file systems): a trial there would never become `trying`."""
     tools = tmp_path / "bin"
     tools.mkdir()
     probe = tools / "grub-probe"
-    probe.write_text(f'#!/bin/sh\ncase "$1" in --target=fs) echo {fs};; --target=abstraction) echo {abstraction};; '
-                     'esac\n')
+    probe.write_text(
+        f'#!/bin/sh\ncase "$1" in --target=fs) echo {fs};; --target=abstraction) echo {abstraction};; ' "esac\n"
+    )
     probe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
     why = boot_guard.env_not_writable(TargetRoot(tmp_path))

@@ -26,10 +26,13 @@ from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.vm import verdict
 
-pytestmark = [pytest.mark.realsource,  # debootstraps from the system's archive (once per machine)
-              pytest.mark.skipif(os.geteuid() != 0, reason="debootstrap, chroot and dkms install need root"),
-              pytest.mark.skipif(shutil.which("debootstrap") is None,
-                                 reason="needs debootstrap (./install.sh --test installs it)")]
+pytestmark = [
+    pytest.mark.realsource,  # debootstraps from the system's archive (once per machine)
+    pytest.mark.skipif(os.geteuid() != 0, reason="debootstrap, chroot and dkms install need root"),
+    pytest.mark.skipif(
+        shutil.which("debootstrap") is None, reason="needs debootstrap (./install.sh --test installs it)"
+    ),
+]
 
 DRACUT_CONF = """# The throwaway root's dracut: a generic image that carries amdgpu, as for early KMS.
 hostonly="no"
@@ -48,12 +51,25 @@ def dracut_root_template() -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     entry = apt_sources.archive_for(codename, codename)  # the system's own archive (mirror), not a named host
     env = dict(os.environ)
-    proxy = subprocess.run(["apt-config", "shell", "P", "Acquire::http::Proxy"], capture_output=True,
-                           text=True).stdout.strip()
+    proxy = subprocess.run(
+        ["apt-config", "shell", "P", "Acquire::http::Proxy"], capture_output=True, text=True
+    ).stdout.strip()
     if proxy.startswith("P="):
         env["http_proxy"] = proxy[2:].strip("'")
-    proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=dracut,kmod,zstd,cpio,xz-utils,systemd",
-                           codename, str(staging), entry.uri], capture_output=True, text=True, env=env, timeout=3000)
+    proc = subprocess.run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=dracut,kmod,zstd,cpio,xz-utils,systemd",
+            codename,
+            str(staging),
+            entry.uri,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3000,
+    )
     if proc.returncode != 0:
         pytest.fail(f"debootstrap failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     staging.rename(final)
@@ -89,8 +105,13 @@ def dracut_system(tmp_path, monkeypatch, pristine):  # noqa: F811
 
 
 def cli(system, *args):
-    return subprocess.run([str(CLI), *args, "--kernel", system["kernel"], "--yes"], capture_output=True, text=True,
-                          env=system["env"], timeout=1800)
+    return subprocess.run(
+        [str(CLI), *args, "--kernel", system["kernel"], "--yes"],
+        capture_output=True,
+        text=True,
+        env=system["env"],
+        timeout=1800,
+    )
 
 
 def test_dracut_install_and_rollback_regenerate_the_image_with_the_built_then_the_stock_module(dracut_system):
@@ -104,14 +125,17 @@ def test_dracut_install_and_rollback_regenerate_the_image_with_the_built_then_th
     installed = cli(s, "install", "--json", "--cert", str(s["pristine"].keys.cert))
     assert installed.returncode == 0, installed.stderr
     result = json.loads(installed.stdout)
-    assert any(f"chroot {s['root']} dracut --force --kver {kernel} /boot/initramfs-{kernel}.img" in line
-               for line in result["plan"])
+    assert any(
+        f"chroot {s['root']} dracut --force --kver {kernel} /boot/initramfs-{kernel}.img" in line
+        for line in result["plan"]
+    )
     carried = tool.carried_module(kernel, "amdgpu")  # read back from the new image with dracut's lsinitrd
     assert carried.sha256 == s["pristine"].module_sha256 and "/updates/dkms/" in carried.resolved
     assert result["verified"]["initramfs_module"] == carried.resolved
     files = tool.list_files(image)
-    assert "dev/console" in files and carried.entries == [e for e in files if e.endswith("/amdgpu.ko.xz")
-                                                          or e.endswith("/amdgpu.ko")]
+    assert "dev/console" in files and carried.entries == [
+        e for e in files if e.endswith("/amdgpu.ko.xz") or e.endswith("/amdgpu.ko")
+    ]
     # Not asserted: etc/modprobe.d/rdna1-kmgr.conf. dracut carries /etc/modprobe.d only in host-only mode,
     # which needs /proc and /sys mounted; this chroot builds the generic image, where the module's own
     # parameter defaults apply at early boot.
@@ -124,17 +148,30 @@ def test_dracut_install_and_rollback_regenerate_the_image_with_the_built_then_th
     after = tool.carried_module(kernel, "amdgpu")
     assert after.sha256 == jr.sha256_file(stock) and after.resolved == before.resolved
     assert after.entries == before.entries
-    assert not (s["root"] / "usr/lib/modules" / kernel / "updates/dkms").exists() or \
-        not any((s["root"] / "usr/lib/modules" / kernel / "updates/dkms").iterdir())
+    assert not (s["root"] / "usr/lib/modules" / kernel / "updates/dkms").exists() or not any(
+        (s["root"] / "usr/lib/modules" / kernel / "updates/dkms").iterdir()
+    )
 
 
 def test_dracut_commands_run_inside_a_root_that_has_dracut(tmp_path):
     plain = initramfs.Dracut(TargetRoot(Path("/")))
     assert plain.regenerate_command("6.11.4-301.fc41.x86_64") == [
-        "dracut", "--force", "--kver", "6.11.4-301.fc41.x86_64", "/boot/initramfs-6.11.4-301.fc41.x86_64.img"]
+        "dracut",
+        "--force",
+        "--kver",
+        "6.11.4-301.fc41.x86_64",
+        "/boot/initramfs-6.11.4-301.fc41.x86_64.img",
+    ]
     (tmp_path / "usr/bin").mkdir(parents=True)
     (tmp_path / "usr/bin/dracut").write_text("")
     inside = initramfs.detect(TargetRoot(tmp_path))
     assert isinstance(inside, initramfs.Dracut)
-    assert inside.regenerate_command("K") == ["chroot", str(tmp_path), "dracut", "--force", "--kver", "K",
-                                              "/boot/initramfs-K.img"]
+    assert inside.regenerate_command("K") == [
+        "chroot",
+        str(tmp_path),
+        "dracut",
+        "--force",
+        "--kver",
+        "K",
+        "/boot/initramfs-K.img",
+    ]

@@ -5,14 +5,13 @@ and why; status lists both. In process: a Candidate made from a manifest as `ren
 from pathlib import Path
 
 import pytest
+from fake_kernel import make_tree
 
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install.module_install import Candidate, module_parameters, with_quirks
 from rdna1_kmgr.install.status import build_quirks, quirks_lines
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.patch_series import render_series
-from fake_kernel import make_tree
-
 
 
 def manifest_of_6_1(tmp_path) -> dict:
@@ -23,8 +22,14 @@ def manifest_of_6_1(tmp_path) -> dict:
 
 
 def candidate(manifest: dict) -> Candidate:
-    return Candidate(dkms.Package(dkms.PACKAGE_NAME, "6.1.192+p0"), "6.1.0-56-amd64", Path("/nonexistent/amdgpu.ko"),
-                     "0" * 64, module_parameters(manifest), manifest)
+    return Candidate(
+        dkms.Package(dkms.PACKAGE_NAME, "6.1.192+p0"),
+        "6.1.0-56-amd64",
+        Path("/nonexistent/amdgpu.ko"),
+        "0" * 64,
+        module_parameters(manifest),
+        manifest,
+    )
 
 
 def test_every_bit_the_build_carries_may_be_switched_on_though_none_is_on_by_default(tmp_path):

@@ -139,19 +139,27 @@ def test_an_invalid_kernel_release_never_becomes_a_path(state):
 
 
 def _child(code: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_the_lock_keeps_a_second_run_out_and_names_the_holder(state):
     env = {**os.environ, "RDNA1_KMGR_STATE": str(state)}
-    holder = _child("""
+    holder = _child(
+        """
         import sys, time
         from rdna1_kmgr.install import journal
         with journal.locked("install --kernel 6.1.0-56-amd64"):
             print("locked", flush=True)
             time.sleep(30)
-    """, env)
+    """,
+        env,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(jr.Busy) as err:
@@ -183,14 +191,17 @@ def test_the_state_directory_must_be_writable(tmp_path, monkeypatch):
 
 def test_the_test_only_abort_switch_dies_like_kill_9(state):
     env = {**os.environ, "RDNA1_KMGR_STATE": str(state), jr.ABORT_ENV: "depmod"}
-    child = _child("""
+    child = _child(
+        """
         from rdna1_kmgr.install import journal
         j = journal.Journal("6.1.0-56-amd64")
         j.append("done", step="depmod")
         journal.abort_point("modprobe-conf")
         journal.abort_point("depmod")
         print("not reached")
-    """, env)
+    """,
+        env,
+    )
     out, _ = child.communicate(timeout=30)
     assert child.returncode == 137
     assert out == ""

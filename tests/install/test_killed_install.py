@@ -25,7 +25,6 @@ import pytest
 from install_checks import ensure_image_installed, purge_image, tree_digest
 from test_module_install import _new_system, fake_tools, pristine  # noqa: F401 (fixtures)
 
-
 STOPPED_WITHIN = 60  # seconds: the keeper's grace is 10 s; this only bounds a failing test
 
 
@@ -57,9 +56,15 @@ def processes() -> dict[int, Proc]:
             argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        found[int(entry.name)] = Proc(int(entry.name), int(fields[1]), int(fields[3]), fields[0], int(fields[19]),
-                                      tuple(a.decode(errors="replace") for a in argv if a))
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(entry.name)] = Proc(
+            int(entry.name),
+            int(fields[1]),
+            int(fields[3]),
+            fields[0],
+            int(fields[19]),
+            tuple(a.decode(errors="replace") for a in argv if a),
+        )
     return found
 
 
@@ -135,9 +140,13 @@ def real_initramfs_system(tmp_path, monkeypatch, pristine, fake_tools, kernel_im
 def touched(fs) -> dict:
     """Everything an install touches, byte for byte: the kernel's modules, modprobe.d, /boot, the DKMS trees."""
     trees = fs.pristine.trees
-    return {"modules": tree_digest(fs.root / "lib/modules" / fs.kernel),
-            "modprobe.d": tree_digest(fs.root / "etc/modprobe.d"), "boot": tree_digest(fs.root / "boot"),
-            "dkms source": tree_digest(trees.source), "dkms tree": tree_digest(trees.dkms)}
+    return {
+        "modules": tree_digest(fs.root / "lib/modules" / fs.kernel),
+        "modprobe.d": tree_digest(fs.root / "etc/modprobe.d"),
+        "boot": tree_digest(fs.root / "boot"),
+        "dkms source": tree_digest(trees.source),
+        "dkms tree": tree_digest(trees.dkms),
+    }
 
 
 def kill_at(fs, point, kill_keeper: bool = False) -> tuple[int, list[Proc]]:
@@ -188,8 +197,7 @@ def recorded_sessions(fs) -> list[int]:
     return [r["session"] for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == "program"]
 
 
-POINTS = [dkms_running, dkms_child_running, update_initramfs_running, mkinitramfs_running,
-          image_half_written]
+POINTS = [dkms_running, dkms_child_running, update_initramfs_running, mkinitramfs_running, image_half_written]
 
 
 @pytest.mark.parametrize("point", POINTS, ids=[p.__name__ for p in POINTS])

@@ -20,8 +20,13 @@ def state(tmp_path, monkeypatch):
 
 def finished_install(kernel: str, mask: int) -> jr.Journal:
     journal = jr.Journal(kernel)
-    journal.begin("install", kernel=kernel, package="rdna1-amdgpu", version="6.1.192+p0123456789ab",
-                  parameters={"rdna1_quirks": f"0x{mask:x}"})
+    journal.begin(
+        "install",
+        kernel=kernel,
+        package="rdna1-amdgpu",
+        version="6.1.192+p0123456789ab",
+        parameters={"rdna1_quirks": f"0x{mask:x}"},
+    )
     journal.append("commit", verified={})
     return journal
 

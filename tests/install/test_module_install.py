@@ -31,21 +31,22 @@ from pathlib import Path
 
 import pytest
 from dkms_helpers import installed_release, make_keys
-from install_checks import (purge_image, 
+from install_checks import (
     assert_same_system,
     ensure_image_installed,
     initramfs_list,
     modinfo_resolves,
+    purge_image,
     system_hash,
     tree_digest,
     verdict_record,
 )
 from sysfs_fixtures import FakeSysroot
 
+from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build as kbuild
 from rdna1_kmgr.modbuild import module_checks, signing
-from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.vm import verdict
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
@@ -120,10 +121,15 @@ def write_series(out: Path, kernel_version: str, tag: str) -> dict:
     """A render-shaped series with no patches and a manifest naming the quirk mask the module is built for."""
     out.mkdir(parents=True)
     (out / "series").write_text("")
-    manifest = {"kernel_version": kernel_version, "quirks": [{"id": "coarse-mtype", "bit": 0},
-                                                           {"id": "crat-mem", "bit": 1}],
-                "quirks_mask": 3, "devices": ["0x731F"], "selftest_cases": 0, "patches": {},
-                "patchset_sha256": hashlib.sha256(tag.encode()).hexdigest()}
+    manifest = {
+        "kernel_version": kernel_version,
+        "quirks": [{"id": "coarse-mtype", "bit": 0}, {"id": "crat-mem", "bit": 1}],
+        "quirks_mask": 3,
+        "devices": ["0x731F"],
+        "selftest_cases": 0,
+        "patches": {},
+        "patchset_sha256": hashlib.sha256(tag.encode()).hexdigest(),
+    }
     (out / "manifest.json").write_text(json.dumps(manifest))
     return manifest
 
@@ -152,8 +158,19 @@ def build_standin(base: Path, kernel: str, trees: dkms.Trees, keys: signing.KeyP
     manifest = write_series(base / f"series-{tag}", "6.1.192", tag)
     package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version("6.1.192", manifest["patchset_sha256"]))
     log = open(base / f"build-{tag}.log", "w")
-    kbuild.build_package(package, kernel, tree, [AMD_TREE], base / f"series-{tag}", keys, [0x731F],
-                         ["rdna1_quirks"], jobs=2, trees=trees, stream=log)
+    kbuild.build_package(
+        package,
+        kernel,
+        tree,
+        [AMD_TREE],
+        base / f"series-{tag}",
+        keys,
+        [0x731F],
+        ["rdna1_quirks"],
+        jobs=2,
+        trees=trees,
+        stream=log,
+    )
     return package
 
 
@@ -163,8 +180,12 @@ def pristine(tmp_path_factory) -> Pristine:
         pytest.skip("dkms install and depmod on a scratch root still need root")
     kernel = installed_release()
     base = tmp_path_factory.mktemp("standin")
-    env = {"RDNA1_KMGR_DKMS_SOURCE_TREE": str(base / "usr-src"), "RDNA1_KMGR_DKMS_TREE": str(base / "var-lib-dkms"),
-           "RDNA1_KMGR_CACHE": str(base / "cache"), "RDNA1_KMGR_LOG": str(base / "log")}
+    env = {
+        "RDNA1_KMGR_DKMS_SOURCE_TREE": str(base / "usr-src"),
+        "RDNA1_KMGR_DKMS_TREE": str(base / "var-lib-dkms"),
+        "RDNA1_KMGR_CACHE": str(base / "cache"),
+        "RDNA1_KMGR_LOG": str(base / "log"),
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -175,8 +196,11 @@ def pristine(tmp_path_factory) -> Pristine:
         module = dkms.built_module(package, kernel, trees)
         # The "stock" amdgpu: the same source built straight with kbuild (unsigned, so other bytes).
         stock_tree = write_standin_tree(base / "stock", "stock")
-        subprocess.run(["make", "-C", f"/lib/modules/{kernel}/build", f"M={stock_tree / AMD_TREE / 'amdgpu'}",
-                        "modules"], check=True, capture_output=True)
+        subprocess.run(
+            ["make", "-C", f"/lib/modules/{kernel}/build", f"M={stock_tree / AMD_TREE / 'amdgpu'}", "modules"],
+            check=True,
+            capture_output=True,
+        )
         (base / "snapshot").mkdir()
         shutil.copytree(trees.source, base / "snapshot" / "src", symlinks=True)
         shutil.copytree(trees.dkms, base / "snapshot" / "dkms", symlinks=True)
@@ -186,8 +210,9 @@ def pristine(tmp_path_factory) -> Pristine:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return Pristine(base, kernel, trees, keys, package, jr.sha256_file(module),
-                    stock_tree / AMD_TREE / "amdgpu" / "amdgpu.ko", env)
+    return Pristine(
+        base, kernel, trees, keys, package, jr.sha256_file(module), stock_tree / AMD_TREE / "amdgpu" / "amdgpu.ko", env
+    )
 
 
 @dataclass
@@ -203,13 +228,20 @@ class FakeSystem:
         return ["--cert", str(self.pristine.keys.cert)]
 
     def cli(self, *args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([str(CLI), *args], capture_output=True, text=True, env={**self.env, **(env or {})},
-                              timeout=timeout)
+        return subprocess.run(
+            [str(CLI), *args], capture_output=True, text=True, env={**self.env, **(env or {})}, timeout=timeout
+        )
 
     def popen(self, *args: str, env: dict | None = None) -> subprocess.Popen:
         # A session of its own, so that a test can kill it with its children, as a power cut would.
-        return subprocess.Popen([str(CLI), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**self.env, **(env or {})}, start_new_session=True)
+        return subprocess.Popen(
+            [str(CLI), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
+        )
 
     def install(self, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
         return self.cli("install", "--kernel", self.kernel, "--yes", *self.cert_args, *extra, env=env)
@@ -221,8 +253,9 @@ class FakeSystem:
         return system_hash(self.root, self.kernel)
 
     def resolves_to(self) -> Path | None:
-        out = subprocess.run(["modinfo", "-b", str(self.root), "-k", self.kernel, "-n", "amdgpu"],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["modinfo", "-b", str(self.root), "-k", self.kernel, "-n", "amdgpu"], capture_output=True, text=True
+        )
         return Path(out.stdout.strip()) if out.returncode == 0 else None
 
     @property
@@ -247,8 +280,9 @@ class FakeSystem:
                 os.environ["RDNA1_KMGR_STATE"] = old
 
     def dkms_states(self) -> list[tuple[str, str]]:
-        return [(e.version, e.state) for e in dkms.status(dkms.PACKAGE_NAME, self.pristine.trees)
-                if e.kernel == self.kernel]
+        return [
+            (e.version, e.state) for e in dkms.status(dkms.PACKAGE_NAME, self.pristine.trees) if e.kernel == self.kernel
+        ]
 
     def journal_kinds(self) -> list[str]:
         """The kinds of the journal's records, but for `program` (one per program a step started)."""
@@ -257,8 +291,9 @@ class FakeSystem:
         return [kind for kind in kinds if kind != "program"]
 
 
-def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, with_initramfs: bool = True,
-              with_image: bool = True) -> None:
+def make_root(
+    root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, with_initramfs: bool = True, with_image: bool = True
+) -> None:
     FakeSysroot(root).kernel(kernel).os_release("debian", "12", "Debian GNU/Linux 12 (bookworm)")
     modules = root / "lib/modules" / kernel
     modules.mkdir(parents=True)
@@ -274,8 +309,9 @@ def make_root(root: Path, kernel: str, stock: Path, bin_dir: Path, env: dict, wi
     if with_image:  # the kernel itself installed, not only its headers
         (root / "boot" / f"vmlinuz-{kernel}").write_bytes(b"kernel image")
     if with_initramfs:
-        subprocess.run([str(bin_dir / "update-initramfs"), "-c", "-k", kernel, "-b", str(root / "boot")],
-                       check=True, env=env)
+        subprocess.run(
+            [str(bin_dir / "update-initramfs"), "-c", "-k", kernel, "-b", str(root / "boot")], check=True, env=env
+        )
 
 
 @pytest.fixture(scope="module")
@@ -290,8 +326,13 @@ def fake_tools(tmp_path_factory) -> Path:
 def _new_system(tmp_path, monkeypatch, pristine, fake_tools, with_initramfs=True, with_image=True) -> FakeSystem:
     pristine.reset()
     root, state = tmp_path / "root", tmp_path / "state"
-    env = {**os.environ, **pristine.env, "RDNA1_KMGR_ROOT": str(root), "RDNA1_KMGR_STATE": str(state),
-           "PATH": f"{fake_tools}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        **pristine.env,
+        "RDNA1_KMGR_ROOT": str(root),
+        "RDNA1_KMGR_STATE": str(state),
+        "PATH": f"{fake_tools}:{os.environ['PATH']}",
+    }
     env.pop(jr.ABORT_ENV, None)
     for key in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_STATE", "PATH", *pristine.env):
         monkeypatch.setenv(key, env[key])
@@ -380,8 +421,9 @@ def test_install_without_an_initramfs_creates_one_and_rollback_removes_it(tmp_pa
     assert list((fs.root / "boot").iterdir()) == [fs.root / "boot" / f"vmlinuz-{fs.kernel}"]
 
 
-def test_a_kernel_whose_image_is_not_installed_gets_the_module_and_no_initramfs(tmp_path, monkeypatch, pristine,
-                                                                               fake_tools):
+def test_a_kernel_whose_image_is_not_installed_gets_the_module_and_no_initramfs(
+    tmp_path, monkeypatch, pristine, fake_tools
+):
     """A newcomer's machine: the distribution's kernel has its headers (build pulled them) but not its image.
     Install puts the module in place for it; the image package's postinst makes the initramfs later. A kernel
     with neither is refused."""
@@ -416,10 +458,17 @@ def test_status_reports_the_install(system):
 
     # before the install: the built module and its verdict, which install will ask for
     record = json.loads((system.state / "validations" / f"{system.pristine.module_sha256}.json").read_text())
-    verdict_seen = {"verdict": "pass", "mode": "emulated", "kernel": system.kernel, "reason": "all checks passed",
-                    "record": str(system.state / "validations" / f"{system.pristine.module_sha256}.json"),
-                    "when": record["started"], "accel": record["accel"],
-                    "checked": [c["name"] for c in record["checks"]], "failed": []}
+    verdict_seen = {
+        "verdict": "pass",
+        "mode": "emulated",
+        "kernel": system.kernel,
+        "reason": "all checks passed",
+        "record": str(system.state / "validations" / f"{system.pristine.module_sha256}.json"),
+        "when": record["started"],
+        "accel": record["accel"],
+        "checked": [c["name"] for c in record["checks"]],
+        "failed": [],
+    }
     assert [b["verdict"] for b in k["built"]] == [verdict_seen]
     text = system.cli("status", *system.cert_args).stdout
     assert f"  verdict     pass (emulated, {record['accel']}) {record['started']}: checked " in text
@@ -430,19 +479,31 @@ def test_status_reports_the_install(system):
     assert k["dkms"][0]["state"] == "installed"
     assert k["journal"]["state"] == "installed"
     assert k["module"] == {
-        "path": str(system.installed_path), "sha256": system.pristine.module_sha256, "rdna1_kmgr": True,
-        "signature": {"signer": "rdna1-kmgr test key", "valid": True,
-                      "detail": f"verifies against {system.pristine.keys.cert}"},
+        "path": str(system.installed_path),
+        "sha256": system.pristine.module_sha256,
+        "rdna1_kmgr": True,
+        "signature": {
+            "signer": "rdna1-kmgr test key",
+            "valid": True,
+            "detail": f"verifies against {system.pristine.keys.cert}",
+        },
         "verdict": verdict_seen,
     }
     # the built module's verdict too (the same file DKMS installed), with when, how and what was checked
-    assert k["built"] == [{"version": system.pristine.package.version, "sha256": system.pristine.module_sha256,
-                           "module": k["built"][0]["module"], "verdict": verdict_seen,
-                           "quirks": k["built"][0]["quirks"]}]
+    assert k["built"] == [
+        {
+            "version": system.pristine.package.version,
+            "sha256": system.pristine.module_sha256,
+            "module": k["built"][0]["module"],
+            "verdict": verdict_seen,
+            "quirks": k["built"][0]["quirks"],
+        }
+    ]
     # the build's manifest (write_series above) is on by default with 0x3 and names no left-out quirk
     assert k["built"][0]["quirks"]["default_mask"] == 3 and k["built"][0]["quirks"]["left_out"] == []
-    assert {"file": str(system.root / "etc/modprobe.d/rdna1-kmgr.conf"),
-            "options": {"rdna1_quirks": "0x3"}} in k["parameters"]["modprobe.d"]
+    assert {"file": str(system.root / "etc/modprobe.d/rdna1-kmgr.conf"), "options": {"rdna1_quirks": "0x3"}} in k[
+        "parameters"
+    ]["modprobe.d"]
     assert status["certificate"]["path"] == str(system.pristine.keys.cert)
     text = system.cli("status", *system.cert_args).stdout
     assert "rdna1_quirks=0x3" in text and "(rdna1-kmgr)" in text and "signature   valid" in text
@@ -466,8 +527,9 @@ def test_status_reads_loaded_parameters_and_identity_from_sysfs(system):
     (system.root / "run/modprobe.d").mkdir(parents=True)
     (system.root / "run/modprobe.d/someone-elses.conf").write_text("options amdgpu rdna1_quirks=0x1\n")
     (system.root / "run/modprobe.d/other.conf").write_text("options amdgpu dc=0 # trailing comment\n")
-    assert status.configured_options(root) == [{"file": str(system.root / "run/modprobe.d/other.conf"),
-                                                "options": {"dc": "0"}}]
+    assert status.configured_options(root) == [
+        {"file": str(system.root / "run/modprobe.d/other.conf"), "options": {"dc": "0"}}
+    ]
     # The kernel shows a loaded module's build id in /sys/module/<name>/notes (the raw ELF note).
     built = dkms.built_module(system.pristine.package, system.kernel, system.pristine.trees)
     elf = system.root.parent / "amdgpu.ko"
@@ -491,10 +553,17 @@ def test_install_dry_run_prints_the_exact_plan_and_changes_nothing(system):
     assert proc.returncode == 0, proc.stderr
     plan = proc.stdout.splitlines()
     steps = [line for line in plan if line[:1].isdigit()]
-    assert [s.split(":")[0] for s in steps] == ["1. dkms-install", "2. depmod", "3. modprobe-conf", "4. initramfs",
-                                                "5. verify"]
-    assert steps[0].startswith(f"1. dkms-install: dkms install -m rdna1-amdgpu -v {system.pristine.package.version} "
-                               f"-k {system.kernel} --force --no-depmod")
+    assert [s.split(":")[0] for s in steps] == [
+        "1. dkms-install",
+        "2. depmod",
+        "3. modprobe-conf",
+        "4. initramfs",
+        "5. verify",
+    ]
+    assert steps[0].startswith(
+        f"1. dkms-install: dkms install -m rdna1-amdgpu -v {system.pristine.package.version} "
+        f"-k {system.kernel} --force --no-depmod"
+    )
     assert steps[1] == f"2. depmod: depmod -b {system.root} {system.kernel}"
     assert steps[3] == f"4. initramfs: update-initramfs -c -k {system.kernel} -b {system.root / 'boot'}"
     assert f"    create {system.installed_path}" in plan
@@ -550,8 +619,9 @@ def test_install_killed_after_each_step_is_rolled_back_exactly(system, step):
 def test_install_killed_inside_a_step_is_rolled_back_exactly(system):
     """SIGKILL while update-initramfs runs: the step's intent is on disk, its `done` is not."""
     before = system.hash()
-    proc = system.popen("install", "--kernel", system.kernel, "--yes", *system.cert_args,
-                        env={"FAKE_INITRAMFS_SLEEP": "30"})
+    proc = system.popen(
+        "install", "--kernel", system.kernel, "--yes", *system.cert_args, env={"FAKE_INITRAMFS_SLEEP": "30"}
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -572,8 +642,10 @@ def test_install_killed_inside_a_step_is_rolled_back_exactly(system):
     assert_same_system(before, system.hash())
 
 
-@pytest.mark.parametrize("point", ["undo-initramfs", "undo-modprobe-conf", "undo-depmod", "undo-dkms-install",
-                                   "remove-package", "final-depmod"])
+@pytest.mark.parametrize(
+    "point",
+    ["undo-initramfs", "undo-modprobe-conf", "undo-depmod", "undo-dkms-install", "remove-package", "final-depmod"],
+)
 def test_rollback_killed_mid_way_then_run_again_restores_everything(system, point):
     before = system.hash()
     assert system.install().returncode == 0
@@ -593,8 +665,9 @@ def test_rollback_killed_mid_way_then_run_again_restores_everything(system, poin
 
 
 def test_two_concurrent_installs_one_refuses_naming_the_other(system):
-    first = system.popen("install", "--kernel", system.kernel, "--yes", *system.cert_args,
-                         env={"FAKE_INITRAMFS_SLEEP": "4"})
+    first = system.popen(
+        "install", "--kernel", system.kernel, "--yes", *system.cert_args, env={"FAKE_INITRAMFS_SLEEP": "4"}
+    )
     try:
         deadline = time.monotonic() + 60
         while "intent" not in system.journal_kinds() and time.monotonic() < deadline:
@@ -649,11 +722,19 @@ def test_bad_inputs_each_give_one_line_and_change_nothing(system, tmp_path):
     blocker.write_text("")
     cases = [
         (["install", "--kernel", "../../etc", "--yes"], {}, 2, "invalid kernel release"),
-        (["install", "--kernel", "6.1.0-99-amd64", "--yes", *system.cert_args], {}, 8,
-         "no rdna1-amdgpu build for kernel 6.1.0-99-amd64"),
+        (
+            ["install", "--kernel", "6.1.0-99-amd64", "--yes", *system.cert_args],
+            {},
+            8,
+            "no rdna1-amdgpu build for kernel 6.1.0-99-amd64",
+        ),
         (["install", "--kernel", system.kernel, "--yes", "--cert", str(other.cert)], {}, 8, "is not validly signed"),
-        (["install", "--kernel", system.kernel, "--yes", *system.cert_args],
-         {"RDNA1_KMGR_STATE": str(blocker / "state")}, 4, "cannot keep the journal"),
+        (
+            ["install", "--kernel", system.kernel, "--yes", *system.cert_args],
+            {"RDNA1_KMGR_STATE": str(blocker / "state")},
+            4,
+            "cannot keep the journal",
+        ),
         (["install", "--kernel", system.kernel, *system.cert_args], {}, 2, "not confirmed"),  # no --yes, no terminal
         (["rollback", "--kernel", "6.1/../x", "--yes"], {}, 2, "invalid kernel release"),
     ]
@@ -755,8 +836,19 @@ def test_another_module_where_ours_would_go_is_not_overwritten(system):
 
 def test_our_own_build_installed_behind_the_journals_back_is_named(system):
     """DKMS 3.0.10 autoinstalls any package whose AUTOINSTALL is non-empty when a kernel package is installed."""
-    args = ["install", "-m", dkms.PACKAGE_NAME, "-v", system.pristine.package.version, "-k", system.kernel,
-            "--force", "--no-depmod", *system.pristine.trees.cli_args(), f"--installtree={system.root}/lib/modules"]
+    args = [
+        "install",
+        "-m",
+        dkms.PACKAGE_NAME,
+        "-v",
+        system.pristine.package.version,
+        "-k",
+        system.kernel,
+        "--force",
+        "--no-depmod",
+        *system.pristine.trees.cli_args(),
+        f"--installtree={system.root}/lib/modules",
+    ]
     subprocess.run(["dkms", *args], check=True, capture_output=True)
     before = _unchanged(system)
     proc = system.install()
@@ -831,8 +923,9 @@ class RealSystem:
     baseline: dict
 
     def cli(self, *args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-        return subprocess.run([str(CLI), *args], capture_output=True, text=True, env={**self.env, **(env or {})},
-                              timeout=timeout)
+        return subprocess.run(
+            [str(CLI), *args], capture_output=True, text=True, env={**self.env, **(env or {})}, timeout=timeout
+        )
 
     def hash(self) -> dict:
         return system_hash(Path("/"), self.kernel)
@@ -855,8 +948,11 @@ def real(built_module_61, tmp_path_factory) -> Iterator[RealSystem]:
     kernel = built_module_61["kernel"]
     installed_here = ensure_image_installed(kernel)
     state = tmp_path_factory.mktemp("real-state")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_DKMS_TREE", "RDNA1_KMGR_DKMS_SOURCE_TREE", jr.ABORT_ENV)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RDNA1_KMGR_ROOT", "RDNA1_KMGR_DKMS_TREE", "RDNA1_KMGR_DKMS_SOURCE_TREE", jr.ABORT_ENV)
+    }
     env["RDNA1_KMGR_STATE"] = str(state)
     saved = os.environ.get("RDNA1_KMGR_STATE")
     os.environ["RDNA1_KMGR_STATE"] = str(state)
@@ -891,8 +987,13 @@ def test_real_install_resolves_to_the_built_module_refuses_a_second_run_and_roll
     assert f"4. initramfs: update-initramfs -c -k {real.kernel} -b /boot" in dry.stdout
     assert_same_system(real.baseline, real.hash())
 
-    first = subprocess.Popen([str(CLI), "install", "--kernel", real.kernel, "--yes", "--json"], env=real.env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [str(CLI), "install", "--kernel", real.kernel, "--yes", "--json"],
+        env=real.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while real.journal_kinds().count("intent") < 4 and time.monotonic() < deadline:  # in update-initramfs
@@ -919,8 +1020,9 @@ def test_real_install_resolves_to_the_built_module_refuses_a_second_run_and_roll
     assert k["journal"]["state"] == "installed"
 
     # A rollback killed half way, then run again.
-    killed = real.cli("rollback", "--kernel", real.kernel, "--yes", "--keep-build",
-                      env={jr.ABORT_ENV: "undo-modprobe-conf"})
+    killed = real.cli(
+        "rollback", "--kernel", real.kernel, "--yes", "--keep-build", env={jr.ABORT_ENV: "undo-modprobe-conf"}
+    )
     assert killed.returncode == 137, killed.stderr
     done = real.cli("rollback", "--kernel", real.kernel, "--yes", "--keep-build")
     assert done.returncode == 0, done.stderr

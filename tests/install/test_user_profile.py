@@ -62,8 +62,12 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def shell_environment(script: Path, start: dict[str, str]) -> dict[str, str]:
     """The environment a login shell has after sourcing `script`, starting from `start`."""
-    out = subprocess.run(["bash", "-c", f'. "{script}" && env -0'], capture_output=True, check=True,
-                         env={"PATH": "/usr/bin:/bin", **start}).stdout.decode()
+    out = subprocess.run(
+        ["bash", "-c", f'. "{script}" && env -0'],
+        capture_output=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", **start},
+    ).stdout.decode()
     return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 
 
@@ -79,7 +83,9 @@ def test_install_then_rollback_leaves_etc_bit_identical(scratch):
     for family in ("IMPLICIT_GEMM", "WINOGRAD", "FFT"):
         assert shell[profiles.SOLVER_PREFIX + family] == "0"
     env_d = (scratch / user_profile.ENVIRONMENT_D).read_text().splitlines()
-    assert sorted(line for line in env_d if not line.startswith("#")) == sorted(f"{k}={v}" for k, v in profile.set.items())
+    assert sorted(line for line in env_d if not line.startswith("#")) == sorted(
+        f"{k}={v}" for k, v in profile.set.items()
+    )
 
     status = json.loads(cli("status", "--json").stdout)["profile"]
     assert status["installed"] == "conv-gemm" and status["state"] == "installed"
@@ -98,8 +104,9 @@ def test_dry_run_prints_the_plan_and_changes_nothing(scratch, tmp_path):
     assert etc_state(scratch / "etc") == before and not (tmp_path / "state/journal").exists()
 
 
-@pytest.mark.parametrize("name,reason", [("override-1030", "RDNA2 code on RDNA1 hardware"),
-                                         ("small-bar", "no evidence it changes Conv2d")])
+@pytest.mark.parametrize(
+    "name,reason", [("override-1030", "RDNA2 code on RDNA1 hardware"), ("small-bar", "no evidence it changes Conv2d")]
+)
 def test_experiment_controls_are_refused_with_their_reason(scratch, tmp_path, name, reason):
     before = etc_state(scratch / "etc")
     proc = cli("profile", "install", name, check=False)
@@ -124,6 +131,7 @@ def test_doctor_checks_the_installed_profile(scratch):
     cli("profile", "install", "no-winograd")
     assert user_profile.status()["installed"] == "no-winograd"
     from rdna1_kmgr.doctor import profile_check
+
     found = profile_check.findings(scratch, None)
     assert [f.level for f in found] == ["ok"] and "no-winograd" in found[0].seen
     (scratch / user_profile.ENVIRONMENT_D).unlink()  # changed by hand
@@ -163,8 +171,12 @@ def test_on_this_machines_etc(tmp_path, monkeypatch):
         had_env_d = Path("/etc/environment.d").exists()
         try:
             cli("profile", "install", "conv-direct")
-            login = subprocess.run(["bash", "-lc", "echo $MIOPEN_DEBUG_CONV_GEMM/$MIOPEN_DEBUG_CONV_DIRECT"],
-                                   capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": "/root"})
+            login = subprocess.run(
+                ["bash", "-lc", "echo $MIOPEN_DEBUG_CONV_GEMM/$MIOPEN_DEBUG_CONV_DIRECT"],
+                capture_output=True,
+                text=True,
+                env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
+            )
             assert login.stdout.strip() == "0/"
         finally:
             cli("rollback", "--yes")

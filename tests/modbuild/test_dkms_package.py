@@ -16,9 +16,9 @@ import hellomod
 import pytest
 from dkms_helpers import installed_releases, make_keys, make_sandbox
 
+from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_checks
-from rdna1_kmgr.core.errors import BuildError
 
 
 def load_kbuild_script():
@@ -87,7 +87,7 @@ def test_dkms_conf_is_the_shell_dkms_sources(tmp_path, monkeypatch):
     conf = tmp_path / "dkms.conf"
     conf.write_text(dkms.render_conf(package, ["0001-out-of-tree.patch", "0002-core.patch"], "amdgpu test"))
     script = (
-        'kernelver=6.1.0-56-amd64 kernel_source_dir=/lib/modules/6.1.0-56-amd64/build parallel_jobs=3; '
+        "kernelver=6.1.0-56-amd64 kernel_source_dir=/lib/modules/6.1.0-56-amd64/build parallel_jobs=3; "
         f'. "{conf}"; '
         'printf "%s\\n" "$PACKAGE_NAME" "$PACKAGE_VERSION" "${PATCH[0]}" "${PATCH[1]}" "${#PATCH[@]}" '
         '"$BUILT_MODULE_NAME" "$BUILT_MODULE_LOCATION" "$DEST_MODULE_LOCATION" "${AUTOINSTALL-unset}" "$STRIP" "$MAKE"'
@@ -95,15 +95,30 @@ def test_dkms_conf_is_the_shell_dkms_sources(tmp_path, monkeypatch):
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
     tree = tmp_path / "cache/kbuild/rdna1-amdgpu/6.1.0-56-amd64"
     assert out[:10] == [
-        "rdna1-amdgpu", "6.1.192+p0123456789ab", "0001-out-of-tree.patch", "0002-core.patch", "2",
+        "rdna1-amdgpu",
+        "6.1.192+p0123456789ab",
+        "0001-out-of-tree.patch",
+        "0002-core.patch",
+        "2",
         # AUTOINSTALL unset: DKMS autoinstalls on any value, and a kernel upgrade must not build this
-        "amdgpu", "drivers/gpu/drm/amd/amdgpu/", "/updates/dkms", "unset", "no",
+        "amdgpu",
+        "drivers/gpu/drm/amd/amdgpu/",
+        "/updates/dkms",
+        "unset",
+        "no",
     ]
     make = out[10].split()
     assert make[:5] == ["./rdna1-kbuild", "--tree", str(tree), "--module", "drivers/gpu/drm/amd/amdgpu/amdgpu.ko"]
     assert make[5:] == [
-        "--", "make", "-j3", "KERNELRELEASE=6.1.0-56-amd64", "-C", "/lib/modules/6.1.0-56-amd64/build",
-        f"M={tree}/drivers/gpu/drm/amd/amdgpu", f"FULL_AMD_PATH={tree}/drivers/gpu/drm/amd", "modules",
+        "--",
+        "make",
+        "-j3",
+        "KERNELRELEASE=6.1.0-56-amd64",
+        "-C",
+        "/lib/modules/6.1.0-56-amd64/build",
+        f"M={tree}/drivers/gpu/drm/amd/amdgpu",
+        f"FULL_AMD_PATH={tree}/drivers/gpu/drm/amd",
+        "modules",
     ]
     # debug info only when asked: rdna1-kbuild then keeps the config's -g instead of adding KCFLAGS=-g0
     debug = dkms.Package("rdna1-amdgpu", "6.1.192+p0123456789ab+debug", debug_info=True)
@@ -179,10 +194,14 @@ def test_kbuild_sync_keeps_unchanged_timestamps_and_dates_changes_now(tmp_path):
 
 
 def test_assemble_mirrors_the_tree_root_with_patches_in_order(sandbox):
-    series_dir, manifest, package = series(sandbox, "s", {
-        "0001-greet.patch": hellomod.greeting_patch("first"),
-        "0002-noop.patch": hellomod.greeting_patch("second").replace('"hello"', '"first"'),
-    })
+    series_dir, manifest, package = series(
+        sandbox,
+        "s",
+        {
+            "0001-greet.patch": hellomod.greeting_patch("first"),
+            "0002-noop.patch": hellomod.greeting_patch("second").replace('"hello"', '"first"'),
+        },
+    )
     target = dkms.assemble(package, sandbox.root / "tree", [hellomod.LOCATION], series_dir, sandbox.trees)
     assert target == sandbox.trees.source / f"rdna1hello-{package.version}"
     assert (target / hellomod.LOCATION / "table.c").read_text() == hellomod.TABLE_C  # pristine
@@ -218,7 +237,8 @@ def test_dkms_applies_the_series_builds_and_signs(sandbox):
     outcome = assemble_and_build(sandbox, series_dir, package)
 
     assert [(e.version, e.kernel, e.state) for e in dkms.status("rdna1hello", sandbox.trees)] == [
-        (package.version, sandbox.kernel, "built")]
+        (package.version, sandbox.kernel, "built")
+    ]
     # DKMS compresses the module when the kernel's own modules are (6.12 on Debian: .ko.xz)
     assert outcome.module.parent == package.module_dir(sandbox.trees, sandbox.kernel)
     assert outcome.module.name in ("rdna1hello.ko", "rdna1hello.ko.xz", "rdna1hello.ko.zst", "rdna1hello.ko.gz")
@@ -248,7 +268,9 @@ def test_module_btf_is_detected_from_the_headers(tmp_path):
     kbuild = load_kbuild_script()
     headers = tmp_path / "headers"
     (headers / "include" / "config").mkdir(parents=True)
-    (headers / "include" / "config" / "auto.conf").write_text("CONFIG_DEBUG_INFO_BTF=y\nCONFIG_DEBUG_INFO_BTF_MODULES=y\n")
+    (headers / "include" / "config" / "auto.conf").write_text(
+        "CONFIG_DEBUG_INFO_BTF=y\nCONFIG_DEBUG_INFO_BTF_MODULES=y\n"
+    )
     command = ["make", "-j3", "-C", str(headers), "M=/x", "modules"]
     assert not kbuild.makes_module_btf(command)  # Debian's 6.1 headers: no vmlinux, kbuild skips BTF
     (headers / "vmlinux").write_bytes(b"")
@@ -280,8 +302,12 @@ def test_debug_info_is_kept_only_when_asked_and_changes_nothing_else(sandbox_wit
     plain_size = (kept / "main.o").stat().st_size
     plain_report = module_checks.verify(plain_module, sandbox.kernel, sandbox.keys.cert, [0x731F])
 
-    debug = dkms.Package("rdna1hello", dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"],
-                                                            debug_info=True), hellomod.MODULE, debug_info=True)
+    debug = dkms.Package(
+        "rdna1hello",
+        dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"], debug_info=True),
+        hellomod.MODULE,
+        debug_info=True,
+    )
     outcome = assemble_and_build(sandbox, series_dir, debug)
     assert outcome.compiled >= 2  # other flags: kbuild compiles everything again
     assert b".debug_info" in (kept / "main.o").read_bytes()
@@ -290,7 +316,10 @@ def test_debug_info_is_kept_only_when_asked_and_changes_nothing_else(sandbox_wit
     assert b".debug_info" not in module_checks.read_module(outcome.module)
     report = module_checks.verify(outcome.module, sandbox.kernel, sandbox.keys.cert, [0x731F])
     assert (report.vermagic, report.parameters, report.signer) == (
-        plain_report.vermagic, plain_report.parameters, plain_report.signer)
+        plain_report.vermagic,
+        plain_report.parameters,
+        plain_report.signer,
+    )
 
 
 def test_another_patch_set_recompiles_only_what_it_changes(sandbox):
@@ -358,8 +387,11 @@ def test_a_kernel_upgrade_does_not_build_the_package_on_its_own(sandbox):
     dkms.add(package, sandbox.trees)
     install_tree = sandbox.root / "lib-modules"
     (install_tree / sandbox.kernel).mkdir(parents=True)  # DKMS wants it there already
-    result = subprocess.run(["dkms", "autoinstall", "-k", sandbox.kernel, *sandbox.trees.cli_args(),
-                             f"--installtree={install_tree}"], capture_output=True, text=True)
+    result = subprocess.run(
+        ["dkms", "autoinstall", "-k", sandbox.kernel, *sandbox.trees.cli_args(), f"--installtree={install_tree}"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert [(e.version, e.state) for e in dkms.status("rdna1hello", sandbox.trees)] == [(package.version, "added")]
     assert list((install_tree / sandbox.kernel).rglob("*.ko*")) == []

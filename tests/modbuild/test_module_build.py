@@ -15,9 +15,9 @@ import hellomod
 import pytest
 from dkms_helpers import make_keys, make_sandbox
 
+from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build, module_checks
-from rdna1_kmgr.core.errors import BuildError
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 
@@ -35,9 +35,19 @@ def hello_build(sandbox, word: str, keys=None, patch: str | None = None):
         hellomod.write_series(out, {"0001-greet.patch": patch or hellomod.greeting_patch(word)})
     manifest = json.loads((out / "manifest.json").read_text())
     package = sandbox.package(manifest)
-    return module_build.build_package(package, sandbox.kernel, sandbox.root / "tree", [hellomod.LOCATION], out,
-                               keys or sandbox.keys, [0x731F], ["rdna1_hello_enable"], jobs=2,
-                               trees=sandbox.trees, stream=open(os.devnull, "w"))
+    return module_build.build_package(
+        package,
+        sandbox.kernel,
+        sandbox.root / "tree",
+        [hellomod.LOCATION],
+        out,
+        keys or sandbox.keys,
+        [0x731F],
+        ["rdna1_hello_enable"],
+        jobs=2,
+        trees=sandbox.trees,
+        stream=open(os.devnull, "w"),
+    )
 
 
 # --- the package half, real DKMS ----------------------------------------------------------------------
@@ -110,16 +120,22 @@ def test_installed_older_versions_are_left_to_install(monkeypatch):
 
 
 def test_series_parameters_come_from_the_patches(tmp_path):
-    hellomod.write_series(tmp_path / "s", {
-        "0001-a.patch": "--- a/x.c\n+++ b/x.c\n@@ -1 +1,2 @@\n x\n+module_param_named(rdna1_quirks, q, uint, 0444);\n",
-        "0002-b.patch": "--- a/y.c\n+++ b/y.c\n@@ -1 +1,2 @@\n module_param(rdna1_old, x, int, 0);\n+module_param(rdna1_selftest, t, bool, 0444);\n",
-    })
+    hellomod.write_series(
+        tmp_path / "s",
+        {
+            "0001-a.patch": "--- a/x.c\n+++ b/x.c\n@@ -1 +1,2 @@\n x\n+module_param_named(rdna1_quirks, q, uint, 0444);\n",
+            "0002-b.patch": "--- a/y.c\n+++ b/y.c\n@@ -1 +1,2 @@\n module_param(rdna1_old, x, int, 0);\n+module_param(rdna1_selftest, t, bool, 0444);\n",
+        },
+    )
     assert module_build.series_parameters(tmp_path / "s") == ["rdna1_quirks", "rdna1_selftest"]
 
 
 def test_kernel_release_is_resolved_and_explained(monkeypatch):
-    monkeypatch.setattr(module_build.distro_source, "kernel_package",
-                        lambda release, system: ({"6.1.0-56-amd64": "6.1.192-2"}.get(release), None))
+    monkeypatch.setattr(
+        module_build.distro_source,
+        "kernel_package",
+        lambda release, system: ({"6.1.0-56-amd64": "6.1.192-2"}.get(release), None),
+    )
     monkeypatch.setattr(module_build, "distro_current_kernel", lambda: "6.1.0-56-amd64")
     monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "h", "6.18.44-custom", "#1", "x86_64")))
     kernel = module_build.resolve_kernel(None)
@@ -144,8 +160,9 @@ def test_the_distro_kernel_of_this_machine_is_found():
 
 def run_cli(sandbox, *args: str) -> subprocess.CompletedProcess:
     key_args = ["--key", str(sandbox.keys.key), "--cert", str(sandbox.keys.cert)]
-    return subprocess.run([CLI, "build", *args, *key_args], capture_output=True, text=True, timeout=900,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [CLI, "build", *args, *key_args], capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL
+    )
 
 
 def assert_refused(result, code: int, *needles: str):
@@ -167,8 +184,7 @@ def test_a_release_with_a_slash_or_dots_is_refused(sandbox, release):
 
 
 def test_an_unknown_kernel_release_is_refused(sandbox):
-    assert_refused(run_cli(sandbox, "--kernel", "9.9.9-1-amd64", "--no-install"), 4,
-                   "linux-headers-9.9.9-1-amd64")
+    assert_refused(run_cli(sandbox, "--kernel", "9.9.9-1-amd64", "--no-install"), 4, "linux-headers-9.9.9-1-amd64")
     assert sandbox.leftovers() == []
 
 
@@ -177,8 +193,9 @@ def test_missing_headers_with_no_install_name_the_package(sandbox):
     release = f"{abi}-cloud-amd64"  # same ABI, a flavour this machine does not have
     if Path(f"/lib/modules/{release}/build").exists():
         pytest.skip(f"{release} headers are installed here")
-    assert_refused(run_cli(sandbox, "--kernel", release, "--no-install"), 4,
-                   f"missing packages: linux-headers-{release}")
+    assert_refused(
+        run_cli(sandbox, "--kernel", release, "--no-install"), 4, f"missing packages: linux-headers-{release}"
+    )
     assert sandbox.leftovers() == []
 
 
@@ -201,8 +218,9 @@ def _tarball(sandbox, name: str) -> Path:
 
 def test_a_tarball_with_a_wrong_sha256_is_refused(sandbox):
     tarball = _tarball(sandbox, "linux-6.1.192.tar.xz")
-    result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tarball),
-                     "--sha256", "0" * 64)
+    result = run_cli(
+        sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tarball), "--sha256", "0" * 64
+    )
     assert_refused(result, 3, "SHA-256", "0" * 64)
     assert sandbox.leftovers() == []
 
@@ -219,7 +237,9 @@ def test_a_truncated_tarball_is_refused(sandbox):
 def test_a_source_the_series_does_not_fit_is_refused(sandbox):
     tree = fake_kernel.make_tree(sandbox.root / "src", version=sandbox.kernel_version, omit="gmc_v10_0_get_vm_pte")
     # asked for by id, the opt-in quirk must fit (left to the default it would be left out, see test_patch_series)
-    result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tree), "--quirk", "coarse-mtype")
+    result = run_cli(
+        sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tree), "--quirk", "coarse-mtype"
+    )
     assert_refused(result, 3, "gmc_v10_0_get_vm_pte")
     assert sandbox.leftovers() == []
 
@@ -233,7 +253,8 @@ def test_a_compile_error_prints_the_first_compiler_error_and_the_log(sandbox):
     # a 6.1-shaped tree: its KFD has no CWSR size check, so cwsr-size is left out in one line and the build goes on
     assert [line for line in err if "left out" in line] == [
         "rdna1-kmgr: quirk cwsr-size left out: nothing to fix on this kernel: "
-        "drivers/gpu/drm/amd/amdkfd/kfd_queue.c not found"]
+        "drivers/gpu/drm/amd/amdkfd/kfd_queue.c not found"
+    ]
     # progress lines first (a pipe: plain lines), then the one error line
     assert err[-1].startswith("rdna1-kmgr: error: compile error: ")
     assert ": error: " in err[-1] and "whole log: " in err[-1]
@@ -258,9 +279,20 @@ def test_contradicting_options_are_refused(sandbox):
     assert_refused(run_cli(sandbox, "--yes", "--no-install"), 2, "contradict")
     assert_refused(run_cli(sandbox, "-j", "0"), 2, "job count")
     assert_refused(run_cli(sandbox, "--sha256", "0" * 64), 2, "--sha256 needs --source")
-    assert_refused(run_cli(sandbox, "--device", "0x1234", "--no-install", "--kernel", sandbox.kernel,
-                           "--source", str(fake_kernel.make_tree(sandbox.root / "s", version=sandbox.kernel_version))),
-                   2, "0x1234")
+    assert_refused(
+        run_cli(
+            sandbox,
+            "--device",
+            "0x1234",
+            "--no-install",
+            "--kernel",
+            sandbox.kernel,
+            "--source",
+            str(fake_kernel.make_tree(sandbox.root / "s", version=sandbox.kernel_version)),
+        ),
+        2,
+        "0x1234",
+    )
 
 
 # --- the real amdgpu builds ------------------------------------------------------------------------------
@@ -268,12 +300,23 @@ def test_contradicting_options_are_refused(sandbox):
 
 def check_real_module(result: dict, release: str) -> None:
     """What a user checks, with the tools a user has: modinfo, sha256sum, openssl against the JSON's certificate."""
-    for key in ("kernel", "module", "sha256", "certificate", "signer", "package_version", "quirks", "devices",
-                "seconds"):
+    for key in (
+        "kernel",
+        "module",
+        "sha256",
+        "certificate",
+        "signer",
+        "package_version",
+        "quirks",
+        "devices",
+        "seconds",
+    ):
         assert key in result
     module, cert = Path(result["module"]), Path(result["certificate"])
     assert result["kernel"] == release and module.is_file() and cert.is_file()
-    assert subprocess.run(["sha256sum", str(module)], capture_output=True, text=True).stdout.split()[0] == result["sha256"]
+    assert (
+        subprocess.run(["sha256sum", str(module)], capture_output=True, text=True).stdout.split()[0] == result["sha256"]
+    )
 
     def modinfo(field):
         return subprocess.run(["modinfo", "-F", field, str(module)], capture_output=True, text=True).stdout.split("\n")
@@ -294,7 +337,7 @@ def check_real_module(result: dict, release: str) -> None:
         data = module.read_bytes()
     magic = b"~Module signature appended~\n"
     assert data.endswith(magic)
-    sig_len = struct.unpack(">I", data[-len(magic) - 4:-len(magic)])[0]
+    sig_len = struct.unpack(">I", data[-len(magic) - 4 : -len(magic)])[0]
     sig_end = len(data) - len(magic) - 12
     with tempfile.TemporaryDirectory() as folder:
         check_signature_with_openssl(Path(folder), data, sig_end, sig_len, cert)
@@ -302,10 +345,23 @@ def check_real_module(result: dict, release: str) -> None:
 
 def check_signature_with_openssl(tmp: Path, data: bytes, sig_end: int, sig_len: int, cert: Path) -> None:
     (tmp / "content").write_bytes(data[: sig_end - sig_len])
-    (tmp / "sig").write_bytes(data[sig_end - sig_len: sig_end])
+    (tmp / "sig").write_bytes(data[sig_end - sig_len : sig_end])
     subprocess.run(["openssl", "x509", "-inform", "DER", "-in", str(cert), "-out", str(tmp / "cert.pem")], check=True)
-    verify = ["openssl", "cms", "-verify", "-binary", "-inform", "DER", "-in", str(tmp / "sig"),
-              "-certfile", str(tmp / "cert.pem"), "-noverify", "-out", "/dev/null"]
+    verify = [
+        "openssl",
+        "cms",
+        "-verify",
+        "-binary",
+        "-inform",
+        "DER",
+        "-in",
+        str(tmp / "sig"),
+        "-certfile",
+        str(tmp / "cert.pem"),
+        "-noverify",
+        "-out",
+        "/dev/null",
+    ]
     assert subprocess.run(verify + ["-content", str(tmp / "content")], capture_output=True).returncode == 0
     tampered = bytearray((tmp / "content").read_bytes())
     tampered[len(tampered) // 2] ^= 1
@@ -326,6 +382,7 @@ def test_real_build_for_bookworm_backports_6_12(built_module_612, headers_612):
 @pytest.mark.realbuild
 def test_building_the_same_again_reuses_it(built_module_61, headers_61):
     from build_fixtures import run_build
+
     again = run_build(headers_61)
     assert again["reused"] is True
     assert again["sha256"] == built_module_61["sha256"] and again["module"] == built_module_61["module"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from apt_fixtures import apt_config
 
-from rdna1_kmgr.modbuild import prerequisites
 from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.modbuild import prerequisites
 from rdna1_kmgr.source import debian_archive
 
 NO_SUCH_PACKAGE = "rdna1-kmgr-no-such-package"
@@ -67,8 +67,9 @@ def test_the_user_is_asked_with_the_plan_and_may_decline():
     manager = RecordingManager(["dkms"])
     asked = []
     with pytest.raises(HostError, match="missing packages were not installed: dkms"):
-        prerequisites.ensure_prerequisites("6.1.0-56-amd64", confirm=lambda plan: asked.append(plan) or False,
-                                      manager=manager)
+        prerequisites.ensure_prerequisites(
+            "6.1.0-56-amd64", confirm=lambda plan: asked.append(plan) or False, manager=manager
+        )
     assert asked[0].describe() == ["install dkms"]
     assert manager.applied == []
 
@@ -104,15 +105,18 @@ def test_a_bad_kernel_release_is_refused_first():
 # --- which manager -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("distro_id, like, kind", [
-    ("debian", "", prerequisites.Apt),
-    ("ubuntu", "debian", prerequisites.Apt),
-    ("linuxmint", "ubuntu debian", prerequisites.Apt),
-    ("fedora", "", prerequisites.Dnf),
-    ("rocky", "rhel centos fedora", prerequisites.Dnf),
-    ("arch", "", prerequisites.Pacman),
-    ("endeavouros", "arch", prerequisites.Pacman),
-])
+@pytest.mark.parametrize(
+    "distro_id, like, kind",
+    [
+        ("debian", "", prerequisites.Apt),
+        ("ubuntu", "debian", prerequisites.Apt),
+        ("linuxmint", "ubuntu debian", prerequisites.Apt),
+        ("fedora", "", prerequisites.Dnf),
+        ("rocky", "rhel centos fedora", prerequisites.Dnf),
+        ("arch", "", prerequisites.Pacman),
+        ("endeavouros", "arch", prerequisites.Pacman),
+    ],
+)
 def test_manager_for_host(distro_id, like, kind):
     assert isinstance(prerequisites.manager_for_host(distro_id, like), kind)
 
@@ -122,8 +126,10 @@ def test_an_unknown_distribution_is_a_host_error():
         prerequisites.manager_for_host("gentoo", "")
 
 
-@pytest.mark.parametrize("manager, headers", [(prerequisites.Dnf(), "kernel-devel-6.8.9-300.fc40.x86_64"),
-                                              (prerequisites.Pacman(), "linux-headers")])
+@pytest.mark.parametrize(
+    "manager, headers",
+    [(prerequisites.Dnf(), "kernel-devel-6.8.9-300.fc40.x86_64"), (prerequisites.Pacman(), "linux-headers")],
+)
 def test_dnf_and_pacman_on_a_system_without_them_say_what_to_install(manager, headers):
     with pytest.raises(HostError) as err:
         prerequisites.ensure_prerequisites("6.8.9-300.fc40.x86_64", yes=True, manager=manager)
@@ -131,17 +137,24 @@ def test_dnf_and_pacman_on_a_system_without_them_say_what_to_install(manager, he
     assert f"{manager.name} install {headers}" in err.value.line() and "dkms" in err.value.line()
 
 
-@pytest.mark.parametrize("manager, command", [
-    (prerequisites.Dnf(), ["dnf", "install", "-y", "kernel-devel-6.8.9-300.fc40.x86_64", "dkms"]),
-    (prerequisites.Pacman(), ["pacman", "-S", "--needed", "--noconfirm", "linux-headers", "dkms"])])
+@pytest.mark.parametrize(
+    "manager, command",
+    [
+        (prerequisites.Dnf(), ["dnf", "install", "-y", "kernel-devel-6.8.9-300.fc40.x86_64", "dkms"]),
+        (prerequisites.Pacman(), ["pacman", "-S", "--needed", "--noconfirm", "linux-headers", "dkms"]),
+    ],
+)
 def test_fedora_and_arch_plans_install_only_what_the_package_database_lacks(manager, command, monkeypatch):
     """Written, not proven: the query programs are stood in for (this machine has neither rpm's database of a
     Fedora system nor pacman)."""
     have = {"rpm", "dnf", "pacman"}
     monkeypatch.setattr(prerequisites.runner, "which", lambda name: f"/usr/bin/{name}" if name in have else None)
     installed = set(manager.required("6.8.9-300.fc40.x86_64")) - {command[-2], "dkms"}
-    monkeypatch.setattr(prerequisites.runner, "run", lambda argv, **kw: type("R", (), {
-        "returncode": 0 if argv[-1] in installed else 1})())
+    monkeypatch.setattr(
+        prerequisites.runner,
+        "run",
+        lambda argv, **kw: type("R", (), {"returncode": 0 if argv[-1] in installed else 1})(),
+    )
     plan = manager.plan("6.8.9-300.fc40.x86_64")
     assert plan.missing == command[-2:] and plan.commands == [command]
 
@@ -152,8 +165,20 @@ def test_fedora_and_arch_plans_install_only_what_the_package_database_lacks(mana
 def test_apt_requires_headers_dkms_and_the_build_tools():
     required = prerequisites.Apt("debian", "bookworm").required("6.1.0-56-amd64")
     assert required[:2] == ["linux-headers-6.1.0-56-amd64", "dkms"]
-    for tool in ("build-essential", "gcc", "make", "bc", "bison", "flex", "libelf-dev", "libssl-dev", "kmod",
-                 "openssl", "xz-utils", "patch"):
+    for tool in (
+        "build-essential",
+        "gcc",
+        "make",
+        "bc",
+        "bison",
+        "flex",
+        "libelf-dev",
+        "libssl-dev",
+        "kmod",
+        "openssl",
+        "xz-utils",
+        "patch",
+    ):
         assert tool in required
 
 
@@ -167,8 +192,13 @@ def test_the_backports_sources_entry_follows_the_systems_own_entry_for_the_relea
     apt_config(tmp_path, monkeypatch, f"deb [signed-by=/k.gpg] {mirror} bookworm main contrib\n")
     text = prerequisites.backports_sources("bookworm-backports", "bookworm")
     fields = dict(line.split(": ", 1) for line in text.splitlines() if not line.startswith("#"))
-    assert fields == {"Types": "deb", "URIs": mirror, "Suites": "bookworm-backports",
-                      "Components": "main", "Signed-By": "/k.gpg"}
+    assert fields == {
+        "Types": "deb",
+        "URIs": mirror,
+        "Suites": "bookworm-backports",
+        "Components": "main",
+        "Signed-By": "/k.gpg",
+    }
     assert prerequisites.BACKPORTS_SOURCES == Path("/etc/apt/sources.list.d/rdna1-kmgr-backports.sources")
 
 
@@ -230,8 +260,9 @@ def test_a_failing_apt_install_is_one_host_error(monkeypatch):
 
 
 def assert_headers_installed(krel: str) -> None:
-    status = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}", f"linux-headers-{krel}"],
-                            capture_output=True, text=True).stdout
+    status = subprocess.run(
+        ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", f"linux-headers-{krel}"], capture_output=True, text=True
+    ).stdout
     assert status.startswith("ii")
     assert (Path("/lib/modules") / krel / "build" / "Makefile").is_file()
     assert prerequisites.Apt().plan(krel).empty

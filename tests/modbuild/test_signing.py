@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 from dkms_helpers import installed_release, kbuild, make_keys, sign_file_for
 
-from rdna1_kmgr.modbuild import module_checks, signing
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
 from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.modbuild import module_checks, signing
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,12 @@ def test_generate_makes_a_root_only_key_and_a_der_certificate(tmp_path):
     info = signing.certificate_info(pair.cert)
     assert info.subject == "unit test key"
     assert len(info.sha1_fingerprint.split(":")) == 20
-    text = subprocess.run(["openssl", "x509", "-inform", "DER", "-in", str(pair.cert), "-noout", "-text"],
-                          capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ["openssl", "x509", "-inform", "DER", "-in", str(pair.cert), "-noout", "-text"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "Code Signing" in text and "1.3.6.1.4.1.2312.16.1.2" in text and "CA:FALSE" in text
     signing.check_usable(pair)
     assert sorted(p.name for p in pair.key.parent.iterdir()) == ["mok.key", "mok.pub"]  # no temporary left
@@ -187,8 +191,9 @@ def test_keys_status_reports_the_pair_and_secure_boot(tmp_path):
     var.write_bytes(b"\x06\x00\x00\x00\x01")  # attributes, then 1: Secure Boot on
     (sysroot / "proc/sys/kernel").mkdir(parents=True)
     (sysroot / "proc/sys/kernel/osrelease").write_text("6.1.0-56-amd64\n")
-    result = CliRunner().invoke(main, ["keys", "status", "--key", str(pair.key), "--cert", str(pair.cert),
-                                       "--sysroot", str(sysroot), "--json"])
+    result = CliRunner().invoke(
+        main, ["keys", "status", "--key", str(pair.key), "--cert", str(pair.cert), "--sysroot", str(sysroot), "--json"]
+    )
     assert result.exit_code == 0, result.output
     state = json.loads(result.output)
     assert state["secure_boot"] == {"enabled": True, "state": "enabled"}
@@ -196,8 +201,11 @@ def test_keys_status_reports_the_pair_and_secure_boot(tmp_path):
     assert state["certificate"]["subject"] == "rdna1-kmgr test key"
     assert state["convention"] == "given"
 
-    text = CliRunner().invoke(main, ["keys", "status", "--key", str(pair.key), "--cert", str(pair.cert),
-                                     "--sysroot", str(sysroot)]).output
+    text = (
+        CliRunner()
+        .invoke(main, ["keys", "status", "--key", str(pair.key), "--cert", str(pair.cert), "--sysroot", str(sysroot)])
+        .output
+    )
     assert "secure boot  enabled" in text
     assert "will not load until the certificate is enrolled" in text
 
@@ -215,8 +223,12 @@ def test_keys_generate_dry_run_changes_nothing(tmp_path):
 
 def test_keys_generate_refuses_to_overwrite_with_one_line(tmp_path):
     pair = make_keys(tmp_path)
-    result = subprocess.run(["rdna1-kmgr", "keys", "generate", "--key", str(pair.key), "--cert", str(pair.cert)],
-                            capture_output=True, text=True, env=_cli_env())
+    result = subprocess.run(
+        ["rdna1-kmgr", "keys", "generate", "--key", str(pair.key), "--cert", str(pair.cert)],
+        capture_output=True,
+        text=True,
+        env=_cli_env(),
+    )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "already exists" in result.stderr
 
@@ -232,8 +244,13 @@ def test_keys_enroll_dry_run_prints_the_command_and_the_reboot_steps(tmp_path):
 @pytest.mark.skipif(Path("/sys/firmware/efi").exists(), reason="would queue a real MOK enrollment")
 def test_keys_enroll_on_a_machine_without_efi_fails_with_one_line(tmp_path):
     pair = make_keys(tmp_path)
-    result = subprocess.run(["rdna1-kmgr", "keys", "enroll", "--cert", str(pair.cert)],
-                            capture_output=True, text=True, env=_cli_env(), stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        ["rdna1-kmgr", "keys", "enroll", "--cert", str(pair.cert)],
+        capture_output=True,
+        text=True,
+        env=_cli_env(),
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 4
     assert result.stderr.strip().splitlines()[-1].startswith("rdna1-kmgr: error: mokutil --import")
 
@@ -241,4 +258,5 @@ def test_keys_enroll_on_a_machine_without_efi_fails_with_one_line(tmp_path):
 def _cli_env() -> dict:
     import os
     import sys
+
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

@@ -47,13 +47,21 @@ def ubuntu_host(tmp_path, ubuntu_source_deb):
     release = f"{version.split('.')[0]}.{version.split('.')[1]}.0-{ABI}-generic"
     root = ubuntu_sysroot(tmp_path / "sysroot", release, version, upstream, update_secureboot_policy=True)
     env = {**os.environ, "APT_CONFIG": str(conf), "RDNA1_KMGR_CACHE": str(tmp_path / "cache")}
-    return {"root": root, "env": env, "release": release, "version": version, "upstream": upstream,
-            "deb": deb, "cache": tmp_path / "cache"}
+    return {
+        "root": root,
+        "env": env,
+        "release": release,
+        "version": version,
+        "upstream": upstream,
+        "deb": deb,
+        "cache": tmp_path / "cache",
+    }
 
 
 def cli(*args, env) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).parent / "rdna1-kmgr"), *args], capture_output=True, text=True,
-                          env=env, timeout=1200)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "rdna1-kmgr"), *args], capture_output=True, text=True, env=env, timeout=1200
+    )
 
 
 def test_ubuntu_build_dry_run_names_the_source_package_its_version_and_the_mok(ubuntu_host):
@@ -64,8 +72,11 @@ def test_ubuntu_build_dry_run_names_the_source_package_its_version_and_the_mok(u
     assert result["system"]["family"] == "ubuntu" and result["system"]["codename"] == "noble"
     assert result["kernel"] == {"release": h["release"], "package_version": h["version"], "upstream": h["upstream"]}
     source = result["source"]
-    assert (source["package"], source["version"], source["suite"]) == \
-        (f"linux-source-{h['release'].split('-')[0]}", h["version"], "noble-updates")
+    assert (source["package"], source["version"], source["suite"]) == (
+        f"linux-source-{h['release'].split('-')[0]}",
+        h["version"],
+        "noble-updates",
+    )
     assert source["version"] == result["kernel"]["package_version"]
     assert result["signing"]["key"] == "/var/lib/shim-signed/mok/MOK.priv"
     assert result["signing"]["cert"] == "/var/lib/shim-signed/mok/MOK.der"
@@ -99,14 +110,20 @@ def test_ubuntu_build_dry_run_refuses_a_build_the_archive_does_not_have(ubuntu_h
 
 
 def test_ubuntu_keys_status_and_enrolment_follow_ubuntus_mok(tmp_path):
-    h = {"root": ubuntu_sysroot(tmp_path / "sysroot", "6.8.0-48-generic", "6.8.0-48.48", "6.8.12",
-                                update_secureboot_policy=True),
-         "env": {**os.environ, "RDNA1_KMGR_CACHE": str(tmp_path / "cache")}}
+    h = {
+        "root": ubuntu_sysroot(
+            tmp_path / "sysroot", "6.8.0-48-generic", "6.8.0-48.48", "6.8.12", update_secureboot_policy=True
+        ),
+        "env": {**os.environ, "RDNA1_KMGR_CACHE": str(tmp_path / "cache")},
+    }
     proc = cli("keys", "status", "--json", "--sysroot", str(h["root"]), env=h["env"])
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout)
-    assert (status["key"], status["cert"], status["convention"]) == \
-        ("/var/lib/shim-signed/mok/MOK.priv", "/var/lib/shim-signed/mok/MOK.der", "ubuntu")
+    assert (status["key"], status["cert"], status["convention"]) == (
+        "/var/lib/shim-signed/mok/MOK.priv",
+        "/var/lib/shim-signed/mok/MOK.der",
+        "ubuntu",
+    )
     assert status["key_exists"] is False and status["enroll_command"] == ["update-secureboot-policy", "--enroll-key"]
     proc = cli("keys", "enroll", "--dry-run", "--sysroot", str(h["root"]), env=h["env"])
     assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "update-secureboot-policy --enroll-key"

@@ -21,9 +21,11 @@ pytestmark = pytest.mark.realsource
 
 def once(old: bytes, new: bytes):
     """A change that replaces `old`, which must occur exactly once, by `new`."""
+
     def change(data: bytes) -> bytes:
         assert data.count(old) == 1, (old, data.count(old))
         return data.replace(old, new)
+
     return change
 
 
@@ -31,6 +33,7 @@ def every(old: bytes, new: bytes):
     def change(data: bytes) -> bytes:
         assert old in data, old
         return data.replace(old, new)
+
     return change
 
 
@@ -39,24 +42,33 @@ def chain(*changes):
         for one in changes:
             data = one(data)
         return data
+
     return change
 
 
 def added_code(out) -> str:
     """Every line the series adds, comments left in."""
-    return "".join(line[1:] + "\n" for p in sorted(out.glob("*.patch"))
-                   for line in p.read_text().splitlines() if line.startswith("+") and not line.startswith("+++"))
+    return "".join(
+        line[1:] + "\n"
+        for p in sorted(out.glob("*.patch"))
+        for line in p.read_text().splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    )
 
 
 # 5.10.y's get_pte_flags() (read in Debian's 5.10.262): no pte_flags local, no snoop bit; it ends with
 #     return amdgpu_gem_va_map_flags(adev, mapping_flags);
 # 6.1's body reshaped to that end.
-PTE_5_10 = {GPUVM: chain(
-    once(b"\tpte_flags = amdgpu_gem_va_map_flags(adev, mapping_flags);\n"
-         b"\tpte_flags |= snoop ? AMDGPU_PTE_SNOOPED : 0;\n\n\treturn pte_flags;\n",
-         b"\treturn amdgpu_gem_va_map_flags(adev, mapping_flags);\n"),
-    once(b"\tuint64_t pte_flags;\n\tbool snoop = false;\n", b"\tbool snoop = false;\n"),
-)}
+PTE_5_10 = {
+    GPUVM: chain(
+        once(
+            b"\tpte_flags = amdgpu_gem_va_map_flags(adev, mapping_flags);\n"
+            b"\tpte_flags |= snoop ? AMDGPU_PTE_SNOOPED : 0;\n\n\treturn pte_flags;\n",
+            b"\treturn amdgpu_gem_va_map_flags(adev, mapping_flags);\n",
+        ),
+        once(b"\tuint64_t pte_flags;\n\tbool snoop = false;\n", b"\tbool snoop = false;\n"),
+    )
+}
 
 # 5.15 - 5.19: struct kfd_dev keeps no copy of the memory info; kfd_dev_is_large_bar() asks for it into a
 # local each time (5.15: amdgpu_amdkfd_get_local_mem_info(dev->kgd, &mem_info); 5.17 on: dev->adev), and
@@ -64,24 +76,33 @@ PTE_5_10 = {GPUVM: chain(
 NO_CACHED_MEM_INFO = {
     f"{AMD}/amdkfd/kfd_priv.h": once(b"\tstruct kfd_local_mem_info local_mem_info;\n", b""),
     f"{AMD}/amdkfd/kfd_device.c": once(b"\tamdgpu_amdkfd_get_local_mem_info(kfd->adev, &kfd->local_mem_info);\n", b""),
-    f"{AMD}/amdkfd/kfd_crat.c": once(b"\tlocal_mem_info = kdev->local_mem_info;\n",
-                                     b"\tamdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);\n"),
+    f"{AMD}/amdkfd/kfd_crat.c": once(
+        b"\tlocal_mem_info = kdev->local_mem_info;\n",
+        b"\tamdgpu_amdkfd_get_local_mem_info(kdev->adev, &local_mem_info);\n",
+    ),
     f"{AMD}/amdkfd/kfd_chardev.c": chain(
-        once(b"bool kfd_dev_is_large_bar(struct kfd_dev *dev)\n{\n",
-             b"bool kfd_dev_is_large_bar(struct kfd_dev *dev)\n{\n\tstruct kfd_local_mem_info mem_info;\n\n"),
-        once(b"\tif (dev->local_mem_info.local_mem_size_private == 0 &&\n"
-             b"\t\t\tdev->local_mem_info.local_mem_size_public > 0)\n",
-             b"\tamdgpu_amdkfd_get_local_mem_info(dev->adev, &mem_info);\n"
-             b"\tif (mem_info.local_mem_size_private == 0 &&\n"
-             b"\t\t\tmem_info.local_mem_size_public > 0)\n"),
+        once(
+            b"bool kfd_dev_is_large_bar(struct kfd_dev *dev)\n{\n",
+            b"bool kfd_dev_is_large_bar(struct kfd_dev *dev)\n{\n\tstruct kfd_local_mem_info mem_info;\n\n",
+        ),
+        once(
+            b"\tif (dev->local_mem_info.local_mem_size_private == 0 &&\n"
+            b"\t\t\tdev->local_mem_info.local_mem_size_public > 0)\n",
+            b"\tamdgpu_amdkfd_get_local_mem_info(dev->adev, &mem_info);\n"
+            b"\tif (mem_info.local_mem_size_private == 0 &&\n"
+            b"\t\t\tmem_info.local_mem_size_public > 0)\n",
+        ),
     ),
 }
 
 # 6.2 - 6.7: get_vm_pte() overrides COHERENT and UNCACHED BOs to UC, but neither KFD nor amdgpu knows
 # EXT_COHERENT yet. 6.12 reshaped: KFD no longer maps the flag, the override no longer names it.
 NO_EXT_COHERENT = {
-    GPUVM: once(b"\tif (flags & KFD_IOC_ALLOC_MEM_FLAGS_EXT_COHERENT)\n"
-                b"\t\talloc_flags |= AMDGPU_GEM_CREATE_EXT_COHERENT;\n", b""),
+    GPUVM: once(
+        b"\tif (flags & KFD_IOC_ALLOC_MEM_FLAGS_EXT_COHERENT)\n"
+        b"\t\talloc_flags |= AMDGPU_GEM_CREATE_EXT_COHERENT;\n",
+        b"",
+    ),
     f"{AMD}/amdgpu/gmc_v10_0.c": once(b"\t\t\t       AMDGPU_GEM_CREATE_EXT_COHERENT |\n", b""),
 }
 
@@ -91,17 +112,41 @@ NO_ATI_NAME = {f"{AMD}/amdgpu/amdgpu_device.c": every(b"PCI_VENDOR_ID_ATI", b"0x
 
 FAMILIES = {
     # id: (base fixture, headers fixture, changes, quirks asked, {quirk: variant})
-    "5.10.y-get-pte-flags": ("real_source_61", "headers_61", PTE_5_10, ["coarse-mtype"],
-                             {"coarse-mtype": "kfd-picks-mtype"}),
-    "kfd-dev-without-mem-info": ("real_source_61", "headers_61", NO_CACHED_MEM_INFO, ["crat-mem"],
-                                 {"crat-mem": "largebar-param-local"}),
-    "6.5-without-ext-coherent": ("real_source_612", "headers_612", NO_EXT_COHERENT, ["coarse-mtype"],
-                                 {"coarse-mtype": "gmc-picks-mtype-no-ext"}),
-    "6.1-never-spelling-ati": ("real_source_61", "headers_61", NO_ATI_NAME, [],
-                               {"crat-mem": "largebar-param", "coarse-mtype": "kfd-picks-mtype"}),
-    "6.12-never-spelling-ati": ("real_source_612", "headers_612", NO_ATI_NAME, [],
-                                {"crat-mem": "largebar-debug-mask", "coarse-mtype": "gmc-picks-mtype",
-                                 "cwsr-size": "exact-size"}),
+    "5.10.y-get-pte-flags": (
+        "real_source_61",
+        "headers_61",
+        PTE_5_10,
+        ["coarse-mtype"],
+        {"coarse-mtype": "kfd-picks-mtype"},
+    ),
+    "kfd-dev-without-mem-info": (
+        "real_source_61",
+        "headers_61",
+        NO_CACHED_MEM_INFO,
+        ["crat-mem"],
+        {"crat-mem": "largebar-param-local"},
+    ),
+    "6.5-without-ext-coherent": (
+        "real_source_612",
+        "headers_612",
+        NO_EXT_COHERENT,
+        ["coarse-mtype"],
+        {"coarse-mtype": "gmc-picks-mtype-no-ext"},
+    ),
+    "6.1-never-spelling-ati": (
+        "real_source_61",
+        "headers_61",
+        NO_ATI_NAME,
+        [],
+        {"crat-mem": "largebar-param", "coarse-mtype": "kfd-picks-mtype"},
+    ),
+    "6.12-never-spelling-ati": (
+        "real_source_612",
+        "headers_612",
+        NO_ATI_NAME,
+        [],
+        {"crat-mem": "largebar-debug-mask", "coarse-mtype": "gmc-picks-mtype", "cwsr-size": "exact-size"},
+    ),
 }
 
 
@@ -123,8 +168,10 @@ def test_each_refused_family_renders_applies_and_passes_checkpatch(request, tmp_
     core = (patched / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
     if family == "5.10.y-get-pte-flags":
         pte = (patched / GPUVM).read_text()
-        assert ("\tmapping_flags = amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags);\n\n"
-                "\treturn amdgpu_gem_va_map_flags(adev, mapping_flags);\n}\n") in pte
+        assert (
+            "\tmapping_flags = amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags);\n\n"
+            "\treturn amdgpu_gem_va_map_flags(adev, mapping_flags);\n}\n"
+        ) in pte
     elif family == "kfd-dev-without-mem-info":
         assert "node->local_mem_info" not in core
         assert "struct kfd_local_mem_info mem_info, *info = &mem_info;" in core
@@ -149,17 +196,24 @@ def test_each_refused_family_renders_applies_and_passes_checkpatch(request, tmp_
 def test_each_refused_family_compiles_clean_with_w1(request, tmp_path, family):
     release = request.getfixturevalue(FAMILIES[family][1])
     source, tree, out, _ = render_family(request, tmp_path, family)
-    touched = {("" if folder == "amdgpu" else "../amdkfd/") + name
-               for folder, name in re.findall(rf"^\+\+\+ b/{AMD}/(amdgpu|amdkfd)/(\w+)\.c$",
-                                              "".join(p.read_text() for p in out.glob("*.patch")), re.M)}
+    touched = {
+        ("" if folder == "amdgpu" else "../amdkfd/") + name
+        for folder, name in re.findall(
+            rf"^\+\+\+ b/{AMD}/(amdgpu|amdkfd)/(\w+)\.c$", "".join(p.read_text() for p in out.glob("*.patch")), re.M
+        )
+    }
     # and the files the family's reshaping changed, so that the reshaped driver is proven to compile too
-    touched |= {("" if rel.split("/")[-2] == "amdgpu" else "../amdkfd/") + rel.rsplit("/", 1)[1][:-2]
-                for rel in FAMILIES[family][2] if rel.endswith(".c")}
+    touched |= {
+        ("" if rel.split("/")[-2] == "amdgpu" else "../amdkfd/") + rel.rsplit("/", 1)[1][:-2]
+        for rel in FAMILIES[family][2]
+        if rel.endswith(".c")
+    }
     objects = [f"{name}.o" for name in sorted(touched)]
     patched = w1_warnings(patched_copy(tree, out, tmp_path / "patched"), release, objects)
     stock = derived_tree(source, tmp_path / "stock", FAMILIES[family][2])
-    subprocess.run(["patch", "-p1", "--batch", "--quiet", "-d", str(stock), "-i", str(out / "0001-out-of-tree.patch")],
-                   check=True)
+    subprocess.run(
+        ["patch", "-p1", "--batch", "--quiet", "-d", str(stock), "-i", str(out / "0001-out-of-tree.patch")], check=True
+    )
     upstream = w1_warnings(stock, release, [o for o in objects if o != "amdgpu_rdna1.o"])
     assert patched - upstream == set()
 
@@ -176,8 +230,10 @@ def test_debian_5_10_renders_and_applies(real_source_510, tmp_path):
     assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"]
     patched = patched_copy(real_source_510, out, tmp_path / "patched")
     pte = (patched / GPUVM).read_text()
-    assert ("\tmapping_flags = amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags);\n\n"
-            "\treturn amdgpu_gem_va_map_flags(adev, mapping_flags);\n}\n") in pte
+    assert (
+        "\tmapping_flags = amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags);\n\n"
+        "\treturn amdgpu_gem_va_map_flags(adev, mapping_flags);\n}\n"
+    ) in pte
     core = (patched / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
     assert "node->kgd = (struct kgd_dev *)ctx->adev;" in core and "node->local_mem_info" not in core
     assert "amdgpu_amdkfd_get_local_mem_info((struct kgd_dev *)ctx->adev, info);" in core

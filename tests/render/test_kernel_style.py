@@ -34,20 +34,38 @@ def checkpatch_of(source: Path) -> Path:
     with cache_entry.exclusive(dest.parent, dest.name), cache_entry.staging(dest.parent, dest.name) as staging:
         if not (dest / "scripts/checkpatch.pl").is_file():
             inner = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
-            tarball = next(n for n in subprocess.run(["tar", "-t"], input=inner, capture_output=True, check=True)
-                           .stdout.decode().split() if re.fullmatch(r"\./usr/src/linux-source-[\d.]+\.tar\.xz", n))
+            tarball = next(
+                n
+                for n in subprocess.run(["tar", "-t"], input=inner, capture_output=True, check=True)
+                .stdout.decode()
+                .split()
+                if re.fullmatch(r"\./usr/src/linux-source-[\d.]+\.tar\.xz", n)
+            )
             top = tarball.rsplit("/", 1)[1].removesuffix(".tar.xz")
             xz = subprocess.run(["tar", "-xO", tarball], input=inner, capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-xJ", "-C", str(staging), "--strip-components=1",
-                            *[f"{top}/scripts/{name}" for name in CHECKPATCH_FILES]], input=xz, check=True)
+            subprocess.run(
+                [
+                    "tar",
+                    "-xJ",
+                    "-C",
+                    str(staging),
+                    "--strip-components=1",
+                    *[f"{top}/scripts/{name}" for name in CHECKPATCH_FILES],
+                ],
+                input=xz,
+                check=True,
+            )
             cache_entry.publish(staging, dest)
     return dest / "scripts/checkpatch.pl"
 
 
 def checkpatch(script: Path, patch: Path, *options: str) -> list[str]:
     """The ERROR/WARNING/CHECK lines checkpatch reports for one patch."""
-    done = subprocess.run(["perl", str(script), "--no-tree", "--terse", "--show-types", *options, str(patch)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["perl", str(script), "--no-tree", "--terse", "--show-types", *options, str(patch)],
+        capture_output=True,
+        text=True,
+    )
     return [line for line in done.stdout.splitlines() if re.search(r": (ERROR|WARNING|CHECK):", line)]
 
 
@@ -65,7 +83,8 @@ def test_every_patch_passes_the_kernel_s_own_checkpatch(request, tmp_path, fixtu
         # Without --no-signoff the one complaint is that sign-off: a person's DCO, which a generated patch
         # cannot give.
         assert [line.split(": ", 1)[1] for line in checkpatch(script, out / name)] == [
-            "ERROR:MISSING_SIGN_OFF: Missing Signed-off-by: line(s)"], name
+            "ERROR:MISSING_SIGN_OFF: Missing Signed-off-by: line(s)"
+        ], name
 
 
 def patched_copy(source: Path, out: Path, dest: Path) -> Path:
@@ -78,28 +97,51 @@ def patched_copy(source: Path, out: Path, dest: Path) -> Path:
 def w1_warnings(tree: Path, release: str, objects: list[str]) -> set[str]:
     """What W=1 says compiling `objects` of amdgpu, without line numbers (the series moves lines)."""
     amd = tree / AMD
-    done = subprocess.run(["make", "-C", f"/lib/modules/{release}/build", f"M={amd}/amdgpu", f"FULL_AMD_PATH={amd}",
-                           "W=1", "KCFLAGS=-g0", f"-j{(os.cpu_count() or 1) + 1}", *objects],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            "make",
+            "-C",
+            f"/lib/modules/{release}/build",
+            f"M={amd}/amdgpu",
+            f"FULL_AMD_PATH={amd}",
+            "W=1",
+            "KCFLAGS=-g0",
+            f"-j{(os.cpu_count() or 1) + 1}",
+            *objects,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return {re.sub(rf"^{re.escape(str(tree))}/|:\d+(:\d+)?:", "", line).strip()
-            for line in (done.stdout + done.stderr).splitlines() if re.search(r"\bwarning\b|\berror\b", line)}
+    return {
+        re.sub(rf"^{re.escape(str(tree))}/|:\d+(:\d+)?:", "", line).strip()
+        for line in (done.stdout + done.stderr).splitlines()
+        if re.search(r"\bwarning\b|\berror\b", line)
+    }
 
 
 @pytest.mark.realbuild
-@pytest.mark.parametrize("source_fixture, headers_fixture", [
-    ("real_source_61", "headers_61"),
-    ("real_source_612", "headers_612"),
-])
+@pytest.mark.parametrize(
+    "source_fixture, headers_fixture",
+    [
+        ("real_source_61", "headers_61"),
+        ("real_source_612", "headers_612"),
+    ],
+)
 def test_the_objects_the_series_touches_build_clean_with_w1(request, tmp_path, source_fixture, headers_fixture):
     source = request.getfixturevalue(source_fixture)
     release = request.getfixturevalue(headers_fixture)
     out = tmp_path / "out"
     render(source, out)
     # amdkfd's files are objects of amdgpu.ko too, named from the amdgpu folder (the Makefile's ../amdkfd)
-    touched = sorted({("" if folder == "amdgpu" else "../amdkfd/") + name
-                      for folder, name in re.findall(rf"^\+\+\+ b/{AMD}/(amdgpu|amdkfd)/(\w+)\.c$",
-                                                     "".join(p.read_text() for p in out.glob("*.patch")), re.M)})
+    touched = sorted(
+        {
+            ("" if folder == "amdgpu" else "../amdkfd/") + name
+            for folder, name in re.findall(
+                rf"^\+\+\+ b/{AMD}/(amdgpu|amdkfd)/(\w+)\.c$", "".join(p.read_text() for p in out.glob("*.patch")), re.M
+            )
+        }
+    )
     assert "amdgpu_rdna1" in touched and "amdgpu_amdkfd" in touched
     assert ("../amdkfd/kfd_queue" in touched) == (source_fixture == "real_source_612")  # cwsr-size from 6.12 on
     objects = [f"{name}.o" for name in touched]
@@ -107,7 +149,8 @@ def test_the_objects_the_series_touches_build_clean_with_w1(request, tmp_path, s
     # the same objects of the stock tree (with only the out-of-tree build fix) say what upstream already warns
     stock = tmp_path / "stock"
     shutil.copytree(source, stock, copy_function=os.link)
-    subprocess.run(["patch", "-p1", "--batch", "--quiet", "-d", str(stock), "-i", str(out / "0001-out-of-tree.patch")],
-                   check=True)
+    subprocess.run(
+        ["patch", "-p1", "--batch", "--quiet", "-d", str(stock), "-i", str(out / "0001-out-of-tree.patch")], check=True
+    )
     upstream = w1_warnings(stock, release, [o for o in objects if o != "amdgpu_rdna1.o"])
     assert patched - upstream == set()

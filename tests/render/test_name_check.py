@@ -39,14 +39,22 @@ def hook(code):
 
 
 def test_names_the_tree_has_pass(tree):
-    name_check.check(tree, [hook("amdgpu_rdna1_crat_mem_info(kdev->adev, &local_mem_info);"),
-                            hook("return kdev->get_info(kdev) + KFD_NODE_MAX;")], {})
+    name_check.check(
+        tree,
+        [
+            hook("amdgpu_rdna1_crat_mem_info(kdev->adev, &local_mem_info);"),
+            hook("return kdev->get_info(kdev) + KFD_NODE_MAX;"),
+        ],
+        {},
+    )
 
 
 def test_a_member_the_tree_does_not_have_is_refused_with_its_file(tree):
     # `kgd` occurs in the tree, but only in a comment
     with pytest.raises(SourceError, match=rf"`kgd` \(a struct member, in {CRAT}\)"):
-        name_check.check(tree, [hook("amdgpu_rdna1_crat_mem_info((struct amdgpu_device *)kdev->kgd, &local_mem_info);")], {})
+        name_check.check(
+            tree, [hook("amdgpu_rdna1_crat_mem_info((struct amdgpu_device *)kdev->kgd, &local_mem_info);")], {}
+        )
 
 
 def test_a_function_or_macro_the_tree_does_not_have_is_refused(tree):
@@ -64,9 +72,12 @@ def test_a_hook_may_only_use_locals_of_its_own_function(tree):
 
 
 def test_names_the_series_declares_and_kernel_names_pass(tree):
-    core = {f"{AMD}/amdgpu/amdgpu_rdna1.c": (
-        "struct ctx {\n\tu32 failed;\n};\nstatic int helper(u32 quirk)\n{\n\treturn quirk;\n}\n"
-        "static void count(struct ctx *c)\n{\n}\n")}
+    core = {
+        f"{AMD}/amdgpu/amdgpu_rdna1.c": (
+            "struct ctx {\n\tu32 failed;\n};\nstatic int helper(u32 quirk)\n{\n\treturn quirk;\n}\n"
+            "static void count(struct ctx *c)\n{\n}\n"
+        )
+    }
     added = [Added(f"{AMD}/amdgpu/amdgpu_rdna1.c", "c->failed = helper(FIELD_PREP(KFD_NODE_MAX, 1));")]
     with pytest.raises(SourceError, match="FIELD_PREP"):
         name_check.check(tree, added, core)

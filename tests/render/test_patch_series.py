@@ -21,15 +21,16 @@ def run_cli(*args):
 
 def apply_series(out, tree):
     for name in (out / "series").read_text().split():
-        done = subprocess.run(["patch", "-p1", "--batch", "-d", str(tree), "-i", str(out / name)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["patch", "-p1", "--batch", "-d", str(tree), "-i", str(out / name)], capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "fuzz" not in done.stdout, done.stdout
 
 
 def function_body(text, name):
     start = text.index(f"{name}(")
-    return text[start:text.index("\n}\n", start) + 3]
+    return text[start : text.index("\n}\n", start) + 3]
 
 
 @pytest.fixture
@@ -42,15 +43,21 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
     result = run_cli("render", "--source", tree, "--out", out, "--json")
     assert result.exit_code == 0, result.stderr
     manifest = json.loads(result.stdout)
-    assert (out / "series").read_text().split() == manifest["series"] == [
-        "0001-out-of-tree.patch", "0002-rdna1-core.patch", "0003-crat-mem.patch", "0004-coarse-mtype.patch"]
+    assert (
+        (out / "series").read_text().split()
+        == manifest["series"]
+        == ["0001-out-of-tree.patch", "0002-rdna1-core.patch", "0003-crat-mem.patch", "0004-coarse-mtype.patch"]
+    )
     assert manifest["kernel_version"] == "6.1.192"
     assert manifest["devices"] == ["0x731F"]
     assert [q["id"] for q in manifest["quirks"]] == ["crat-mem", "coarse-mtype"]
     # 6.1's KFD does not check the CWSR size: cwsr-size (the one default-on bit) has nothing to fix and is left
     # out with why; crat-mem and the coarse-mtype classes are opt-in (no evidence yet): no bit on by default
     assert [(b["bit"], b["id"], b["default"]) for b in manifest["bits"]] == [
-        (1, "crat-mem", False), (2, "coarse-mtype-vram", False), (3, "coarse-mtype-host", False)]
+        (1, "crat-mem", False),
+        (2, "coarse-mtype-vram", False),
+        (3, "coarse-mtype-host", False),
+    ]
     assert manifest["quirks_mask"] == 0 and manifest["all_bits_mask"] == 0xE
     assert manifest["active_by_default"] == []
     assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"]
@@ -71,7 +78,7 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
     assert mem_info.index("local_mem_size_private =") < hook < mem_info.index("mem_info->vram_width =")
     assert "rdna1" not in (tree / AMD / "amdkfd/kfd_priv.h").read_text()
     header = (amdgpu / "amdgpu.h").read_text()
-    device = header[header.index("struct amdgpu_device {"):header.index("\n};\n")]
+    device = header[header.index("struct amdgpu_device {") : header.index("\n};\n")]
     assert device.rstrip().endswith("u32\t\t\t\trdna1_quirks;")
     init = function_body((amdgpu / "amdgpu_drv.c").read_text(), "amdgpu_init")
     # the hook does not come between the return and the comment explaining it
@@ -121,28 +128,34 @@ CRAT_FACT = {
 }
 
 
-@pytest.mark.parametrize("version, shape, mtype_variant, crat_variant, kfd_hook", [
-    ("5.10.262", "5.10", "kfd-picks-mtype", "kgd", True),
-    ("6.1.192", "6.1", "kfd-picks-mtype", "largebar-param", True),
-    ("6.2.0", "6.2", "gmc-picks-mtype-no-ext", "largebar-param", False),
-    ("6.12.95", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
-    ("6.17.9", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
-    ("6.18.0-rc1", "6.18", "vm-flags", "largebar-debug-mask", False),
-    ("7.3-rc2", "6.18", "vm-flags", "largebar-debug-mask", False),
-    # a backport: RHEL 9's top Makefile says 5.14, its driver has the shape of a later release
-    ("5.14.0", "6.2", "gmc-picks-mtype-no-ext", "largebar-param", False),
-    ("5.14.0", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
-    ("5.14.0", "6.18", "vm-flags", "largebar-debug-mask", False),
-    # and a 5.10 driver under a newer number
-    ("6.6.0", "5.10", "kfd-picks-mtype", "kgd", True),
-])
+@pytest.mark.parametrize(
+    "version, shape, mtype_variant, crat_variant, kfd_hook",
+    [
+        ("5.10.262", "5.10", "kfd-picks-mtype", "kgd", True),
+        ("6.1.192", "6.1", "kfd-picks-mtype", "largebar-param", True),
+        ("6.2.0", "6.2", "gmc-picks-mtype-no-ext", "largebar-param", False),
+        ("6.12.95", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
+        ("6.17.9", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
+        ("6.18.0-rc1", "6.18", "vm-flags", "largebar-debug-mask", False),
+        ("7.3-rc2", "6.18", "vm-flags", "largebar-debug-mask", False),
+        # a backport: RHEL 9's top Makefile says 5.14, its driver has the shape of a later release
+        ("5.14.0", "6.2", "gmc-picks-mtype-no-ext", "largebar-param", False),
+        ("5.14.0", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
+        ("5.14.0", "6.18", "vm-flags", "largebar-debug-mask", False),
+        # and a 5.10 driver under a newer number
+        ("6.6.0", "5.10", "kfd-picks-mtype", "kgd", True),
+    ],
+)
 def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype_variant, crat_variant, kfd_hook):
     tree = make_tree(tmp_path / "linux", version, shape)
     out = tmp_path / "out"
     result = run_cli("render", "--source", tree, "--out", out, "--json")
     assert result.exit_code == 0, result.stderr
     manifest = json.loads(result.stdout)
-    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {"coarse-mtype": mtype_variant, "crat-mem": crat_variant}
+    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {
+        "coarse-mtype": mtype_variant,
+        "crat-mem": crat_variant,
+    }
     coarse = (out / "0004-coarse-mtype.patch").read_text()
     assert ("amdgpu_rdna1_kfd_mapping_flags(" in coarse) == kfd_hook
     assert ("amdgpu_rdna1_pte_mtype(adev, " in coarse) == (not kfd_hook)
@@ -150,7 +163,9 @@ def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype
     core = (out / "0002-rdna1-core.patch").read_text()
     assert ("(struct kgd_dev *)ctx->adev" in core) == (crat_variant == "kgd")
     assert ("ctx->adev->debug_largebar" in core) == (crat_variant == "largebar-debug-mask")
-    assert ("amdgpu_amdkfd_get_local_mem_info(ctx->adev, info, NULL);" in core) == (crat_variant == "largebar-debug-mask")
+    assert ("amdgpu_amdkfd_get_local_mem_info(ctx->adev, info, NULL);" in core) == (
+        crat_variant == "largebar-debug-mask"
+    )
     # EXT_COHERENT allocations are kept UC only where KFD knows them; a kernel without the flag (6.2 - 6.7)
     # never sees its name, in the hook's code or the self-test
     ext = mtype_variant in ("gmc-picks-mtype", "vm-flags")
@@ -174,12 +189,15 @@ def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_
     # get_vm_pte without the UC override while KFD no longer picks UC: a shape no release had
     tree = make_tree(tmp_path / "linux", "5.14.0", "6.1", kfd="default")
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"), out,
-                   "quirk coarse-mtype: no variant fits",
-                   "kfd-picks-mtype (first seen in Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
-                   "gmc-picks-mtype (first seen in Linux about 6.8 - 6.17 (6.12 read and built)): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
-                   "gmc-picks-mtype-no-ext (first seen in Linux 6.2 - 6.7): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
-                   "vm-flags (first seen in Linux 6.18 and later): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `vm_flags`")
+    assert_refused(
+        run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"),
+        out,
+        "quirk coarse-mtype: no variant fits",
+        "kfd-picks-mtype (first seen in Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
+        "gmc-picks-mtype (first seen in Linux about 6.8 - 6.17 (6.12 read and built)): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
+        "gmc-picks-mtype-no-ext (first seen in Linux 6.2 - 6.7): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
+        "vm-flags (first seen in Linux 6.18 and later): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `vm_flags`",
+    )
 
 
 def test_no_crat_mem_variant_fits_a_driver_whose_memory_info_takes_neither_kgd_nor_adev(tmp_path):
@@ -187,13 +205,16 @@ def test_no_crat_mem_variant_fits_a_driver_whose_memory_info_takes_neither_kgd_n
     amdkfd = tree / AMD / "amdgpu/amdgpu_amdkfd.c"
     amdkfd.write_text(amdkfd.read_text().replace("struct amdgpu_device *adev,", "struct amdgpu_device *dev,"))
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "crat-mem"), out,
-                   "quirk crat-mem: no variant fits",
-                   "kgd (first seen in Linux 5.10 - 5.16): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `kgd`",
-                   "largebar-param-local (first seen in Linux 5.17 - about 5.19): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
-                   "largebar-param (first seen in Linux about 6.0 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
-                   "largebar-param-xcp (first seen in Linux about 6.5 - 6.10 (rendered, not built here)): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`",
-                   "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`")
+    assert_refused(
+        run_cli("render", "--source", tree, "--out", out, "--quirk", "crat-mem"),
+        out,
+        "quirk crat-mem: no variant fits",
+        "kgd (first seen in Linux 5.10 - 5.16): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `kgd`",
+        "largebar-param-local (first seen in Linux 5.17 - about 5.19): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
+        "largebar-param (first seen in Linux about 6.0 - 6.10): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `adev`",
+        "largebar-param-xcp (first seen in Linux about 6.5 - 6.10 (rendered, not built here)): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`",
+        "largebar-debug-mask (first seen in Linux 6.11 and later): amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() does not take `xcp`",
+    )
 
 
 def test_ubuntu_2404s_shape_kfd_nodes_and_xcp_with_debug_largebar_a_module_parameter(tmp_path):
@@ -214,10 +235,13 @@ def test_two_variants_whose_facts_both_hold_are_refused_naming_them(tmp_path):
     # get_vm_pte and KFD both half way to 6.18: no kernel has it
     tree = make_tree(tmp_path / "linux", "6.18.0", "6.18", gmc="mapping+vm_flags", kfd="vm+mem")
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"), out,
-                   "quirk coarse-mtype: the facts of several variants hold",
-                   "gmc-picks-mtype (gmc_v10_0.c: gmc_v10_0_get_vm_pte() contains `AMDGPU_GEM_CREATE_COHERENT`, ",
-                   "vm-flags (gmc_v10_0.c: gmc_v10_0_get_vm_pte() takes `vm_flags`, ")
+    assert_refused(
+        run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"),
+        out,
+        "quirk coarse-mtype: the facts of several variants hold",
+        "gmc-picks-mtype (gmc_v10_0.c: gmc_v10_0_get_vm_pte() contains `AMDGPU_GEM_CREATE_COHERENT`, ",
+        "vm-flags (gmc_v10_0.c: gmc_v10_0_get_vm_pte() takes `vm_flags`, ",
+    )
 
 
 @pytest.mark.parametrize("mem_info, variant", [("kgd", "kgd"), ("adev", "largebar-param-local")])
@@ -252,8 +276,11 @@ def test_a_name_the_tree_lacks_is_refused_before_anything_is_written(tmp_path):
     # the 5.10 shape, but this tree's struct kgd_mem has no `is_imported` (coarse-mtype reads it)
     tree = make_tree(tmp_path / "linux", "5.10.100", "5.10", missing_names={"is_imported"})
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out), out,
-                   "`is_imported` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)")
+    assert_refused(
+        run_cli("render", "--source", tree, "--out", out),
+        out,
+        "`is_imported` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)",
+    )
 
 
 def rewrite(tree, transform):
@@ -274,8 +301,12 @@ def patched(tmp_path, name, transform, tool):
         apply_series(out, tree)
     else:
         for patch in (out / "series").read_text().split():
-            done = subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(out / patch)],
-                                  cwd=tree, capture_output=True, text=True)
+            done = subprocess.run(
+                ["git", "apply", "-p1", "--whitespace=nowarn", str(out / patch)],
+                cwd=tree,
+                capture_output=True,
+                text=True,
+            )
             assert done.returncode == 0, f"{patch}: {done.stderr}"
     return {p.relative_to(tree).as_posix(): p.read_bytes() for p in tree.rglob("*") if p.is_file()}
 
@@ -297,7 +328,8 @@ def test_line_endings_and_last_lines_survive_and_both_tools_apply(tmp_path, tran
     changed = patched(tmp_path, "changed", transform, tool)
     new = {f"{AMD}/amdgpu/amdgpu_rdna1.c", f"{AMD}/amdgpu/amdgpu_rdna1.h"}
     assert {rel: data for rel, data in changed.items() if rel not in new} == {
-        rel: transform(data) for rel, data in plain.items() if rel not in new}
+        rel: transform(data) for rel, data in plain.items() if rel not in new
+    }
     assert {rel: changed[rel] for rel in new} == {rel: plain[rel] for rel in new}
 
 
@@ -309,8 +341,9 @@ def test_trailing_white_space_and_tabs_are_kept(tmp_path):
     out = tmp_path / "out"
     assert run_cli("render", "--source", tree, "--out", out).exit_code == 0
     for patch in (out / "series").read_text().split():
-        done = subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(out / patch)], cwd=tree,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["git", "apply", "-p1", "--whitespace=nowarn", str(out / patch)], cwd=tree, capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stderr
     after = drv.read_bytes()
     assert b"\tamdgpu_amdkfd_init();  \t\n" in after and b"ret = amdgpu_driver_load_kms(adev, flags); \n" in after
@@ -342,8 +375,9 @@ def test_several_devices(tree, tmp_path):
     out = tmp_path / "out"
     assert run_cli("render", "--source", tree, "--out", out, "--device", "0x7340", "--device", "731f").exit_code == 0
     apply_series(out, tree)
-    assert re.search(r"amdgpu_rdna1_ids\[\] = \{\n\t0x731F,\n\t0x7340,\n\};",
-                     (tree / AMD / "amdgpu/amdgpu_rdna1.c").read_text())
+    assert re.search(
+        r"amdgpu_rdna1_ids\[\] = \{\n\t0x731F,\n\t0x7340,\n\};", (tree / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
+    )
 
 
 def assert_refused(result, out, *words):
@@ -359,8 +393,12 @@ def assert_refused(result, out, *words):
 def test_source_without_the_hooked_function_is_refused_with_nothing_written(tmp_path):
     tree = make_tree(tmp_path / "linux", "6.12.95", omit="gmc_v10_0_get_vm_pte")
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"), out, "gmc_v10_0.c",
-                   "gmc_v10_0_get_vm_pte")
+    assert_refused(
+        run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"),
+        out,
+        "gmc_v10_0.c",
+        "gmc_v10_0_get_vm_pte",
+    )
 
 
 def test_an_opt_in_quirk_that_fits_no_variant_is_left_out_with_one_line_and_the_rest_renders(tmp_path):
@@ -380,8 +418,11 @@ def test_an_opt_in_quirk_that_fits_no_variant_is_left_out_with_one_line_and_the_
 def test_a_kernel_with_nothing_any_asked_quirk_fixes_is_refused_in_one_line(tmp_path):
     tree = make_tree(tmp_path / "linux", "6.1.192", "6.1")
     out = tmp_path / "out"
-    assert_refused(run_cli("render", "--source", tree, "--out", out, "--quirk", "cwsr-size"), out,
-                   "no quirk to render for this kernel: cwsr-size: nothing to fix on this kernel")
+    assert_refused(
+        run_cli("render", "--source", tree, "--out", out, "--quirk", "cwsr-size"),
+        out,
+        "no quirk to render for this kernel: cwsr-size: nothing to fix on this kernel",
+    )
 
 
 def test_source_without_the_hooked_statement_is_refused(tmp_path):
@@ -390,11 +431,14 @@ def test_source_without_the_hooked_statement_is_refused(tmp_path):
     assert_refused(run_cli("render", "--source", tree, "--out", out), out, "amdgpu_drv.c", "amdgpu_driver_load_kms")
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--device", "0x1234"], ["0x1234", "0x731F", "0x7340"]),
-    (["--device", "nope"], ["nope"]),
-    (["--quirk", "bogus"], ["bogus", "coarse-mtype"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--device", "0x1234"], ["0x1234", "0x731F", "0x7340"]),
+        (["--device", "nope"], ["nope"]),
+        (["--quirk", "bogus"], ["bogus", "coarse-mtype"]),
+    ],
+)
 def test_bad_options_are_refused(tree, tmp_path, args, words):
     out = tmp_path / "out"
     assert_refused(run_cli("render", "--source", tree, "--out", out, *args), out, *words)
@@ -436,8 +480,11 @@ def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     bits = {b["id"]: b for q in catalog for b in q["bits"]}
     # on by default only where there is public evidence that owners need it (issue: the cwsr-size quirk)
     assert {i: (b["mask"], b["default"]) for i, b in bits.items()} == {
-        "crat-mem": ("0x0002", False), "coarse-mtype-vram": ("0x0004", False), "coarse-mtype-host": ("0x0008", False),
-        "cwsr-size": ("0x0010", True)}
+        "crat-mem": ("0x0002", False),
+        "coarse-mtype-vram": ("0x0004", False),
+        "coarse-mtype-host": ("0x0008", False),
+        "cwsr-size": ("0x0010", True),
+    }
     assert all(b["risk"] for b in bits.values())
     evidence = {q["id"]: q["evidence"] for q in catalog}
     assert evidence["crat-mem"] == evidence["coarse-mtype"] == []
@@ -446,26 +493,52 @@ def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     assert all(q["changes"] for q in catalog)
     assert all(v["facts"] for q in catalog for v in q["variants"])
     crat = {v["id"]: v["facts"] for v in catalog[0]["variants"]}
-    assert crat["largebar-debug-mask"] == ["amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `xcp`",
-                                           "amdgpu.h contains `debug_largebar`", "kfd_priv.h contains `struct kfd_node {`",
-                                           "kfd_priv.h contains `struct kfd_local_mem_info local_mem_info;`"]
+    assert crat["largebar-debug-mask"] == [
+        "amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info() takes `xcp`",
+        "amdgpu.h contains `debug_largebar`",
+        "kfd_priv.h contains `struct kfd_node {`",
+        "kfd_priv.h contains `struct kfd_local_mem_info local_mem_info;`",
+    ]
     text = run_cli("quirks").stdout
-    assert re.search(r"^    kgd \(first seen in Linux 5.10 - 5.16\) when:\n"
-                     r"        amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info\(\) takes `kgd`$", text, re.M), text
+    assert re.search(
+        r"^    kgd \(first seen in Linux 5.10 - 5.16\) when:\n"
+        r"        amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info\(\) takes `kgd`$",
+        text,
+        re.M,
+    ), text
 
 
 def test_render_says_which_facts_chose_each_variant(tree, tmp_path):
     text = run_cli("render", "--source", tree, "--out", tmp_path / "out").stdout
-    assert re.search(r"^quirk crat-mem: variant largebar-param, because this tree's\n"
-                     r"    amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info\(\) takes `adev`$", text, re.M), text
-    assert re.search(r"^quirk coarse-mtype: variant kfd-picks-mtype, because this tree's\n"
-                     r"    amdgpu_amdkfd_gpuvm.c: get_pte_flags\(\) contains `AMDGPU_VM_MTYPE_UC`$", text, re.M), text
+    assert re.search(
+        r"^quirk crat-mem: variant largebar-param, because this tree's\n"
+        r"    amdgpu_amdkfd.c: amdgpu_amdkfd_get_local_mem_info\(\) takes `adev`$",
+        text,
+        re.M,
+    ), text
+    assert re.search(
+        r"^quirk coarse-mtype: variant kfd-picks-mtype, because this tree's\n"
+        r"    amdgpu_amdkfd_gpuvm.c: get_pte_flags\(\) contains `AMDGPU_VM_MTYPE_UC`$",
+        text,
+        re.M,
+    ), text
 
 
 def test_help_lists_every_command_and_version_works():
     result = run_cli("--help")
-    for command in ("detect", "render", "quirks", "build", "keys", "vm-test", "install", "rollback", "status",
-                    "follow", "hooks"):
+    for command in (
+        "detect",
+        "render",
+        "quirks",
+        "build",
+        "keys",
+        "vm-test",
+        "install",
+        "rollback",
+        "status",
+        "follow",
+        "hooks",
+    ):
         assert re.search(rf"^\s+{command}\s+\S", result.stdout, re.M), command
     assert run_cli("--version").stdout.startswith("rdna1-kmgr, version ")
 

@@ -19,18 +19,22 @@ def patched_copy(source, out, dest):
     changes anew, so the cache itself is never modified)."""
     shutil.copytree(source, dest, copy_function=os.link)
     for name in (out / "series").read_text().split():
-        done = subprocess.run(["patch", "-p1", "--batch", "-d", str(dest), "-i", str(out / name)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["patch", "-p1", "--batch", "-d", str(dest), "-i", str(out / name)], capture_output=True, text=True
+        )
         assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
         assert "fuzz" not in done.stdout and "FAILED" not in done.stdout, done.stdout
     return dest
 
 
-@pytest.mark.parametrize("fixture, major_minor, variant", [
-    ("real_source_61", "6.1", "kfd-picks-mtype"),
-    ("real_source_612", "6.12", "gmc-picks-mtype"),
-    ("real_source_72", "7.2", "vm-flags"),
-])
+@pytest.mark.parametrize(
+    "fixture, major_minor, variant",
+    [
+        ("real_source_61", "6.1", "kfd-picks-mtype"),
+        ("real_source_612", "6.12", "gmc-picks-mtype"),
+        ("real_source_72", "7.2", "vm-flags"),
+    ],
+)
 def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_minor, variant):
     source = request.getfixturevalue(fixture)
     before = (source / AMD / "amdgpu/gmc_v10_0.c").read_bytes()
@@ -40,15 +44,16 @@ def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_min
 
     tree = patched_copy(source, tmp_path / "out", tmp_path / "linux")
     gmc = (tree / AMD / "amdgpu/gmc_v10_0.c").read_text()
-    pte = gmc[gmc.index("static void gmc_v10_0_get_vm_pte("):]
-    pte = pte[:pte.index("\n}\n") + 3]
+    pte = gmc[gmc.index("static void gmc_v10_0_get_vm_pte(") :]
+    pte = pte[: pte.index("\n}\n") + 3]
     if variant == "kfd-picks-mtype":  # up to 6.1 KFD's own choice is hooked, get_vm_pte stays stock
         assert "rdna1" not in pte
         gpuvm = (tree / AMD / "amdgpu/amdgpu_amdkfd_gpuvm.c").read_text()
         assert "mapping_flags = amdgpu_rdna1_kfd_mapping_flags(adev, mem, mapping_flags);" in gpuvm
     else:  # the last word, after the stock UC override
-        assert re.search(r"MTYPE_UC\);\n\n\t/\* rdna1-kmgr: .*\*/\n\tamdgpu_rdna1_pte_mtype\(adev, [^;]*flags\);\n}\n$",
-                         pte), pte
+        assert re.search(
+            r"MTYPE_UC\);\n\n\t/\* rdna1-kmgr: .*\*/\n\tamdgpu_rdna1_pte_mtype\(adev, [^;]*flags\);\n}\n$", pte
+        ), pte
     mem_info = (tree / AMD / "amdgpu/amdgpu_amdkfd.c").read_text()
     assert "\tamdgpu_rdna1_local_mem_info(adev, mem_info);\n" in mem_info
     # cwsr-size: 6.12's KFD checks the CWSR mapping's exact size (kfd_queue.c, read by hand); 6.1's has no
@@ -58,13 +63,15 @@ def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_min
         assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"] and "rdna1" not in queue
     else:
         assert {q["id"]: q["variant"] for q in manifest["quirks"]}["cwsr-size"] == "exact-size"
-        assert re.search(r"\ttotal_cwsr_size = amdgpu_rdna1_cwsr_size\(pdd, topo_dev, properties, vm,\n"
-                         r"\t+ *total_cwsr_size\);\n\n"
-                         r"\terr = kfd_queue_buffer_get\(vm, \(void \*\)properties->ctx_save_restore_area_address,",
-                         queue), queue
+        assert re.search(
+            r"\ttotal_cwsr_size = amdgpu_rdna1_cwsr_size\(pdd, topo_dev, properties, vm,\n"
+            r"\t+ *total_cwsr_size\);\n\n"
+            r"\terr = kfd_queue_buffer_get\(vm, \(void \*\)properties->ctx_save_restore_area_address,",
+            queue,
+        ), queue
         # the release path is not touched: it keeps KFD's size, as the SVM acquire does
-        release = queue[queue.index("int kfd_queue_release_buffers("):]
-        assert "rdna1" not in release[:release.index("\n}\n")]
+        release = queue[queue.index("int kfd_queue_release_buffers(") :]
+        assert "rdna1" not in release[: release.index("\n}\n")]
     assert (tree / AMD / "amdgpu/amdgpu_rdna1.c").is_file()
     # the cache was not touched
     assert (source / AMD / "amdgpu/gmc_v10_0.c").read_bytes() == before
@@ -83,8 +90,9 @@ def test_real_source_without_get_vm_pte_is_refused(real_source_612, tmp_path):
     from rdna1_kmgr.cli import main
 
     # coarse-mtype asked for by id must fit (by default, being opt-in, it would be left out)
-    result = CliRunner().invoke(main, ["render", "--source", str(tree), "--out", str(tmp_path / "out"),
-                                       "--quirk", "coarse-mtype"])
+    result = CliRunner().invoke(
+        main, ["render", "--source", str(tree), "--out", str(tmp_path / "out"), "--quirk", "coarse-mtype"]
+    )
     assert result.exit_code != 0
     assert "gmc_v10_0.c" in result.stderr and "gmc_v10_0_get_vm_pte" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -114,14 +122,21 @@ def apply_with_git(out, tree):
                 data = path.read_bytes()
                 path.unlink()
                 path.write_bytes(data)
-        done = subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(out / name)], cwd=tree,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["git", "apply", "-p1", "--whitespace=nowarn", str(out / name)], cwd=tree, capture_output=True, text=True
+        )
         assert done.returncode == 0, f"{name}: {done.stderr}"
 
 
-HOOKED = [f"{AMD}/amdgpu/amdgpu_drv.c", f"{AMD}/amdgpu/gmc_v10_0.c", f"{AMD}/amdgpu/amdgpu_amdkfd_gpuvm.c",
-          f"{AMD}/amdgpu/amdgpu_amdkfd.c", f"{AMD}/amdgpu/Makefile", f"{AMD}/amdgpu/amdgpu_trace.h",
-          f"{AMD}/amdgpu/amdgpu.h"]
+HOOKED = [
+    f"{AMD}/amdgpu/amdgpu_drv.c",
+    f"{AMD}/amdgpu/gmc_v10_0.c",
+    f"{AMD}/amdgpu/amdgpu_amdkfd_gpuvm.c",
+    f"{AMD}/amdgpu/amdgpu_amdkfd.c",
+    f"{AMD}/amdgpu/Makefile",
+    f"{AMD}/amdgpu/amdgpu_trace.h",
+    f"{AMD}/amdgpu/amdgpu.h",
+]
 
 
 def test_real_source_with_crlf_files_renders_a_series_both_tools_apply(real_source_61, tmp_path):
@@ -139,6 +154,7 @@ def test_real_source_with_crlf_files_renders_a_series_both_tools_apply(real_sour
 
 def test_real_driver_under_an_older_version_number_gets_the_variant_of_its_code(real_source_612, tmp_path):
     """A "backport" tree: Linux 6.12's driver under a 5.14 top Makefile, as RHEL 9 ships it."""
+
     def as_5_14(data):
         data = re.sub(rb"^PATCHLEVEL = \d+", b"PATCHLEVEL = 14", data, flags=re.M)
         return re.sub(rb"^VERSION = \d+", b"VERSION = 5", data, flags=re.M)
@@ -146,19 +162,26 @@ def test_real_driver_under_an_older_version_number_gets_the_variant_of_its_code(
     tree = derived_tree(real_source_612, tmp_path / "linux", {"Makefile": as_5_14})
     manifest = render(tree, tmp_path / "out")
     assert manifest["kernel_version"].startswith("5.14.")
-    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {"coarse-mtype": "gmc-picks-mtype",
-                                                                   "crat-mem": "largebar-debug-mask",
-                                                                   "cwsr-size": "exact-size"}
+    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {
+        "coarse-mtype": "gmc-picks-mtype",
+        "crat-mem": "largebar-debug-mask",
+        "cwsr-size": "exact-size",
+    }
     patched = patched_copy(tree, tmp_path / "out", tmp_path / "patched")
-    assert "\tamdgpu_rdna1_local_mem_info(adev, mem_info);\n\n\tmem_info->vram_width = adev->gmc.vram_width;\n" in (
-        patched / AMD / "amdgpu/amdgpu_amdkfd.c").read_text()
+    assert (
+        "\tamdgpu_rdna1_local_mem_info(adev, mem_info);\n\n\tmem_info->vram_width = adev->gmc.vram_width;\n"
+        in (patched / AMD / "amdgpu/amdgpu_amdkfd.c").read_text()
+    )
     assert "ctx->adev->debug_largebar = " in (patched / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
 
 
 def test_real_source_with_the_5_10_probe_statement_renders(real_source_61, tmp_path):
     """5.10.y called amdgpu_driver_load_kms(adev, ent->driver_data) for most of its life."""
+
     def older_probe(data):
-        new = data.replace(b"ret = amdgpu_driver_load_kms(adev, flags);", b"ret = amdgpu_driver_load_kms(adev, ent->driver_data);")
+        new = data.replace(
+            b"ret = amdgpu_driver_load_kms(adev, flags);", b"ret = amdgpu_driver_load_kms(adev, ent->driver_data);"
+        )
         assert new != data
         return new
 
@@ -180,13 +203,16 @@ def test_a_variant_using_a_member_the_real_tree_lacks_is_refused_in_a_second(rea
     shutil.copytree(quirk_catalog.kmod_root(), kmod)
     toml = kmod / "quirks/crat-mem/quirk.toml"
     text = toml.read_text()
-    text = text[:text.index("[[variants]]")] + """[[variants]]
+    text = (
+        text[: text.index("[[variants]]")]
+        + """[[variants]]
 id = "kgd"
 kernels = "5.10 - 5.16"
 edits = ["local-mem-info"]
 vars = { largebar_forced = "debug_largebar", kfd_node = "kfd_dev", mem_info_xcp = false, kgd = true, mem_info_cached = false }
 facts = [{ file = "drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd.c", function = "amdgpu_amdkfd_get_local_mem_info", contains = "mem_info" }]
 """
+    )
     toml.write_text(text)
     monkeypatch.setattr(quirk_catalog, "kmod_root", lambda: kmod)
     result = CliRunner().invoke(main, ["render", "--source", str(real_source_612), "--out", str(tmp_path / "out")])

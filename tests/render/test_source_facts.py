@@ -27,7 +27,9 @@ def fact(**raw):
 
 def test_each_kind_of_fact_holds_or_says_why_not():
     assert fact(parameters="uint32_t vm_flags").check(read) is None
-    assert fact(contains="bo->flags & (AMDGPU_GEM_CREATE_UNCACHED | AMDGPU_GEM_CREATE_EXT_COHERENT)").check(read) is None
+    assert (
+        fact(contains="bo->flags & (AMDGPU_GEM_CREATE_UNCACHED | AMDGPU_GEM_CREATE_EXT_COHERENT)").check(read) is None
+    )
     assert fact(lacks="mapping").check(read) is None
     assert fact(parameters="mapping").check(read) == "gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `mapping`"
     assert fact(lacks="MTYPE_UC").check(read) == "gmc_v10_0.c: gmc_v10_0_get_vm_pte() contains `MTYPE_UC`"
@@ -52,13 +54,16 @@ def test_a_whole_file_fact_and_its_description():
     assert str(fact(parameters="vm_flags")) == "gmc_v10_0.c: gmc_v10_0_get_vm_pte() takes `vm_flags`"
 
 
-@pytest.mark.parametrize("raw", [
-    {"file": GMC},
-    {"file": GMC, "contains": "a", "lacks": "b"},
-    {"file": GMC, "parameters": "a"},
-    {"contains": "a"},
-    {"file": GMC, "contains": "a", "kernel": "6.1"},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"file": GMC},
+        {"file": GMC, "contains": "a", "lacks": "b"},
+        {"file": GMC, "parameters": "a"},
+        {"contains": "a"},
+        {"file": GMC, "contains": "a", "kernel": "6.1"},
+    ],
+)
 def test_malformed_facts_are_refused_when_the_catalog_loads(raw):
     with pytest.raises(ValueError, match="test: fact"):
         Fact.parse(raw, "test")

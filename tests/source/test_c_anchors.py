@@ -4,7 +4,7 @@ import pytest
 
 from rdna1_kmgr.source import c_anchors
 
-CODE = '''#include <linux/pci.h>
+CODE = """#include <linux/pci.h>
 #include "amdgpu.h"
 
 static int helper(int a);	/* a prototype is not a definition */
@@ -24,23 +24,23 @@ static int helper(int a)
 static const struct funcs table = {
 	.helper = helper,
 };
-'''
+"""
 
 
 def test_definition_skips_prototypes_and_literals():
     span = c_anchors.definition(CODE, "x.c", "helper")
-    text = CODE[span.start:span.end]
+    text = CODE[span.start : span.end]
     assert text.startswith("static int helper(int a)\n{") and text.endswith("return 0;\n}")
 
 
 def test_initialised_table_is_a_definition_too():
     span = c_anchors.definition(CODE, "x.c", "table")
-    assert CODE[span.start:span.end].endswith(".helper = helper,\n};")
+    assert CODE[span.start : span.end].endswith(".helper = helper,\n};")
 
 
 def test_statement_matches_with_white_space_folded():
     span = c_anchors.statement(CODE, "x.c", "helper", "return call(a, s);")
-    assert CODE[span.start:span.end] == "\t\treturn call(a,\n\t\t\t    s);\n"
+    assert CODE[span.start : span.end] == "\t\treturn call(a,\n\t\t\t    s);\n"
 
 
 def test_statement_outside_the_function_is_not_found():
@@ -54,7 +54,7 @@ def test_missing_function_names_file_and_function():
 
 
 def test_after_includes_and_comment_above():
-    assert CODE[:c_anchors.after_includes(CODE, "x.c")].endswith('#include "amdgpu.h"\n')
+    assert CODE[: c_anchors.after_includes(CODE, "x.c")].endswith('#include "amdgpu.h"\n')
     at = CODE.index("\tif (a)")
     assert c_anchors.comment_above(CODE, at) == CODE.index("\t// and a }")
 
@@ -62,14 +62,14 @@ def test_after_includes_and_comment_above():
 def test_a_statement_is_found_by_any_of_its_forms_the_earliest_winning():
     forms = ["return 0;", "return call(a, s);"]
     span = c_anchors.statement(CODE, "x.c", "helper", forms)
-    assert CODE[span.start:span.end] == "\t\treturn call(a,\n\t\t\t    s);\n"
+    assert CODE[span.start : span.end] == "\t\treturn call(a,\n\t\t\t    s);\n"
     with pytest.raises(c_anchors.AnchorNotFound, match=r"statement `return 1;` or `return 2;` in helper\(\)"):
         c_anchors.statement(CODE, "x.c", "helper", ["return 1;", "return 2;"])
 
 
 def test_parameters_of_a_function_and_not_of_a_table():
     span = c_anchors.parameters(CODE, "x.c", "helper")
-    assert CODE[span.start:span.end] == "int a"
+    assert CODE[span.start : span.end] == "int a"
     with pytest.raises(c_anchors.AnchorNotFound, match="parameter list of table"):
         c_anchors.parameters(CODE, "x.c", "table")
 
@@ -77,15 +77,15 @@ def test_parameters_of_a_function_and_not_of_a_table():
 def test_crlf_text_keeps_its_carriage_returns_in_every_span():
     crlf = CODE.replace("\n", "\r\n") + "obj-y += a.o  \r\n"
     span = c_anchors.statement(crlf, "x.c", "helper", "return call(a, s);")
-    assert crlf[span.start:span.end] == "\t\treturn call(a,\r\n\t\t\t    s);\r\n"
+    assert crlf[span.start : span.end] == "\t\treturn call(a,\r\n\t\t\t    s);\r\n"
     line = c_anchors.top_line(crlf, "Makefile", "obj-y += a.o")
-    assert crlf[line.start:line.end] == "obj-y += a.o  \r\n"
+    assert crlf[line.start : line.end] == "obj-y += a.o  \r\n"
 
 
 def test_a_last_line_without_newline_is_a_whole_line():
     text = "a\nobj-y += a.o"
     span = c_anchors.top_line(text, "Makefile", "obj-y += a.o")
-    assert text[span.start:span.end] == "obj-y += a.o"
+    assert text[span.start : span.end] == "obj-y += a.o"
 
 
 def test_comments_are_blanked_in_place():

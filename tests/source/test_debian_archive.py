@@ -1,6 +1,7 @@
 """rdna1_kmgr.source.debian_archive: a private apt configuration per Debian suite.
 
-The real tests talk to the archive the system's apt uses (its mirror, its proxy): a fresh private archive in a temporary cache fetches lists and a tiny
+The real tests talk to the archive the system's apt uses (its mirror, its proxy): a fresh private archive in a
+temporary cache fetches lists and a tiny
 real package (linux-headers-amd64, ~1.5 kB) every run; the kernel ABI questions use the persistent test cache.
 """
 
@@ -41,17 +42,28 @@ def system_apt_snapshot() -> dict[str, int]:
 
 
 def test_each_suite_has_its_own_private_config(cache, tmp_path, monkeypatch):
-    apt_config(tmp_path, monkeypatch, "deb [signed-by=/k.gpg] http://m.invalid/debian bookworm main\n"
-                                      "deb [signed-by=/k.gpg] http://m.invalid/debian-security bookworm-security main\n")
+    apt_config(
+        tmp_path,
+        monkeypatch,
+        "deb [signed-by=/k.gpg] http://m.invalid/debian bookworm main\n"
+        "deb [signed-by=/k.gpg] http://m.invalid/debian-security bookworm-security main\n",
+    )
     security = debian_archive.PrivateArchive("bookworm-security", "bookworm")
     assert security.root == cache / "apt" / "bookworm-security"
     assert security.sources_line() == "deb [signed-by=/k.gpg] http://m.invalid/debian-security bookworm-security main"
-    assert debian_archive.PrivateArchive("sid", "bookworm").sources_line() == \
-        "deb [signed-by=/k.gpg] http://m.invalid/debian sid main"
+    assert (
+        debian_archive.PrivateArchive("sid", "bookworm").sources_line()
+        == "deb [signed-by=/k.gpg] http://m.invalid/debian sid main"
+    )
     options = dict(o.split("=", 1) for o in security.apt_options()[1::2])
     assert options["Dir::Etc::sourceparts"] == "-"  # the system's sources.list.d is never read
-    for key in ("Dir::Etc::sourcelist", "Dir::State::Lists", "Dir::State::status", "Dir::Cache",
-                "Dir::Etc::preferencesparts"):
+    for key in (
+        "Dir::Etc::sourcelist",
+        "Dir::State::Lists",
+        "Dir::State::status",
+        "Dir::Cache",
+        "Dir::Etc::preferencesparts",
+    ):
         assert options[key].startswith(str(security.root))
 
 
@@ -70,8 +82,12 @@ def test_bad_package_names_are_refused_before_apt_runs(cache, name):
 
 def test_parse_record_joins_continuation_lines():
     text = "Package: a\nVersion: 1-1\nDescription: short\n long line\n .\nSize: 12\n\nPackage: b\n"
-    assert debian_archive.parse_record(text) == {"Package": "a", "Version": "1-1", "Description": "short\nlong line\n.",
-                                          "Size": "12"}
+    assert debian_archive.parse_record(text) == {
+        "Package": "a",
+        "Version": "1-1",
+        "Description": "short\nlong line\n.",
+        "Size": "12",
+    }
 
 
 # --- real: the system's archive ------------------------------------------------------------------------------------
@@ -86,8 +102,9 @@ def test_update_download_and_reuse_leave_the_system_apt_alone(cache, capsys):
     deb = security.download("linux-headers-amd64")
     assert deb == cache / "debs" / wanted.filename
     assert hashlib.sha256(deb.read_bytes()).hexdigest() == wanted.sha256
-    fields = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Version"], capture_output=True, text=True,
-                            check=True).stdout
+    fields = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Package", "Version"], capture_output=True, text=True, check=True
+    ).stdout
     assert fields == f"Package: linux-headers-amd64\nVersion: {wanted.version}\n"
     err = capsys.readouterr().err
     assert "downloading linux-headers-amd64" in err
@@ -138,10 +155,13 @@ def test_versions_are_listed_highest_first(cache):
 
 
 @pytest.mark.realsource
-@pytest.mark.parametrize("suite, pattern", [
-    ("bookworm-security", r"6\.1\.0-\d+-amd64"),
-    ("bookworm-backports", r"6\.12\.\d+\+deb12-amd64"),
-])
+@pytest.mark.parametrize(
+    "suite, pattern",
+    [
+        ("bookworm-security", r"6\.1\.0-\d+-amd64"),
+        ("bookworm-backports", r"6\.12\.\d+\+deb12-amd64"),
+    ],
+)
 def test_current_kernel_abi_follows_the_metapackage(persistent_cache, suite, pattern):
     krel = debian_archive.current_kernel_abi(suite)
     assert re.fullmatch(pattern, krel)

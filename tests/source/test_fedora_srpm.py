@@ -14,17 +14,23 @@ import pytest
 from rdna1_kmgr.core.errors import SourceError
 from rdna1_kmgr.source import fedora_srpm, kernel_source
 
-pytestmark = pytest.mark.skipif(shutil.which("rpmbuild") is None or shutil.which("rpm2cpio") is None,
-                                reason="needs rpmbuild and rpm2cpio (apt install rpm rpm2cpio)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("rpmbuild") is None or shutil.which("rpm2cpio") is None,
+    reason="needs rpmbuild and rpm2cpio (apt install rpm rpm2cpio)",
+)
 
-AMD_FILES = ("drivers/gpu/drm/amd/amdgpu/gmc_v10_0.c", "drivers/gpu/drm/amd/amdgpu/amdgpu_drv.c",
-             "drivers/gpu/drm/amd/amdkfd/kfd_crat.c")
+AMD_FILES = (
+    "drivers/gpu/drm/amd/amdgpu/gmc_v10_0.c",
+    "drivers/gpu/drm/amd/amdgpu/amdgpu_drv.c",
+    "drivers/gpu/drm/amd/amdkfd/kfd_crat.c",
+)
 FEDORA_LINE = "/* Fedora: a change of Fedora's own, carried by patch-X.Y-redhat.patch */"
 
 
 def git_section(rel: str, before: str, after: str) -> str:
-    diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                f"a/{rel}", f"b/{rel}")
+    diff = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{rel}", f"b/{rel}"
+    )
     return f"diff --git a/{rel} b/{rel}\nindex 3b18e1f..9c2d7a4 100644\n" + "".join(diff)
 
 
@@ -45,7 +51,8 @@ def make_srpm(real_tree: Path, work: Path, name: str = "kernel", patch_fits: boo
         gmc = gmc.replace(lines[1], "a line this tree does not have\n")
     series = ".".join(version.split(".")[:2])
     patch = git_section(AMD_FILES[0], gmc, changed) + git_section(
-        "init/Kconfig", "config FOO\n\tbool \"foo\"\n", "config FOO\n\tbool \"foo, Fedora's way\"\n")
+        "init/Kconfig", 'config FOO\n\tbool "foo"\n', 'config FOO\n\tbool "foo, Fedora\'s way"\n'
+    )
     (sources / f"patch-{series}-redhat.patch").write_text(patch)
     spec = work / "rpm" / "kernel.spec"
     spec.write_text(f"""Name: {name}
@@ -63,8 +70,9 @@ Test fixture: real kernel files in the layout of Fedora's kernel SRPM.
 %setup -q -n linux-{version}
 %patch 1 -p1
 """)
-    subprocess.run(["rpmbuild", "-bs", "--define", f"_topdir {work / 'rpm'}", str(spec)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["rpmbuild", "-bs", "--define", f"_topdir {work / 'rpm'}", str(spec)], check=True, capture_output=True
+    )
     return next((work / "rpm" / "SRPMS").glob("*.src.rpm")), version
 
 

@@ -30,7 +30,7 @@ def write_tree(root: Path, version: str = "6.1.999") -> Path:
     major, minor, *sub = base.split(".")
     files = {
         "Makefile": f"# SPDX-License-Identifier: GPL-2.0\nVERSION = {major}\nPATCHLEVEL = {minor}\n"
-                    f"SUBLEVEL = {sub[0] if sub else 0}\nEXTRAVERSION ={' -' + rc if rc else ''}\nNAME = Test\n",
+        f"SUBLEVEL = {sub[0] if sub else 0}\nEXTRAVERSION ={' -' + rc if rc else ''}\nNAME = Test\n",
         f"{AMD}/amdgpu/gmc_v10_0.c": "static void gmc_v10_0_get_vm_pte(void) {}\n",
         f"{AMD}/amdkfd/kfd_crat.c": "int kfd_create_vcrat_image_gpu(void) { return 0; }\n",
         f"{AMD}/include/amd_shared.h": "#define AMD 1\n",
@@ -55,15 +55,17 @@ def make_tarball(folder: Path, version: str = "6.1.999", compression: str = "-J"
     return tarball
 
 
-def make_deb(folder: Path, series: str = "6.1", debian_version: str = "6.1.999-1",
-             tree_version: str | None = None) -> Path:
+def make_deb(
+    folder: Path, series: str = "6.1", debian_version: str = "6.1.999-1", tree_version: str | None = None
+) -> Path:
     """A linux-source-<series> .deb shaped like Debian's (usr/src/linux-source-<series>.tar.xz inside)."""
     package = f"linux-source-{series}"
     root = folder / f"deb-{debian_version}"
     (root / "DEBIAN").mkdir(parents=True)
     (root / "DEBIAN" / "control").write_text(
         f"Package: {package}\nVersion: {debian_version}\nArchitecture: all\nMaintainer: Test <t@example.org>\n"
-        "Description: test kernel source\n")
+        "Description: test kernel source\n"
+    )
     (root / "usr/src").mkdir(parents=True)
     stage = folder / f"tree-{debian_version}"
     write_tree(stage / package, tree_version or debian_version.rsplit("-", 1)[0])
@@ -94,12 +96,15 @@ def cache(tmp_path, monkeypatch) -> Path:
 # --- versions ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version, expected", [
-    ("6.1.192", "6.1.192"),
-    ("6.12.95", "6.12.95"),
-    ("7.2-rc3", "7.2.0rc3"),
-    ("7.2.0", "7.2.0"),
-])
+@pytest.mark.parametrize(
+    "version, expected",
+    [
+        ("6.1.192", "6.1.192"),
+        ("6.12.95", "6.12.95"),
+        ("7.2-rc3", "7.2.0rc3"),
+        ("7.2.0", "7.2.0"),
+    ],
+)
 def test_kernel_version_reads_the_top_makefile(tmp_path, version, expected):
     assert kernel_source.kernel_version(write_tree(tmp_path, version)) == Version(expected)
 
@@ -127,14 +132,17 @@ def test_a_folder_without_a_makefile_is_refused(tmp_path):
         kernel_source.kernel_version(tmp_path)
 
 
-@pytest.mark.parametrize("given, expected", [
-    ("6.1.192-2", "6.1.192"),
-    ("6.1.192", "6.1.192"),
-    ("6.12.95-1~bpo12+1", "6.12.95"),
-    ("1:6.12.95-1", "6.12.95"),
-    ("7.2~rc3-1~exp1", "7.2rc3"),
-    ("7.2-rc3", "7.2rc3"),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("6.1.192-2", "6.1.192"),
+        ("6.1.192", "6.1.192"),
+        ("6.12.95-1~bpo12+1", "6.12.95"),
+        ("1:6.12.95-1", "6.12.95"),
+        ("7.2~rc3-1~exp1", "7.2rc3"),
+        ("7.2-rc3", "7.2rc3"),
+    ],
+)
 def test_upstream_version_of_debian_and_plain_versions(given, expected):
     assert kernel_source.upstream_version(given) == Version(expected)
 
@@ -146,8 +154,11 @@ def test_upstream_version_refuses_nonsense():
 
 def test_debian_kernel_version_from_dpkg():
     """The headers of the current 6.1 kernel are installed on the test machine (headers_61 makes sure)."""
-    installed = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Version}\\n", "linux-headers-6.1.0-*-amd64"],
-                               capture_output=True, text=True).stdout.split()
+    installed = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Package} ${Version}\\n", "linux-headers-6.1.0-*-amd64"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     if not installed:
         pytest.skip("no 6.1 headers installed")
     krel = installed[0].removeprefix("linux-headers-")
@@ -155,10 +166,15 @@ def test_debian_kernel_version_from_dpkg():
 
 
 def test_debian_kernel_version_from_proc_version():
-    running = "Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0) " \
-              "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)\n"
+    running = (
+        "Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0) "
+        "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)\n"
+    )
     assert kernel_source.debian_kernel_version("6.1.0-999-amd64", proc_version=running) == "6.1.192-2"
-    assert kernel_source.debian_kernel_version("6.18.44-fc", proc_version="Linux version 6.18.44-fc (builder) #1 SMP\n") is None
+    assert (
+        kernel_source.debian_kernel_version("6.18.44-fc", proc_version="Linux version 6.18.44-fc (builder) #1 SMP\n")
+        is None
+    )
 
 
 @pytest.mark.parametrize("bad", ["../../etc", "6.1.192-2/..", "-o", ""])
@@ -247,7 +263,7 @@ def test_a_truncated_archive_leaves_nothing_and_names_the_file(tmp_path, cache, 
 def test_a_corrupt_tarball_leaves_nothing(tmp_path, cache):
     tarball = make_tarball(tmp_path)
     data = bytearray(tarball.read_bytes())
-    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
     tarball.write_bytes(bytes(data))
     with pytest.raises(SourceError, match=str(tarball)):
         kernel_source.unpack_amd_subset(tarball)
@@ -274,8 +290,9 @@ def test_a_tarball_without_the_amd_driver_is_refused(tmp_path, cache):
 def test_a_deb_of_another_package_is_refused(tmp_path, cache):
     root = tmp_path / "pkg"
     (root / "DEBIAN").mkdir(parents=True)
-    (root / "DEBIAN/control").write_text("Package: hello\nVersion: 1.0-1\nArchitecture: all\n"
-                                         "Maintainer: T <t@example.org>\nDescription: x\n")
+    (root / "DEBIAN/control").write_text(
+        "Package: hello\nVersion: 1.0-1\nArchitecture: all\n" "Maintainer: T <t@example.org>\nDescription: x\n"
+    )
     deb = tmp_path / "hello_1.0-1_all.deb"
     subprocess.run(["dpkg-deb", "-b", str(root), str(deb)], check=True, capture_output=True)
     with pytest.raises(SourceError, match="is hello, not a linux-source package"):
@@ -306,9 +323,11 @@ def http_folder(tmp_path):
 def publish_sums(folder: Path, tarball: Path, name: str = "sha256sums.asc") -> str:
     """A sha256sums file like kernel.org's (clear-signed armour around `hash  name` lines)."""
     digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    (folder / name).write_text("-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA256\n\n"
-                               f"{'0' * 64}  linux-6.0.1.tar.xz\n{digest}  {tarball.name}\n"
-                               "-----BEGIN PGP SIGNATURE-----\nabc\n-----END PGP SIGNATURE-----\n")
+    (folder / name).write_text(
+        "-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA256\n\n"
+        f"{'0' * 64}  linux-6.0.1.tar.xz\n{digest}  {tarball.name}\n"
+        "-----BEGIN PGP SIGNATURE-----\nabc\n-----END PGP SIGNATURE-----\n"
+    )
     return digest
 
 
@@ -369,8 +388,9 @@ def test_a_missing_url_is_a_clear_error(cache, http_folder):
         kernel_source.fetch_tarball(f"{base}/linux-6.1.1.tar.xz", "0" * 64)
 
 
-@pytest.mark.parametrize("url", ["ftp://example.org/linux-6.1.tar.xz", "file:///tmp/linux-6.1.tar.xz",
-                                 "https:///linux-6.1.tar.xz"])
+@pytest.mark.parametrize(
+    "url", ["ftp://example.org/linux-6.1.tar.xz", "file:///tmp/linux-6.1.tar.xz", "https:///linux-6.1.tar.xz"]
+)
 def test_only_http_and_https_urls_are_accepted(cache, url):
     with pytest.raises(UsageError, match="unsupported source URL"):
         kernel_source.resolve_source_option(url)
@@ -431,8 +451,11 @@ def test_real_debian_61_source(real_source_61, persistent_cache, monkeypatch):
     assert (real_source_61 / AMD / "amdkfd/kfd_crat.c").is_file()
     assert not (real_source_61 / "include").exists()
     # A second request costs nothing: the unpacked tree is found without the archive or the .deb.
-    monkeypatch.setattr(debian_archive.PrivateArchive, "download",
-                        lambda *args, **kwargs: pytest.fail("the cached source was downloaded again"))
+    monkeypatch.setattr(
+        debian_archive.PrivateArchive,
+        "download",
+        lambda *args, **kwargs: pytest.fail("the cached source was downloaded again"),
+    )
     assert kernel_source.fetch_debian_source(origin["debian_version"]) == real_source_61
 
 

@@ -11,10 +11,16 @@ from rdna1_kmgr.source import kernel_source, ubuntu_source
 
 def test_ubuntu_version_signature_is_parsed():
     assert ubuntu_source.parse_signature("Ubuntu 6.8.0-48.48-generic 6.8.12\n") == ("6.8.0-48.48", "generic", "6.8.12")
-    assert ubuntu_source.parse_signature("Ubuntu 6.8.0-48.48~22.04.1-generic 6.8.12") == \
-        ("6.8.0-48.48~22.04.1", "generic", "6.8.12")
-    assert ubuntu_source.parse_signature("Ubuntu 6.8.0-1015.16-lowlatency-64k 6.8.12") == \
-        ("6.8.0-1015.16", "lowlatency-64k", "6.8.12")
+    assert ubuntu_source.parse_signature("Ubuntu 6.8.0-48.48~22.04.1-generic 6.8.12") == (
+        "6.8.0-48.48~22.04.1",
+        "generic",
+        "6.8.12",
+    )
+    assert ubuntu_source.parse_signature("Ubuntu 6.8.0-1015.16-lowlatency-64k 6.8.12") == (
+        "6.8.0-1015.16",
+        "lowlatency-64k",
+        "6.8.12",
+    )
     assert ubuntu_source.parse_signature("Linux version 6.1.0-56-amd64") is None
 
 
@@ -34,8 +40,9 @@ def test_ubuntu_hwe_kernel_looks_for_the_hwe_source_package_first(tmp_path):
     kernel = ubuntu_source.ubuntu_kernel("6.8.0-48-generic", system_identity.read(root))
     assert kernel.source_packages == ["linux-hwe-6.8-source-6.8.0", "linux-source-6.8.0"]
     # dpkg names the source package that built it: then only that one.
-    assert ubuntu_source.UbuntuKernel("6.8.0-48-generic", "6.8.0-48.48~22.04.1", None, "linux-hwe-6.8") \
-        .source_packages == ["linux-hwe-6.8-source-6.8.0"]
+    assert ubuntu_source.UbuntuKernel(
+        "6.8.0-48-generic", "6.8.0-48.48~22.04.1", None, "linux-hwe-6.8"
+    ).source_packages == ["linux-hwe-6.8-source-6.8.0"]
 
 
 def test_ubuntu_signature_of_another_abi_is_refused(tmp_path):

@@ -22,15 +22,24 @@ import pytest
 from click.testing import CliRunner
 from conftest import _using_test_cache, persistent_cache_root
 
-from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import engine, guest_kernel, guest_view, verdict
 
 DATA = Path(__file__).parent / "data"
 CANNED_KERNEL = "6.1.0-56-amd64"
-DEPENDS = ("ttm", "drm", "drm_display_helper", "drm_kms_helper", "drm_buddy", "i2c-algo-bit", "gpu-sched",
-           "video", "drm_ttm_helper")
+DEPENDS = (
+    "ttm",
+    "drm",
+    "drm_display_helper",
+    "drm_kms_helper",
+    "drm_buddy",
+    "i2c-algo-bit",
+    "gpu-sched",
+    "video",
+    "drm_ttm_helper",
+)
 
 
 def canned(name: str) -> dict:
@@ -40,10 +49,16 @@ def canned(name: str) -> dict:
 def stock_module(**changes) -> module_elf.ModuleFile:
     """The facts of the unpatched amdgpu.ko the canned stock result comes from."""
     facts = dict(
-        path=Path("/tmp/rdna1-kmgr-vm-RUN/amdgpu.ko"), sha256="2" * 64, name="amdgpu",
-        vermagic=f"{CANNED_KERNEL} SMP preempt mod_unload modversions ", depends=DEPENDS,
-        parameters=("vramlimit", "debug_largebar"), build_id="eec37b5c70e650cc32ad77d9f54a69a2ff1c8ec6",
-        srcversion=None, signed=False, texts=frozenset(verdict.INIT_MESSAGES),
+        path=Path("/tmp/rdna1-kmgr-vm-RUN/amdgpu.ko"),
+        sha256="2" * 64,
+        name="amdgpu",
+        vermagic=f"{CANNED_KERNEL} SMP preempt mod_unload modversions ",
+        depends=DEPENDS,
+        parameters=("vramlimit", "debug_largebar"),
+        build_id="eec37b5c70e650cc32ad77d9f54a69a2ff1c8ec6",
+        srcversion=None,
+        signed=False,
+        texts=frozenset(verdict.INIT_MESSAGES),
     )
     facts.update(changes)
     return module_elf.ModuleFile(**facts)
@@ -101,7 +116,9 @@ def test_the_stock_module_loads_cleanly_but_is_not_an_rdna1_build():
 
 def test_a_failing_selftest_case_fails_the_verdict():
     result = patched_result(passed=6, failed=1)
-    step(result, "insmod selftest")["log"].insert(-2, "[   63.654000] amdgpu: rdna1-kmgr selftest: crat-mem case 3 failed")
+    step(result, "insmod selftest")["log"].insert(
+        -2, "[   63.654000] amdgpu: rdna1-kmgr selftest: crat-mem case 3 failed"
+    )
     checks = judge(result)
     assert failing(checks) == {"selftest"}
     assert "6 passed, 1 failed" in checks["selftest"].detail
@@ -113,13 +130,19 @@ def test_a_failing_selftest_case_fails_the_verdict():
 def test_a_selftest_that_switched_the_quirks_off_says_so_in_the_verdict():
     result = patched_result(passed=80, failed=7)
     load = step(result, "insmod selftest")
-    load["log"] = [line.replace("80 passed, 7 failed", "80 passed, 7 failed (first: crat-mem case 2): quirks forced "
-                                "off, rdna1_quirks=0") for line in load["log"]]
+    load["log"] = [
+        line.replace(
+            "80 passed, 7 failed", "80 passed, 7 failed (first: crat-mem case 2): quirks forced " "off, rdna1_quirks=0"
+        )
+        for line in load["log"]
+    ]
     load["after"]["parameters"]["rdna1_quirks"] = "0"
     checks = judge(result, required=87)
     assert failing(checks) == {"selftest"}
-    assert checks["selftest"].detail == ("80 passed, 7 failed (needs >= 87 passed, 0 failed); first failure: "
-                                         "crat-mem case 2; the module switched every quirk off (rdna1_quirks=0)")
+    assert checks["selftest"].detail == (
+        "80 passed, 7 failed (needs >= 87 passed, 0 failed); first failure: "
+        "crat-mem case 2; the module switched every quirk off (rdna1_quirks=0)"
+    )
 
 
 def test_the_selftest_must_run_at_least_the_cases_the_render_defines():
@@ -138,8 +161,9 @@ def test_a_missing_selftest_line_fails():
 def test_a_warning_splat_fails_the_log_and_taint_checks():
     """Real run: the stand-in module WARNs at init; the kernel adds taint W (512)."""
     result = canned("6.1-fake-warns")
-    module = patched_module(depends=(), build_id=None, srcversion=None,
-                            texts=frozenset({"[drm] amdgpu kernel modesetting enabled"}))
+    module = patched_module(
+        depends=(), build_id=None, srcversion=None, texts=frozenset({"[drm] amdgpu kernel modesetting enabled"})
+    )
     checks = judge(result, module=module)
     assert {"kernel-log", "taint"} <= failing(checks)
     assert "WARNING: CPU: 0" in checks["kernel-log"].detail
@@ -150,8 +174,10 @@ def test_a_module_the_kernel_rejects_fails_with_the_kernel_reason():
     result = patched_result()
     load = step(result, "insmod selftest")
     load.update(rc=1, output="insmod: ERROR: could not insert module amdgpu.ko: Invalid module format\n")
-    load["log"] = ["[   53.4] rdna1-kmgr: stage insmod selftest",
-                   "[   53.5] amdgpu: disagrees about version of symbol drm_dev_enter"]
+    load["log"] = [
+        "[   53.4] rdna1-kmgr: stage insmod selftest",
+        "[   53.5] amdgpu: disagrees about version of symbol drm_dev_enter",
+    ]
     load["after"] = {"loaded": False, "initstate": None, "tainted": 0}
     result["steps"] = [s for s in result["steps"] if s["name"] != "rmmod selftest"]
     checks = judge(result)
@@ -226,8 +252,9 @@ def test_a_guest_that_stopped_midway_fails():
 
 
 def test_a_module_built_for_another_kernel_fails_before_any_boot():
-    checks = verdict.check_module_file(patched_module(), "6.12.95+deb12-amd64",
-                                       "6.12.95+deb12-amd64 SMP preempt mod_unload modversions ")
+    checks = verdict.check_module_file(
+        patched_module(), "6.12.95+deb12-amd64", "6.12.95+deb12-amd64 SMP preempt mod_unload modversions "
+    )
     vermagic = next(c for c in checks if c.name == "vermagic")
     assert not vermagic.ok
     assert "built for 6.1.0-56-amd64" in vermagic.detail and "6.12.95+deb12-amd64" in vermagic.detail
@@ -238,9 +265,21 @@ def test_a_module_built_for_another_kernel_fails_before_any_boot():
 
 def make_record(sha: str, kernel: str = CANNED_KERNEL, outcome: str = "pass") -> verdict.Record:
     checks = [verdict.Check("load", outcome == "pass", "x")]
-    return verdict.Record(verdict=outcome, reason="r", mode="emulated", kernel=kernel, module="/m/amdgpu.ko",
-                          module_sha256=sha, accel="tcg", checks=checks, selftest={"passed": 7, "failed": 0},
-                          console_log="/log", seconds=1.0, started="2026-01-01T00:00:00+00:00", tool_version="t")
+    return verdict.Record(
+        verdict=outcome,
+        reason="r",
+        mode="emulated",
+        kernel=kernel,
+        module="/m/amdgpu.ko",
+        module_sha256=sha,
+        accel="tcg",
+        checks=checks,
+        selftest={"passed": 7, "failed": 0},
+        console_log="/log",
+        seconds=1.0,
+        started="2026-01-01T00:00:00+00:00",
+        tool_version="t",
+    )
 
 
 def test_the_record_is_stored_by_module_sha256_and_read_back(tmp_path, monkeypatch):
@@ -300,15 +339,21 @@ def test_a_file_that_is_not_a_module_is_refused(tmp_path, name, content):
 def test_stages_are_reported_once_each_even_when_lines_arrive_in_pieces():
     seen = []
     watcher = engine.StageWatcher(seen.append, clock=iter([0.0] + [1.0] * 20).__next__)
-    console = ("Probing EDD... ok\r\n[    0.000000] Linux version 6.1.0-56-amd64 (debian)\r\n"
-               "[ 5.1] virtme initramfs: mounting hostfs...\r\n[ 9.0] virtme-ng-init: basic initialization done\r\n"
-               "[ 9.5] rdna1-kmgr: stage insmod selftest\r\n[ 9.6] Linux version 6.1.0-56-amd64 again\r\n"
-               "[ 9.7] reboot: Power down\r\n")
+    console = (
+        "Probing EDD... ok\r\n[    0.000000] Linux version 6.1.0-56-amd64 (debian)\r\n"
+        "[ 5.1] virtme initramfs: mounting hostfs...\r\n[ 9.0] virtme-ng-init: basic initialization done\r\n"
+        "[ 9.5] rdna1-kmgr: stage insmod selftest\r\n[ 9.6] Linux version 6.1.0-56-amd64 again\r\n"
+        "[ 9.7] reboot: Power down\r\n"
+    )
     for start in range(0, len(console), 7):
-        watcher.feed(console[start:start + 7])
+        watcher.feed(console[start : start + 7])
     assert [stage for _, stage in watcher.stages] == [
-        "kernel started", "initramfs mounts the host's root", "guest init done", "insmod selftest",
-        "guest powered off"]
+        "kernel started",
+        "initramfs mounts the host's root",
+        "guest init done",
+        "insmod selftest",
+        "guest powered off",
+    ]
     assert seen[0].endswith("kernel started")
 
 
@@ -382,13 +427,15 @@ def test_a_cached_kernel_tree_is_used_and_a_host_kernel_preferred(tmp_path, monk
 
 
 def dpkg_status(package: str) -> str:
-    proc = subprocess.run(["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", package],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", package], capture_output=True, text=True
+    )
     return proc.stdout.strip() if proc.returncode == 0 else "unknown"
 
 
-def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(tmp_path, monkeypatch, headers_61,
-                                                                    persistent_cache):
+def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(
+    tmp_path, monkeypatch, headers_61, persistent_cache
+):
     """Real: the .deb from Debian's archive (shared test cache), dpkg-deb -x and depmod into a fresh entry."""
     monkeypatch.setattr(guest_kernel, "HOST_ROOT", tmp_path / "host")  # as if not installed here
     monkeypatch.setattr(guest_kernel, "cached_root", lambda release: tmp_path / "kernels" / release)
@@ -423,18 +470,21 @@ def isolated_state(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("args,code,message", [
-    (["--module", "/nonexistent/amdgpu.ko"], 2, "is not a kernel module file"),
-    (["--module", "/etc/hostname"], 2, "is not a kernel module file"),
-    (["--kernel", "../../etc", "--module", "/x.ko"], 2, "invalid kernel release"),
-    (["--timeout", "0", "--module", "/x.ko"], 2, "invalid --timeout"),
-    (["--emulated", "--gpu", "auto"], 2, "exclude each other"),
-    (["--workload", "conv2d"], 2, "needs a GPU passed through"),
-    (["--gpu", "03:00"], 2, "invalid PCI address"),
-    (["--manifest", "/x.json"], 2, "--manifest goes with --module"),
-    (["--accel", "hvf"], 2, "hvf"),
-    (["--kernel", "6.1.0-99-amd64"], 2, "no rdna1-amdgpu build for kernel 6.1.0-99-amd64"),
-])
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        (["--module", "/nonexistent/amdgpu.ko"], 2, "is not a kernel module file"),
+        (["--module", "/etc/hostname"], 2, "is not a kernel module file"),
+        (["--kernel", "../../etc", "--module", "/x.ko"], 2, "invalid kernel release"),
+        (["--timeout", "0", "--module", "/x.ko"], 2, "invalid --timeout"),
+        (["--emulated", "--gpu", "auto"], 2, "exclude each other"),
+        (["--workload", "conv2d"], 2, "needs a GPU passed through"),
+        (["--gpu", "03:00"], 2, "invalid PCI address"),
+        (["--manifest", "/x.json"], 2, "--manifest goes with --module"),
+        (["--accel", "hvf"], 2, "hvf"),
+        (["--kernel", "6.1.0-99-amd64"], 2, "no rdna1-amdgpu build for kernel 6.1.0-99-amd64"),
+    ],
+)
 def test_bad_input_is_one_line_a_usage_exit_and_changes_nothing(isolated_state, args, code, message):
     result = CliRunner().invoke(main, ["vm-test", *args])
     assert result.exit_code == code, result.output
@@ -508,8 +558,12 @@ def fake_modules_61(guest_kernel_61, tmp_path_factory) -> dict[str, Path]:
 def vm_env(tmp_path) -> dict[str, str]:
     """Environment of one CLI run: its own state, logs and temporary folder; the shared kernel cache."""
     env = dict(os.environ)
-    env.update(RDNA1_KMGR_STATE=str(tmp_path / "state"), RDNA1_KMGR_LOG=str(tmp_path / "log"),
-               RDNA1_KMGR_CACHE=str(persistent_cache_root()), TMPDIR=str(tmp_path / "tmp"))
+    env.update(
+        RDNA1_KMGR_STATE=str(tmp_path / "state"),
+        RDNA1_KMGR_LOG=str(tmp_path / "log"),
+        RDNA1_KMGR_CACHE=str(persistent_cache_root()),
+        TMPDIR=str(tmp_path / "tmp"),
+    )
     (tmp_path / "tmp").mkdir()
     return env
 
@@ -527,8 +581,17 @@ def test_emulated_verdict_passes_and_is_recorded(fake_modules_61, guest_kernel_6
     assert out["verdict"] == "pass" and out["mode"] == "emulated" and out["kernel"] == guest_kernel_61
     assert out["module_sha256"] == hashlib.sha256(module.read_bytes()).hexdigest()
     assert out["selftest"] == {"passed": 7, "failed": 0, "required": 1}
-    assert {c["name"] for c in out["checks"]} >= {"vermagic", "load", "identity", "selftest", "init-messages",
-                                                   "kernel-log", "taint", "stock-reload", "unload"}
+    assert {c["name"] for c in out["checks"]} >= {
+        "vermagic",
+        "load",
+        "identity",
+        "selftest",
+        "init-messages",
+        "kernel-log",
+        "taint",
+        "stock-reload",
+        "unload",
+    }
     record = Path(out["record"])
     assert record == Path(vm_env["RDNA1_KMGR_STATE"]) / "validations" / f"{out['module_sha256']}.json"
     assert json.loads(record.read_text()) == out
@@ -539,10 +602,13 @@ def test_emulated_verdict_passes_and_is_recorded(fake_modules_61, guest_kernel_6
 
 
 @pytest.mark.vm
-@pytest.mark.parametrize("variant,reason", [
-    ("selftest-fails", "selftest: 6 passed, 1 failed"),
-    ("warns", "kernel-log: "),
-])
+@pytest.mark.parametrize(
+    "variant,reason",
+    [
+        ("selftest-fails", "selftest: 6 passed, 1 failed"),
+        ("warns", "kernel-log: "),
+    ],
+)
 def test_a_broken_module_fails_with_its_reason(fake_modules_61, vm_env, variant, reason):
     proc = rdna1_kmgr(["vm-test", "--module", str(fake_modules_61[variant]), "--accel", "tcg"], vm_env)
     assert proc.returncode == 5
@@ -572,8 +638,9 @@ def test_the_accel_probe_tells_a_kernel_that_boots_from_one_that_hangs(guest_ker
 def test_kvm_that_does_not_work_ends_as_a_failure_with_no_qemu_left(fake_modules_61, vm_env):
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         pytest.skip("no usable /dev/kvm: --accel kvm is refused before any boot (see the bad-input tests)")
-    proc = rdna1_kmgr(["vm-test", "--module", str(fake_modules_61["good"]), "--accel", "kvm", "--timeout", "20",
-                       "--json"], vm_env)
+    proc = rdna1_kmgr(
+        ["vm-test", "--module", str(fake_modules_61["good"]), "--accel", "kvm", "--timeout", "20", "--json"], vm_env
+    )
     out = json.loads(proc.stdout)
     if out["verdict"] == "pass":
         pytest.skip("KVM works on this host: nothing to end")
@@ -584,8 +651,9 @@ def test_kvm_that_does_not_work_ends_as_a_failure_with_no_qemu_left(fake_modules
 
 @pytest.mark.vm
 def test_the_hard_timeout_kills_qemu_and_fails_with_the_console_tail(fake_modules_61, vm_env):
-    proc = rdna1_kmgr(["vm-test", "--module", str(fake_modules_61["good"]), "--accel", "tcg", "--timeout", "8",
-                       "--json"], vm_env)
+    proc = rdna1_kmgr(
+        ["vm-test", "--module", str(fake_modules_61["good"]), "--accel", "tcg", "--timeout", "8", "--json"], vm_env
+    )
     out = json.loads(proc.stdout)
     assert proc.returncode == 5 and out["verdict"] == "fail"
     assert out["reason"].startswith("guest-run: timed out after 8 s and was killed; console tail: ")
@@ -612,8 +680,9 @@ def test_the_real_amdgpu_module_passes_every_check(request, series, vm_env):
 @pytest.mark.vm
 def test_a_module_built_for_another_kernel_fails_without_booting(fake_modules_61, headers_612, vm_env):
     """The 6.12 image is fetched into the cache with --yes; the 6.1 module's vermagic does not fit it."""
-    proc = rdna1_kmgr(["vm-test", "--module", str(fake_modules_61["good"]), "--kernel", headers_612,
-                       "--yes", "--json"], vm_env)
+    proc = rdna1_kmgr(
+        ["vm-test", "--module", str(fake_modules_61["good"]), "--kernel", headers_612, "--yes", "--json"], vm_env
+    )
     out = json.loads(proc.stdout)
     assert proc.returncode == 5 and out["console_log"] is None and out["accel"] is None
     assert out["reason"].startswith("vermagic: ")

@@ -38,16 +38,24 @@ ALL = sum(1 << q.bit for q in CATALOG.values())
 
 
 def report_of(cases: int = 3, off: int = 0, error: float = 1e-6) -> dict:
-    return {"device": "cuda", "tolerance": {"rtol": 1e-3, "atol": 1e-3},
-            "cases": [{"case": f"c{i}", "max_abs_err": 0.5 if i < off else error, "ok": i >= off} for i in range(cases)],
-            "ok": off == 0}
+    return {
+        "device": "cuda",
+        "tolerance": {"rtol": 1e-3, "atol": 1e-3},
+        "cases": [{"case": f"c{i}", "max_abs_err": 0.5 if i < off else error, "ok": i >= off} for i in range(cases)],
+        "ok": off == 0,
+    }
 
 
 def entry(cell_id: str, rc=0, report=None, output="", load_rc=0, unload_rc=0, done=True) -> dict:
     run = {"argv": ["python3", "conv2d.py"], "rc": rc, "output": output, "report": report, "seconds": 12.5}
-    return {"id": cell_id, "started": True, "done": done, "load": {"rc": load_rc, "output": "insmod: ERROR: could not "
-            "insert module" if load_rc else ""}, "workload": {"name": "conv2d", "runs": [run]},
-            "unload": {"rc": unload_rc, "output": ""}}
+    return {
+        "id": cell_id,
+        "started": True,
+        "done": done,
+        "load": {"rc": load_rc, "output": "insmod: ERROR: could not " "insert module" if load_rc else ""},
+        "workload": {"name": "conv2d", "runs": [run]},
+        "unload": {"rc": unload_rc, "output": ""},
+    }
 
 
 class CannedGuest:
@@ -81,8 +89,18 @@ def test_cells_are_every_mask_by_every_profile_from_the_data():
     assert sorted({c.mask for c in cells}) == sorted(expected_masks)
     assert len(cells) == len(expected_masks) * len(names)
     assert {c.profile.name for c in cells} == set(names)
-    assert {"as-installed", "no-override", "find-fast", "conv-gemm", "conv-direct", "no-winograd", "no-asm",
-            "deprecated-solvers", "override-1030", "small-bar"} <= set(names)
+    assert {
+        "as-installed",
+        "no-override",
+        "find-fast",
+        "conv-gemm",
+        "conv-direct",
+        "no-winograd",
+        "no-asm",
+        "deprecated-solvers",
+        "override-1030",
+        "small-bar",
+    } <= set(names)
     direct = profiles.get("conv-direct").set
     assert direct["MIOPEN_DEBUG_CONV_GEMM"] == "0" and "MIOPEN_DEBUG_CONV_DIRECT" not in direct
 
@@ -186,12 +204,18 @@ def guest_python(vm_env, monkeypatch) -> str:
 
 
 @pytest.mark.vm
-def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(fake_modules_61, guest_kernel_61,
-                                                                        guest_python):
-    cells = [c for c in experiment.cells() if (c.mask, c.profile.name) in
-             ((0, "as-installed"), (ALL, "conv-direct"))]
-    run_batch = experiment_guest.batch_runner(guest_kernel_61, fake_modules_61["good"], cpu_workload(guest_python),
-                                              cell_timeout=900, accel="tcg", base_env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"})
+def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(
+    fake_modules_61, guest_kernel_61, guest_python
+):
+    cells = [c for c in experiment.cells() if (c.mask, c.profile.name) in ((0, "as-installed"), (ALL, "conv-direct"))]
+    run_batch = experiment_guest.batch_runner(
+        guest_kernel_61,
+        fake_modules_61["good"],
+        cpu_workload(guest_python),
+        cell_timeout=900,
+        accel="tcg",
+        base_env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"},
+    )
     seen = []
 
     def recording(batch, attempt):
@@ -213,13 +237,15 @@ def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(fake_mo
 
 
 @pytest.mark.vm
-def test_a_cell_over_its_limit_is_a_hang_and_the_next_cell_gets_a_fresh_vm(fake_modules_61, guest_kernel_61,
-                                                                          guest_python):
+def test_a_cell_over_its_limit_is_a_hang_and_the_next_cell_gets_a_fresh_vm(
+    fake_modules_61, guest_kernel_61, guest_python
+):
     cells = [c for c in experiment.cells() if c.mask == 0][:2]
     # One second is not even enough to import torch under TCG: the guest kills the workload, calls it a
     # hang and stops; the host boots a fresh VM for the second cell.
-    run_batch = experiment_guest.batch_runner(guest_kernel_61, fake_modules_61["good"], cpu_workload(guest_python),
-                                              cell_timeout=1, accel="tcg")
+    run_batch = experiment_guest.batch_runner(
+        guest_kernel_61, fake_modules_61["good"], cpu_workload(guest_python), cell_timeout=1, accel="tcg"
+    )
     results = experiment.run(cells, run_batch)
     assert [r.outcome for r in results] == ["hang", "hang"]
     assert [r.attempt for r in results] == [1, 2]

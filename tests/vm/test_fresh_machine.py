@@ -14,7 +14,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_engine import assert_nothing_left_running, dpkg_status, fake_modules_61, guest_kernel_61, rdna1_kmgr, vm_env  # noqa: F401
+from test_engine import (  # noqa: F401
+    assert_nothing_left_running,
+    dpkg_status,
+    fake_modules_61,
+    guest_kernel_61,
+    rdna1_kmgr,
+    vm_env,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,6 +61,7 @@ def venv_with_rdna1_kmgr(where: Path) -> Path:
     """A fresh venv of the system's Python at `where`, with rdna1-kmgr installed into it by pip from this
     checkout (copied first, so pip leaves no build/ folder in it)."""
     source = where.parent / (where.name + "-src")
+
     def left_out(folder: str, names: list[str]) -> set[str]:
         # pip's leftovers at the top of a checkout (rdna1_kmgr/modbuild/ is a package and stays)
         top = {".git", "build"} if Path(folder) == REPO else set()
@@ -62,8 +70,9 @@ def venv_with_rdna1_kmgr(where: Path) -> Path:
     shutil.copytree(REPO, source, ignore=left_out)
     try:
         subprocess.run(["/usr/bin/python3", "-m", "venv", str(where)], check=True, capture_output=True)
-        proc = subprocess.run([str(where / "bin" / "pip"), "install", "-q", str(source)], capture_output=True,
-                              text=True, timeout=900)
+        proc = subprocess.run(
+            [str(where / "bin" / "pip"), "install", "-q", str(source)], capture_output=True, text=True, timeout=900
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
     finally:
         shutil.rmtree(source, ignore_errors=True)
@@ -72,16 +81,22 @@ def venv_with_rdna1_kmgr(where: Path) -> Path:
 
 @pytest.mark.vm
 @pytest.mark.parametrize("parent", ["/var/cache", "/tmp"])
-def test_vm_test_passes_with_the_tool_installed_in_a_venv_the_guest_cannot_see(parent, fake_modules_61,
-                                                                              guest_kernel_61, vm_env):
+def test_vm_test_passes_with_the_tool_installed_in_a_venv_the_guest_cannot_see(
+    parent, fake_modules_61, guest_kernel_61, vm_env
+):
     if os.geteuid() != 0:
         pytest.skip(f"making a venv under {parent} and booting a VM: root only")
     folder = Path(tempfile.mkdtemp(prefix="rdna1-kmgr-test-venv-", dir=parent))
     try:
         cli = venv_with_rdna1_kmgr(folder / "venv")
         module = fake_modules_61["good"]
-        proc = subprocess.run([str(cli), "vm-test", "--module", str(module), "--kernel", guest_kernel_61, "--json"],
-                              capture_output=True, text=True, env=vm_env, timeout=900)
+        proc = subprocess.run(
+            [str(cli), "vm-test", "--module", str(module), "--kernel", guest_kernel_61, "--json"],
+            capture_output=True,
+            text=True,
+            env=vm_env,
+            timeout=900,
+        )
         out = json.loads(proc.stdout)
         assert proc.returncode == 0, f"{out.get('reason')} (console {out.get('console_log')})"
         assert out["verdict"] == "pass" and out["selftest"]["passed"] > 0

@@ -33,12 +33,16 @@ GPU_ENV = "RDNA1_KMGR_TEST_GPU"
 def gpu() -> str:
     boards = [dev.bdf for dev in host_facts.detect().rdna1_devices]
     if not boards:
-        pytest.skip("no RDNA1 GPU on this host (detect found none); see this file's docstring for how to run "
-                    "these tests on a host with an RX 5600 XT")
+        pytest.skip(
+            "no RDNA1 GPU on this host (detect found none); see this file's docstring for how to run "
+            "these tests on a host with an RX 5600 XT"
+        )
     chosen = os.environ.get(GPU_ENV)
     if chosen is None:
-        pytest.skip(f"RDNA1 GPU(s) {', '.join(boards)} found, but the test takes the board from the host: "
-                    f"set {GPU_ENV}=<BDF> to allow it (as root)")
+        pytest.skip(
+            f"RDNA1 GPU(s) {', '.join(boards)} found, but the test takes the board from the host: "
+            f"set {GPU_ENV}=<BDF> to allow it (as root)"
+        )
     if chosen not in boards:
         pytest.fail(f"{GPU_ENV}={chosen} is not one of the RDNA1 boards detect found: {', '.join(boards)}")
     if os.geteuid() != 0:
@@ -84,8 +88,10 @@ def test_the_patched_driver_drives_the_board_in_the_guest(gpu, tmp_path, monkeyp
 
 def test_conv2d_on_the_board_matches_the_cpu(gpu, tmp_path, monkeypatch):
     has_gpu_torch = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
-    if all(subprocess.run([py, "-c", has_gpu_torch], capture_output=True).returncode
-           for py in (sys.executable, "/usr/bin/python3")):
+    if all(
+        subprocess.run([py, "-c", has_gpu_torch], capture_output=True).returncode
+        for py in (sys.executable, "/usr/bin/python3")
+    ):
         pytest.skip("no Python on this host imports a torch that sees the GPU (install torch for ROCm)")
     verdict = full_run(gpu, tmp_path, monkeypatch, "--workload", "conv2d")
     cases = verdict["passthrough"]["workload"]

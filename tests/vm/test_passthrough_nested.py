@@ -57,22 +57,41 @@ def nested(tmp_path_factory) -> Path:
     cache = kernel.root.parent.parent  # <cache>/kernels/<release>
     command = " ".join(shlex.quote(str(a)) for a in ("bash", SCRIPT, out, kmgr, INNER_TIMEOUT, cache))
     argv = [
-        tools.vng, "--run", str(kernel.image), "--user", "root", "--cwd", "/", "--memory", "2G",
-        "--verbose", "--qemu", tools.qemu, "--disable-kvm", "--force-9p", "--disable-microvm",
+        tools.vng,
+        "--run",
+        str(kernel.image),
+        "--user",
+        "root",
+        "--cwd",
+        "/",
+        "--memory",
+        "2G",
+        "--verbose",
+        "--qemu",
+        tools.qemu,
+        "--disable-kvm",
+        "--force-9p",
+        "--disable-microvm",
         # The cached kernel's modules (for modprobe vfio-pci in the guest): its init hides /var/cache.
-        "--rodir", str(kernel.root),
-        "--rwdir", str(out),
-        "--append", "intel_iommu=on",
+        "--rodir",
+        str(kernel.root),
+        "--rwdir",
+        str(out),
+        "--append",
+        "intel_iommu=on",
         f"--qemu-opts={OUTER_QEMU}",
-        "--exec", command,
+        "--exec",
+        command,
     ]
     started = time.monotonic()
     outcome = runner.run_session(argv, out / "outer-console.log", OUTER_TIMEOUT, env=tools.env(), cwd="/")
     (out / "outer-seconds").write_text(f"{time.monotonic() - started:.1f}\n")
     if not (out / "finished").exists():
         log = (out / "script.log").read_text() if (out / "script.log").exists() else "(no script log)"
-        pytest.fail(f"the outer guest did not finish its scenarios (timed out: {outcome.timed_out}); "
-                    f"script log:\n{log}\nconsole tail:\n{_tail(out / 'outer-console.log')}")
+        pytest.fail(
+            f"the outer guest did not finish its scenarios (timed out: {outcome.timed_out}); "
+            f"script log:\n{log}\nconsole tail:\n{_tail(out / 'outer-console.log')}"
+        )
     return out
 
 
@@ -108,7 +127,13 @@ def test_plumbing_only_passes_and_the_guest_saw_the_device(nested):
     assert result["device"] == EDU and result["vendor_device"] == "1234:11e8"
     assert result["guest_saw"] == "1234:11e8"
     assert {c["name"] for c in result["checks"] if c["ok"]} == {
-        "vfio-bind", "guest-run", "guest-saw", "vfio-during", "restored", "reset"}
+        "vfio-bind",
+        "guest-run",
+        "guest-saw",
+        "vfio-during",
+        "restored",
+        "reset",
+    }
     assert result["accepted_reset_risk"] is False
     assert Path(result["record"]).name.endswith(".json")
 
@@ -117,8 +142,14 @@ def test_the_device_was_on_vfio_pci_during_the_run(nested):
     samples = read(nested, "pass.during").splitlines()
     assert "vfio-pci vfio-pci" in samples  # driver and driver_override, seen from outside the tool
     (story,) = verdict(nested, "pass")["devices"]
-    assert story == {"bdf": EDU, "vendor_device": "1234:11e8", "before": None, "during": "vfio-pci",
-                     "after": None, "restored": True}
+    assert story == {
+        "bdf": EDU,
+        "vendor_device": "1234:11e8",
+        "before": None,
+        "during": "vfio-pci",
+        "after": None,
+        "restored": True,
+    }
 
 
 def test_the_original_state_is_back_after(nested):
@@ -178,5 +209,6 @@ def test_a_refusal_is_one_line_and_changes_nothing(nested):
     assert read(nested, "refused.rc") == "2"
     assert read(nested, "refused.err") == (
         f"rdna1-kmgr: error: {EDU} (1234:11e8) is not an RDNA1 GPU: the GPU test needs one; "
-        "add --plumbing-only to test only the VFIO plumbing with it")
+        "add --plumbing-only to test only the VFIO plumbing with it"
+    )
     assert read(nested, "refused.before") == read(nested, "refused.after") == "none (null)"

@@ -31,12 +31,24 @@ def gpu_facts(heap_type: int = 2, flags: int = 0, bar0_bytes: int | None = None)
     return {
         "devices": [{"bdf": "0000:01:00.0", "driver": "amdgpu", "bar0_bytes": bar0_bytes}],
         "kfd_nodes": [
-            {"node": "0", "properties": {"cpu_cores_count": 1, "simd_count": 0, "vendor_id": 0, "device_id": 0},
-             "mem_banks": [{"bank": "0", "properties": {"heap_type": 0, "size_in_bytes": 2147483648, "flags": 0}}]},
-            {"node": "1", "properties": {"cpu_cores_count": 0, "simd_count": 72, "vendor_id": 4098,
-                                         "device_id": 29471, "gfx_target_version": 100100},
-             "mem_banks": [{"bank": "0", "properties": {"heap_type": heap_type, "size_in_bytes": 6425673728,
-                                                        "flags": flags}}]},
+            {
+                "node": "0",
+                "properties": {"cpu_cores_count": 1, "simd_count": 0, "vendor_id": 0, "device_id": 0},
+                "mem_banks": [{"bank": "0", "properties": {"heap_type": 0, "size_in_bytes": 2147483648, "flags": 0}}],
+            },
+            {
+                "node": "1",
+                "properties": {
+                    "cpu_cores_count": 0,
+                    "simd_count": 72,
+                    "vendor_id": 4098,
+                    "device_id": 29471,
+                    "gfx_target_version": 100100,
+                },
+                "mem_banks": [
+                    {"bank": "0", "properties": {"heap_type": heap_type, "size_in_bytes": 6425673728, "flags": flags}}
+                ],
+            },
         ],
         "log": [],
     }
@@ -44,26 +56,38 @@ def gpu_facts(heap_type: int = 2, flags: int = 0, bar0_bytes: int | None = None)
 
 def workload_report(errors: dict[str, float] | None = None) -> dict:
     errors = errors or {}
-    cases = [{"case": name, "max_abs_err": errors.get(name, 2e-6), "ok": errors.get(name, 2e-6) <= 1e-3}
-             for name in verdict.WORKLOAD_CASES]
-    return {"device": "cuda", "tolerance": {"rtol": 1e-3, "atol": 1e-3, "dtype": "float32"}, "cases": cases,
-            "ok": all(c["ok"] for c in cases)}
+    cases = [
+        {"case": name, "max_abs_err": errors.get(name, 2e-6), "ok": errors.get(name, 2e-6) <= 1e-3}
+        for name in verdict.WORKLOAD_CASES
+    ]
+    return {
+        "device": "cuda",
+        "tolerance": {"rtol": 1e-3, "atol": 1e-3, "dtype": "float32"},
+        "cases": cases,
+        "ok": all(c["ok"] for c in cases),
+    }
 
 
 def passthrough_result(quirks_said: str = "crat-mem coarse-mtype", **facts) -> dict:
     result = patched_result()
     load = next(s for s in result["steps"] if s["name"] == "insmod selftest")
     if quirks_said is not None:
-        load["log"].insert(-1, f"[   64.102000] amdgpu 0000:01:00.0: rdna1-kmgr: {GPU}, quirks active: "
-                               f"{quirks_said} (rdna1_quirks=0x3)")
+        load["log"].insert(
+            -1,
+            f"[   64.102000] amdgpu 0000:01:00.0: rdna1-kmgr: {GPU}, quirks active: "
+            f"{quirks_said} (rdna1_quirks=0x3)",
+        )
     result["gpu"] = gpu_facts(**facts)
     return result
 
 
 def with_workload(result: dict, report: dict | None, rc: int = 0, output: str = "") -> dict:
-    result["gpu"]["workload"] = {"name": "conv2d", "runs": [{"argv": ["python3", "conv2d.py"], "rc": rc,
-                                                             "output": output or json.dumps(report),
-                                                             "report": report}]}
+    result["gpu"]["workload"] = {
+        "name": "conv2d",
+        "runs": [
+            {"argv": ["python3", "conv2d.py"], "rc": rc, "output": output or json.dumps(report), "report": report}
+        ],
+    }
     return result
 
 
@@ -82,7 +106,9 @@ def failing(checks) -> set[str]:
 def test_a_gpu_driven_by_the_patched_module_passes_every_check():
     checks = judge(with_workload(passthrough_result(), workload_report()), workload="conv2d")
     assert failing(checks) == set()
-    assert {"load", "selftest", "unload", "gpu-driver", "probe-line", "kfd-node", "vram-heap", "workload"} <= set(checks)
+    assert {"load", "selftest", "unload", "gpu-driver", "probe-line", "kfd-node", "vram-heap", "workload"} <= set(
+        checks
+    )
     assert checks["probe-line"].detail == "quirks active: crat-mem coarse-mtype"
     assert checks["kfd-node"].detail.startswith("KFD node 1 (device_id 29471")
     assert "heap_type 2 (FB_PRIVATE), size_in_bytes 6425673728, flags 0" in checks["vram-heap"].detail
@@ -109,15 +135,17 @@ def test_a_gpu_left_on_another_driver_fails():
 def test_a_probe_line_missing_an_active_quirk_fails():
     checks = judge(passthrough_result(quirks_said="crat-mem"))
     assert failing(checks) == {"probe-line"}
-    assert checks["probe-line"].detail == ("the driver reports quirks active: crat-mem; "
-                                           "expected: coarse-mtype crat-mem")
+    assert checks["probe-line"].detail == (
+        "the driver reports quirks active: crat-mem; " "expected: coarse-mtype crat-mem"
+    )
 
 
 def test_no_probe_line_fails_and_the_stock_reload_line_does_not_count():
     result = passthrough_result(quirks_said=None)
     # The second load (rdna1_quirks=0) prints its own line; only the load with the quirks on is judged.
     next(s for s in result["steps"] if s["name"] == "insmod stock")["log"].append(
-        f"[   70.0] amdgpu 0000:01:00.0: rdna1-kmgr: {GPU}, quirks active: none (rdna1_quirks=0x0)")
+        f"[   70.0] amdgpu 0000:01:00.0: rdna1-kmgr: {GPU}, quirks active: none (rdna1_quirks=0x0)"
+    )
     checks = judge(result)
     assert failing(checks) == {"probe-line"}
     assert "no 'rdna1-kmgr: 1002:731f, quirks active:' line" in checks["probe-line"].detail
@@ -154,8 +182,9 @@ def test_a_conv2d_case_out_of_tolerance_fails_with_the_case():
     report = workload_report({"conv2d k=7 backward weight": 0.25})
     checks = judge(with_workload(passthrough_result(), report), workload="conv2d")
     assert failing(checks) == {"workload"}
-    assert checks["workload"].detail == ("1 case(s) outside rtol 0.001 / atol 0.001, first: "
-                                         "conv2d k=7 backward weight max_abs_err 0.25")
+    assert checks["workload"].detail == (
+        "1 case(s) outside rtol 0.001 / atol 0.001, first: " "conv2d k=7 backward weight max_abs_err 0.25"
+    )
 
 
 def test_a_workload_that_could_not_run_is_a_failed_check_not_a_pass():
@@ -164,8 +193,10 @@ def test_a_workload_that_could_not_run_is_a_failed_check_not_a_pass():
     assert failing(checks) == {"workload"}
     assert checks["workload"].detail == f"the workload could not run: {error['error']}"
     crashed = with_workload(passthrough_result(), None, rc=-11, output="Segmentation fault")
-    assert judge(crashed, workload="conv2d")["workload"].detail == \
-        "the workload printed no report (exit -11): Segmentation fault"
+    assert (
+        judge(crashed, workload="conv2d")["workload"].detail
+        == "the workload printed no report (exit -11): Segmentation fault"
+    )
     missing = passthrough_result()  # asked for, never run (the guest stopped first)
     assert judge(missing, workload="conv2d")["workload"].detail == "the workload did not run"
 
@@ -200,9 +231,14 @@ def load_collect():
 def test_the_guest_reads_kfd_topology_in_the_form_the_rules_judge(tmp_path):
     """collect.py on a KFD sysfs tree laid out as the kernel's (kfd_topology.c prints `name value` lines)."""
     nodes = tmp_path / "nodes"
-    for node, props, bank in (("0", "cpu_cores_count 1\nvendor_id 0\ndevice_id 0\n", "heap_type 0\nflags 0\n"),
-                              ("1", "cpu_cores_count 0\nsimd_count 72\nvendor_id 4098\ndevice_id 29471\n",
-                               "heap_type 2\nsize_in_bytes 6425673728\nflags 0\nwidth 192\n")):
+    for node, props, bank in (
+        ("0", "cpu_cores_count 1\nvendor_id 0\ndevice_id 0\n", "heap_type 0\nflags 0\n"),
+        (
+            "1",
+            "cpu_cores_count 0\nsimd_count 72\nvendor_id 4098\ndevice_id 29471\n",
+            "heap_type 2\nsize_in_bytes 6425673728\nflags 0\nwidth 192\n",
+        ),
+    ):
         (nodes / node / "mem_banks" / "0").mkdir(parents=True)
         (nodes / node / "properties").write_text(props)
         (nodes / node / "mem_banks" / "0" / "properties").write_text(bank)
@@ -222,7 +258,9 @@ def test_the_guest_reads_kfd_topology_in_the_form_the_rules_judge(tmp_path):
 def test_the_plan_carries_the_gpu_identity_quirks_and_workload(tmp_path):
     target = verdict.GpuTarget(GPU, QUIRKS, "conv2d")
     view = guest_view.prepare(tmp_path, None, with_venv=True)
-    plan = verdict.guest_plan(patched_module(), "/run/amdgpu.ko", gpu=target, workload=engine.workload_plan("conv2d", view))
+    plan = verdict.guest_plan(
+        patched_module(), "/run/amdgpu.ko", gpu=target, workload=engine.workload_plan("conv2d", view)
+    )
     assert plan["gpu"]["vendor_device"] == GPU and plan["gpu"]["quirks"] == list(QUIRKS)
     assert plan["gpu"]["on_load"] == "selftest"  # the load with every quirk on
     assert plan["gpu"]["workload"]["script"] == "/run/rdna1-kmgr/guest/conv2d.py"
@@ -237,8 +275,9 @@ def test_passthrough_arguments_go_before_the_guest_command(tmp_path):
     tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
     kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
     extra = ["--disable-microvm", "--qemu-opts=-device vfio-pci,host=0000:0a:00.0"]
-    argv = engine.vng_argv(tools, kernel, guest_view.GuestView(tmp_path, "/usr/bin/python3"), engine.Accel("kvm", ""),
-                           "cmd", extra)
+    argv = engine.vng_argv(
+        tools, kernel, guest_view.GuestView(tmp_path, "/usr/bin/python3"), engine.Accel("kvm", ""), "cmd", extra
+    )
     assert argv[-4:] == [*extra, "--exec", "cmd"]
 
 
@@ -254,17 +293,30 @@ def test_a_passthrough_boot_keeps_udev_from_loading_the_distro_amdgpu(tmp_path, 
     kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
     for mode, extra in (("emulated", ()), ("passthrough", ("--disable-microvm",))):
         view = guest_view.GuestView(tmp_path, "/usr/bin/python3")
-        engine.boot(tools, kernel, view, engine.Accel("tcg", ""), 5, tmp_path / "console", lambda line: None, extra, mode)
+        engine.boot(
+            tools, kernel, view, engine.Accel("tcg", ""), 5, tmp_path / "console", lambda line: None, extra, mode
+        )
     emulated, passed = (argv[argv.index("--append") + 1].split("=", 1)[1].split(",") for argv in seen)
     assert "amdgpu" not in emulated and "amdgpu" in passed
 
 
 def make_record() -> verdict.Record:
-    return verdict.Record(verdict="pass", reason="all checks passed", mode="passthrough", kernel=CANNED_KERNEL,
-                          module="/m/amdgpu.ko", module_sha256="3" * 64, accel="kvm",
-                          checks=[verdict.Check("load", True, "x")], selftest=None, console_log="/log",
-                          seconds=1.0, started="2026-01-01T00:00:00+00:00", tool_version="t",
-                          passthrough={"bdf": "0000:0a:00.0", "accepted_reset_risk": True})
+    return verdict.Record(
+        verdict="pass",
+        reason="all checks passed",
+        mode="passthrough",
+        kernel=CANNED_KERNEL,
+        module="/m/amdgpu.ko",
+        module_sha256="3" * 64,
+        accel="kvm",
+        checks=[verdict.Check("load", True, "x")],
+        selftest=None,
+        console_log="/log",
+        seconds=1.0,
+        started="2026-01-01T00:00:00+00:00",
+        tool_version="t",
+        passthrough={"bdf": "0000:0a:00.0", "accepted_reset_risk": True},
+    )
 
 
 def session_with(returned: list[dict]) -> passthrough.Session:
@@ -275,16 +327,21 @@ def session_with(returned: list[dict]) -> passthrough.Session:
 
 def test_the_record_says_whether_the_devices_came_back(tmp_path, monkeypatch):
     monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path))
-    good = {"bdf": "0000:0a:00.0", "ok": True, "driver": "amdgpu",
-            "detail": "0000:0a:00.0 came back on amdgpu as /dev/dri/card1, no errors logged since the bind"}
+    good = {
+        "bdf": "0000:0a:00.0",
+        "ok": True,
+        "driver": "amdgpu",
+        "detail": "0000:0a:00.0 came back on amdgpu as /dev/dri/card1, no errors logged since the bind",
+    }
     record = passthrough.settle(make_record(), session_with([good]))
     stored = json.loads(Path(record.record).read_text())
     assert stored["verdict"] == "pass" and stored["mode"] == "passthrough"
     assert stored["passthrough"]["bdf"] == "0000:0a:00.0" and stored["passthrough"]["accepted_reset_risk"] is True
     assert stored["passthrough"]["came_back"] is True
 
-    dead = dict(good, ok=False, detail="0000:0a:00.0 is bound to amdgpu but has no DRM card: the board needs a "
-                                       "power cycle")
+    dead = dict(
+        good, ok=False, detail="0000:0a:00.0 is bound to amdgpu but has no DRM card: the board needs a " "power cycle"
+    )
     record = passthrough.settle(make_record(), session_with([dead]))
     stored = json.loads(Path(record.record).read_text())
     assert stored["verdict"] == "fail" and stored["passthrough"]["came_back"] is False
@@ -307,17 +364,24 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
     module = tmp_path / "amdgpu.ko"
     module.write_bytes(b"ko")
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"quirks": [{"id": "crat-mem", "bit": 1}, {"id": "coarse-mtype", "bit": 2}],
-                                    "selftest_cases": 7}))
+    manifest.write_text(
+        json.dumps({"quirks": [{"id": "crat-mem", "bit": 1}, {"id": "coarse-mtype", "bit": 2}], "selftest_cases": 7})
+    )
     board = SimpleNamespace(bdf="0000:0a:00.0", vendor=0x1002, device=0x731F)
-    pre = passthrough.Preflight(plan=SimpleNamespace(target=board, passed=(board,), iommu_group=14), reset=(),
-                                accepted_reset_risk=True, forced=(), to_bind=(board,))
+    pre = passthrough.Preflight(
+        plan=SimpleNamespace(target=board, passed=(board,), iommu_group=14),
+        reset=(),
+        accepted_reset_risk=True,
+        forced=(),
+        to_bind=(board,),
+    )
     events = []
     monkeypatch.setattr(passthrough, "require_root", lambda: None)
     monkeypatch.setattr(passthrough, "resolve_gpu", lambda spec: board.bdf)
     monkeypatch.setattr(passthrough, "preflight", lambda bdf, **kw: events.append(("preflight", bdf, kw)) or pre)
-    monkeypatch.setattr(guest_kernel, "locate", lambda release, fetch=False: guest_kernel.GuestKernel(
-        release, tmp_path, "host"))
+    monkeypatch.setattr(
+        guest_kernel, "locate", lambda release, fetch=False: guest_kernel.GuestKernel(release, tmp_path, "host")
+    )
     monkeypatch.setattr(passthrough.vfio, "current_driver", lambda bdf: "vfio-pci")
     outcome = {"ok": True}
 
@@ -333,17 +397,40 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
         # validate_module's mode follows from gpu: a passthrough run is one that names its GPU
         mode = "passthrough" if kw["gpu"] is not None else "emulated"
         events.append(("validate", mode, kw["extra_vng_args"], kw["gpu"]))
-        return verdict.Record(verdict="pass" if outcome["ok"] else "fail",
-                              reason="all checks passed" if outcome["ok"] else "vram-heap: heap_type 1",
-                              mode=mode, kernel=release, module=str(path), module_sha256="4" * 64, accel="kvm",
-                              checks=[verdict.Check("vram-heap", outcome["ok"], "heap_type 1")], selftest=None,
-                              console_log="/log", seconds=1.0, started="s", tool_version="t",
-                              passthrough=kw["passthrough"])
+        return verdict.Record(
+            verdict="pass" if outcome["ok"] else "fail",
+            reason="all checks passed" if outcome["ok"] else "vram-heap: heap_type 1",
+            mode=mode,
+            kernel=release,
+            module=str(path),
+            module_sha256="4" * 64,
+            accel="kvm",
+            checks=[verdict.Check("vram-heap", outcome["ok"], "heap_type 1")],
+            selftest=None,
+            console_log="/log",
+            seconds=1.0,
+            started="s",
+            tool_version="t",
+            passthrough=kw["passthrough"],
+        )
 
     monkeypatch.setattr(passthrough, "bound", bound)
     monkeypatch.setattr(passthrough.engine, "validate_module", validate_module)
-    args = ["vm-test", "--gpu", board.bdf, "--module", str(module), "--manifest", str(manifest),
-            "--kernel", CANNED_KERNEL, "--workload", "conv2d", "--accept-reset-risk", "--json"]
+    args = [
+        "vm-test",
+        "--gpu",
+        board.bdf,
+        "--module",
+        str(module),
+        "--manifest",
+        str(manifest),
+        "--kernel",
+        CANNED_KERNEL,
+        "--workload",
+        "conv2d",
+        "--accept-reset-risk",
+        "--json",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert [e[0] for e in events] == ["preflight", "bound", "validate", "given back"]
@@ -374,13 +461,17 @@ def torch_python() -> str:
     other = os.environ.get("RDNA1_KMGR_TORCH_PYTHON")
     if other and shutil.which(other):
         return other
-    pytest.skip("torch is not importable here: pip install torch (a CPU wheel) into this venv, or set "
-                "RDNA1_KMGR_TORCH_PYTHON to a Python that has it")
+    pytest.skip(
+        "torch is not importable here: pip install torch (a CPU wheel) into this venv, or set "
+        "RDNA1_KMGR_TORCH_PYTHON to a Python that has it"
+    )
 
 
 def run_collect_workload(pythons: list[str], device: str) -> dict:
     """collect.py's own run_workload (the guest's code), on the real script."""
-    return load_collect().run_workload({"name": "conv2d", "script": str(CONV2D), "device": device, "pythons": pythons}, 300)
+    return load_collect().run_workload(
+        {"name": "conv2d", "script": str(CONV2D), "device": device, "pythons": pythons}, 300
+    )
 
 
 def test_conv2d_runs_on_the_cpu_against_the_cpu_and_passes():
@@ -412,7 +503,9 @@ def test_conv2d_without_a_gpu_reports_that_it_could_not_run():
 def test_crat_mem_on_a_small_bar_board_is_said_to_have_done_nothing():
     # an RX 5600 XT's stock 256 MiB BAR before 6 GiB of VRAM: KFD reports FB_PRIVATE with or without the quirk
     small = judge(passthrough_result(bar0_bytes=256 << 20))["vram-heap"]
-    assert small.ok and small.detail.startswith("crat-mem did nothing: the BAR (256 MiB) is smaller than VRAM (6128 MiB)")
+    assert small.ok and small.detail.startswith(
+        "crat-mem did nothing: the BAR (256 MiB) is smaller than VRAM (6128 MiB)"
+    )
     # a full BAR (resized by amdgpu): the FB_PRIVATE heap is the quirk's doing
     full = judge(passthrough_result(bar0_bytes=8 << 30))["vram-heap"]
     assert full.ok and "crat-mem took effect" in full.detail

@@ -45,8 +45,11 @@ def passing_vm_test(built: dict, vm_env) -> tuple[dict, dict]:
     assert proc.returncode == 0, out.get("reason")
     manifest = json.loads(manifest_path.read_text())
     # every row of every case table ran
-    assert out["selftest"] == {"passed": manifest["selftest_cases"], "failed": 0,
-                               "required": manifest["selftest_cases"]}
+    assert out["selftest"] == {
+        "passed": manifest["selftest_cases"],
+        "failed": 0,
+        "required": manifest["selftest_cases"],
+    }
     return out, manifest
 
 
@@ -99,16 +102,18 @@ def assert_every_quirk_forced_off(out: dict, quirk: str) -> None:
     assert load["rc"] == 0 and load["after"]["initstate"] == "live"
     assert load["after"]["parameters"]["rdna1_quirks"] == "0"
     said = [line for line in load["log"] if "rdna1-kmgr selftest" in line]
-    assert len(said) == 1 and re.search(rf"\d+ passed, [1-9]\d* failed \(first: {quirk} case \d+\): quirks forced "
-                                        r"off, rdna1_quirks=0", said[0]), said
+    assert len(said) == 1 and re.search(
+        rf"\d+ passed, [1-9]\d* failed \(first: {quirk} case \d+\): quirks forced " r"off, rdna1_quirks=0", said[0]
+    ), said
     # everything else about the load is healthy: the failure is the quirk, not the module
     assert {c["name"] for c in out["checks"] if not c["ok"]} == {"selftest"}
 
 
 @pytest.mark.vm
 @pytest.mark.realbuild
-def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(built_module_61, guest_kernel_61, vm_env,
-                                                                    tmp_path, monkeypatch):
+def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(
+    built_module_61, guest_kernel_61, vm_env, tmp_path, monkeypatch
+):
     out = broken_build(built_module_61, "quirks/crat-mem/crat_mem.c.j2", FOLD, "", vm_env, tmp_path, monkeypatch)
     assert_every_quirk_forced_off(out, "crat-mem")
     assert_nothing_left_running(vm_env)
@@ -117,7 +122,8 @@ def test_a_broken_quirk_brings_the_module_up_with_every_quirk_off(built_module_6
 @pytest.mark.vm
 @pytest.mark.realbuild
 def test_the_612_selftest_runs_the_cwsr_size_cases_and_the_default_mask_is_cwsr_size(
-        built_module_612, guest_kernel_612, vm_env):
+    built_module_612, guest_kernel_612, vm_env
+):
     out, manifest = passing_vm_test(built_module_612, vm_env)
     assert "cwsr-size" in [q["id"] for q in manifest["quirks"]]
     # 6.12: 12 crat-mem, 125 coarse-mtype, 14 cwsr-size (2 boards x 7: both layouts, a third size, bit off,
@@ -136,8 +142,10 @@ ACCEPT = "\treturn rocm && mapped == rocm ? rocm : stock;\n"
 @pytest.mark.vm
 @pytest.mark.realbuild
 def test_a_cwsr_acceptance_widened_to_any_size_fails_the_selftest_and_forces_the_quirks_off(
-        built_module_612, guest_kernel_612, vm_env, tmp_path, monkeypatch):
-    out = broken_build(built_module_612, "quirks/cwsr-size/cwsr_size.c.j2", ACCEPT, "\treturn mapped;\n",
-                       vm_env, tmp_path, monkeypatch)
+    built_module_612, guest_kernel_612, vm_env, tmp_path, monkeypatch
+):
+    out = broken_build(
+        built_module_612, "quirks/cwsr-size/cwsr_size.c.j2", ACCEPT, "\treturn mapped;\n", vm_env, tmp_path, monkeypatch
+    )
     assert_every_quirk_forced_off(out, "cwsr-size")
     assert_nothing_left_running(vm_env)

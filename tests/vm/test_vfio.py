@@ -38,8 +38,9 @@ def desktop(root: Path, reset_method: str | None = "device_specific", boot_vga: 
     that does not drive the display (a second GPU does, in its own group)."""
     tree = FakeSysroot(root).kernel("6.1.0-56-amd64").iommu().driver("vfio-pci").module("vendor_reset")
     tree.pci_device("0000:03:00.0", 0x10DE, 0x2484, 0x030000, driver="nouveau", boot_vga=True, iommu_group=5)
-    tree.pci_device(GPU, 0x1002, 0x731F, 0x030000, driver="amdgpu", boot_vga=boot_vga, iommu_group=14,
-                    reset_method=reset_method)
+    tree.pci_device(
+        GPU, 0x1002, 0x731F, 0x030000, driver="amdgpu", boot_vga=boot_vga, iommu_group=14, reset_method=reset_method
+    )
     tree.pci_device(AUDIO, 0x1002, 0xAB38, 0x040300, driver="snd_hda_intel", iommu_group=14, reset_method="flr")
     tree.drm(GPU, "card1", "renderD129")
     return tree
@@ -95,14 +96,16 @@ def test_bridges_and_idle_devices_may_share_the_group(tmp_path):
     tree.pci_device("0000:0b:00.0", 0x1B21, 0x1142, 0x0C0330, iommu_group=14)  # USB controller, no driver
     plan = vfio.plan_group(GPU, tmp_path)
     assert [d.bdf for d in plan.passed] == [GPU, AUDIO]
-    assert dict(plan.left) == {"0000:00:03.1": "PCI bridge", "0000:09:00.0": "PCI bridge",
-                               "0000:0b:00.0": "not in use (driver none)"}
+    assert dict(plan.left) == {
+        "0000:00:03.1": "PCI bridge",
+        "0000:09:00.0": "PCI bridge",
+        "0000:0b:00.0": "not in use (driver none)",
+    }
 
 
 def test_a_device_already_on_vfio_pci_is_passed_but_not_rebound(tmp_path):
     tree = FakeSysroot(tmp_path).iommu().driver("vfio-pci")
-    tree.pci_device(GPU, 0x1002, 0x731F, 0x030000, driver="vfio-pci", iommu_group=9,
-                    reset_method="device_specific bus")
+    tree.pci_device(GPU, 0x1002, 0x731F, 0x030000, driver="vfio-pci", iommu_group=9, reset_method="device_specific bus")
     pre = preflight(tmp_path)
     assert [d.bdf for d in pre.plan.passed] == [GPU] and pre.to_bind == ()
 
@@ -158,12 +161,15 @@ def test_a_gpu_whose_card_a_compositor_holds_is_refused(tmp_path):
     assert err.what == f"{GPU} drives this host's display: /dev/dri/card1 is open in gnome-shell (pid 812)"
 
 
-@pytest.mark.parametrize("methods, why", [
-    (None, "no reset_method file (a kernel < 5.15, or no reset method at all), so nothing shows that vendor-reset"),
-    ("flr bus", "would be reset by 'flr', not vendor-reset's device_specific"),
-    ("bus", "would be reset by 'bus', not vendor-reset's device_specific"),
-    ("bus device_specific", "device_specific is listed but not first"),
-])
+@pytest.mark.parametrize(
+    "methods, why",
+    [
+        (None, "no reset_method file (a kernel < 5.15, or no reset method at all), so nothing shows that vendor-reset"),
+        ("flr bus", "would be reset by 'flr', not vendor-reset's device_specific"),
+        ("bus", "would be reset by 'bus', not vendor-reset's device_specific"),
+        ("bus device_specific", "device_specific is listed but not first"),
+    ],
+)
 def test_a_navi10_board_without_vendor_reset_is_refused(tmp_path, methods, why):
     desktop(tmp_path, reset_method=methods)
     before = snapshot(tmp_path)
@@ -245,9 +251,12 @@ def test_the_devices_sit_behind_a_root_port_function_for_function(tmp_path):
     desktop(tmp_path)
     pre = preflight(tmp_path)
     assert passthrough.qemu_devices(pre) == [
-        "-device", "pcie-root-port,id=rdna1-kmgr-rp,bus=pcie.0,chassis=81,addr=0x1c",
-        "-device", f"vfio-pci,host={GPU},bus=rdna1-kmgr-rp,addr=0x0.0,multifunction=on",
-        "-device", f"vfio-pci,host={AUDIO},bus=rdna1-kmgr-rp,addr=0x0.1",
+        "-device",
+        "pcie-root-port,id=rdna1-kmgr-rp,bus=pcie.0,chassis=81,addr=0x1c",
+        "-device",
+        f"vfio-pci,host={GPU},bus=rdna1-kmgr-rp,addr=0x0.0,multifunction=on",
+        "-device",
+        f"vfio-pci,host={AUDIO},bus=rdna1-kmgr-rp,addr=0x0.1",
     ]
 
 
@@ -277,12 +286,19 @@ PORT = "0000:00:1c.0 0x1b36 0x000c 0x060400 pci0000:00"
 def test_guest_saw_is_the_device_behind_the_root_port(tmp_path):
     desktop(tmp_path)
     pre = preflight(tmp_path)
-    guest = plumbing_guest.parse_console(guest_console(
-        "0000:00:00.0 0x8086 0x29c0 0x060000 pci0000:00", PORT,
-        "0000:01:00.0 0x1002 0x731f 0x030000 0000:00:1c.0", "0000:01:00.1 0x1002 0xab38 0x040300 0000:00:1c.0"))
+    guest = plumbing_guest.parse_console(
+        guest_console(
+            "0000:00:00.0 0x8086 0x29c0 0x060000 pci0000:00",
+            PORT,
+            "0000:01:00.0 0x1002 0x731f 0x030000 0000:00:1c.0",
+            "0000:01:00.1 0x1002 0xab38 0x040300 0000:00:1c.0",
+        )
+    )
     assert guest["kernel"] == "6.1.0-56-amd64" and len(guest["devices"]) == 4
     assert plumbing_run._guest_counterparts(pre, guest) == {
-        GPU: {"bdf": "0000:01:00.0", "id": "1002:731f"}, AUDIO: {"bdf": "0000:01:00.1", "id": "1002:ab38"}}
+        GPU: {"bdf": "0000:01:00.0", "id": "1002:731f"},
+        AUDIO: {"bdf": "0000:01:00.1", "id": "1002:ab38"},
+    }
     # The same id somewhere else in the guest is not the passed-through board.
     elsewhere = plumbing_guest.parse_console(guest_console(PORT, "0000:00:05.0 0x1002 0x731f 0x030000 pci0000:00"))
     assert plumbing_run._guest_counterparts(pre, elsewhere) == {}
@@ -310,23 +326,39 @@ def test_the_plumbing_initramfs_holds_init_and_a_static_busybox(tmp_path):
 
 def binding(bdf=GPU, driver="amdgpu", pid=None, seq=1001, run="r1") -> vfio_journal.Binding:
     pid_, start, boot = vfio_journal.me()
-    return vfio_journal.Binding(bdf=bdf, vendor=0x1002, device=0x731F, driver=driver, driver_override=None,
-                                iommu_group=14, run=run, pid=pid or pid_, pid_start=start if pid is None else 1,
-                                boot_id=boot, kmsg_seq=seq, started="2026-01-01T00:00:00+00:00")
+    return vfio_journal.Binding(
+        bdf=bdf,
+        vendor=0x1002,
+        device=0x731F,
+        driver=driver,
+        driver_override=None,
+        iommu_group=14,
+        run=run,
+        pid=pid or pid_,
+        pid_start=start if pid is None else 1,
+        boot_id=boot,
+        kmsg_seq=seq,
+        started="2026-01-01T00:00:00+00:00",
+    )
 
 
 def test_a_board_back_on_amdgpu_with_its_card_came_back(tmp_path):
-    desktop(tmp_path).kmsg("vfio-pci 0000:0a:00.0: enabling device", "amdgpu: probe of 0000:0a:00.0 failed with error -22",
-                           "[drm] Initialized amdgpu 3.49.0 for 0000:0a:00.0 on minor 1")
+    desktop(tmp_path).kmsg(
+        "vfio-pci 0000:0a:00.0: enabling device",
+        "amdgpu: probe of 0000:0a:00.0 failed with error -22",
+        "[drm] Initialized amdgpu 3.49.0 for 0000:0a:00.0 on minor 1",
+    )
     # The failure is record 1001, the bind was after it (seq 1001): only what came later counts.
     ok, detail = passthrough.came_back(binding(seq=1001), tmp_path)
     assert ok and detail == f"{GPU} came back on amdgpu as /dev/dri/card1, no errors logged since the bind"
 
 
 def test_a_probe_error_since_the_bind_means_a_power_cycle(tmp_path):
-    desktop(tmp_path).kmsg("vfio-pci 0000:0a:00.0: enabling device",
-                           "amdgpu 0000:0a:00.0: amdgpu: PSP load kdb failed!",
-                           "amdgpu 0000:0a:00.0: amdgpu: Fatal error during GPU init")
+    desktop(tmp_path).kmsg(
+        "vfio-pci 0000:0a:00.0: enabling device",
+        "amdgpu 0000:0a:00.0: amdgpu: PSP load kdb failed!",
+        "amdgpu 0000:0a:00.0: amdgpu: Fatal error during GPU init",
+    )
     ok, detail = passthrough.came_back(binding(seq=1000), tmp_path)
     assert not ok
     assert "the kernel logged: amdgpu 0000:0a:00.0: amdgpu: PSP load kdb failed!" in detail
@@ -354,7 +386,7 @@ def test_the_real_kernel_log_reads_with_increasing_numbers():
     if not os.access("/dev/kmsg", os.R_OK):
         pytest.skip("/dev/kmsg is not readable here")
     found = kmsg.records()
-    assert found and all(a.seq < b.seq for a, b in zip(found, found[1:]))
+    assert found and all(a.seq < b.seq for a, b in zip(found, found[1:], strict=False))
     assert kmsg.since(found[-1].seq) == [] or kmsg.since(found[-1].seq)[0].seq > found[-1].seq
 
 
@@ -403,13 +435,16 @@ def test_restore_with_nothing_journaled_does_nothing():
 # --- the command line ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args, code, line", [
-    (["--plumbing-only"], 2, "--plumbing-only needs --gpu BDF"),
-    (["--restore", "--gpu", EDU], 2, "--restore takes no --gpu or --plumbing-only"),
-    (["--force"], 2, "--accept-reset-risk and --force only apply with --gpu"),
-    (["--gpu", "0000:0a:00.0;reboot", "--plumbing-only"], 2, "invalid PCI address '0000:0a:00.0;reboot'"),
-    (["--gpu", "0000:42:00.0", "--plumbing-only"], 4, "no PCI device 0000:42:00.0 in /sys/bus/pci/devices"),
-])
+@pytest.mark.parametrize(
+    "args, code, line",
+    [
+        (["--plumbing-only"], 2, "--plumbing-only needs --gpu BDF"),
+        (["--restore", "--gpu", EDU], 2, "--restore takes no --gpu or --plumbing-only"),
+        (["--force"], 2, "--accept-reset-risk and --force only apply with --gpu"),
+        (["--gpu", "0000:0a:00.0;reboot", "--plumbing-only"], 2, "invalid PCI address '0000:0a:00.0;reboot'"),
+        (["--gpu", "0000:42:00.0", "--plumbing-only"], 4, "no PCI device 0000:42:00.0 in /sys/bus/pci/devices"),
+    ],
+)
 def test_bad_passthrough_invocations_are_one_line_and_change_nothing(tmp_path, args, code, line):
     result = CliRunner().invoke(main, ["vm-test", *args])
     assert result.exit_code == code, result.output

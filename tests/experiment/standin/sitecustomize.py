@@ -52,9 +52,16 @@ if SCRIPT and importlib.util.find_spec("torch") is not None:
         if "caches" not in DONE:  # what MIOpen would find and write, once per process
             DONE.add("caches")
             db, cache = os.environ.get("MIOPEN_USER_DB_PATH"), os.environ.get("MIOPEN_CUSTOM_CACHE_DIR")
-            log(event="start", db=db, cache=cache, db_before=sorted(os.listdir(db)), cache_before=sorted(os.listdir(cache)),
-                cudnn=torch.backends.cudnn.enabled, benchmark=torch.backends.cudnn.benchmark,
-                env={k: v for k, v in os.environ.items() if k.startswith(("MIOPEN_DEBUG", "HSA_", "ROC_"))})
+            log(
+                event="start",
+                db=db,
+                cache=cache,
+                db_before=sorted(os.listdir(db)),
+                cache_before=sorted(os.listdir(cache)),
+                cudnn=torch.backends.cudnn.enabled,
+                benchmark=torch.backends.cudnn.benchmark,
+                env={k: v for k, v in os.environ.items() if k.startswith(("MIOPEN_DEBUG", "HSA_", "ROC_"))},
+            )
             with open(os.path.join(db, f"gfx1010_18.{CELL.replace('/', '--')}.udb.txt"), "w") as out:
                 out.write(CELL)
         do = DOES["do"]
@@ -69,6 +76,7 @@ if SCRIPT and importlib.util.find_spec("torch") is not None:
             os.abort()
         if do in ("hang", "reset-failed"):
             import subprocess
+
             child = subprocess.Popen(["sleep", "3600"])  # a child in the cell's process group: killed with it
             log(event="hang", child=child.pid)
             if do == "reset-failed":
@@ -87,7 +95,8 @@ if SCRIPT and importlib.util.find_spec("torch") is not None:
 
     def is_gpu(value):
         return (isinstance(value, torch.device) and value.type == "cuda") or (
-            isinstance(value, str) and value.startswith("cuda"))
+            isinstance(value, str) and value.startswith("cuda")
+        )
 
     _to, _cpu = torch.Tensor.to, torch.Tensor.cpu
 
