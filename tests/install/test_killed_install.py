@@ -103,7 +103,13 @@ def update_initramfs_running(tree, fs):
 
 
 def mkinitramfs_running(tree, fs):
-    return next((p for p in tree if p.runs("mkinitramfs")), None)
+    """mkinitramfs past its set-up: its four working paths made, no mktemp of its own still running. Before that
+    a TERM can land between a mktemp that made its file and the assignment that names it to the clean-up trap:
+    a window of mkinitramfs's own (Debian 12's initramfs-tools 0.142), not one the tool can close."""
+    mkinitramfs = next((p for p in tree if p.runs("mkinitramfs")), None)
+    if mkinitramfs is None or any(p.runs("mktemp") for p in tree) or len(mkinitramfs_files(fs)) < 4:
+        return None
+    return mkinitramfs
 
 
 def image_half_written(tree, fs):
