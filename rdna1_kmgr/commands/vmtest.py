@@ -1,6 +1,7 @@
 """`rdna1-kmgr vm-test`: prove the built module in a QEMU VM before the host loads it."""
 
 import os
+from pathlib import Path
 
 import click
 
@@ -9,6 +10,7 @@ from rdna1_kmgr.commands.passthrough import passthrough_options, run_gpu
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, UsageError
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.modbuild import built_module
 from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.vm import engine, experiment, experiment_board
@@ -146,21 +148,22 @@ def vmtest(
 
 
 def experiment_report(done: dict, as_json: bool) -> None:
-    """The experiment's table and recommendation; exit 5 when no cell passed."""
+    """The experiment's table (the host experiment's, experiment/answer.py), its grid as a page beside the record,
+    and the recommendation; exit 5 when no cell passed."""
     results, best = done["results"], done["best"]
+    rows = [answer.matrix_row(r) for r in results]
+    lines = answer.table(rows) + [""] + experiment.recommendation_lines(best)
+    page = answer.write_matrix_page(Path(done["record"]), rows, lines)
     if as_json:
         emit_json(
             {
                 "record": done["record"],
+                "html": str(page),
                 "cells": [r.to_json() for r in results],
                 "recommended": best.to_json() if best else None,
             }
         )
     else:
-        click.echo(
-            "\n".join(
-                experiment.table(results) + [""] + experiment.recommendation_lines(best) + [f"record {done['record']}"]
-            )
-        )
+        click.echo("\n".join(lines + [f"record {done['record']}", f"the grid, to open in a browser: {page}"]))
     if best is None:
         raise BuildError("the experiment found no passing cell", f"see the table and the record {done['record']}")

@@ -19,7 +19,7 @@ from rdna1_kmgr.experiment.cell_run import HostResult
 from rdna1_kmgr.install.journal import make_dirs, write_durably
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
-from rdna1_kmgr.vm.experiment import experiments_dir  # the VFIO matrix's records live there too
+from rdna1_kmgr.vm.experiment import CellResult, experiments_dir  # the VFIO matrix's records live there too
 
 LATEST = "host-latest.json"
 
@@ -46,6 +46,22 @@ def host_row(result: HostResult) -> Row:
         result.cell.backend.name,
         result.outcome,
         where,
+        result.max_error,
+        result.seconds,
+        result.detail,
+    )
+
+
+def matrix_row(result: CellResult) -> Row:
+    """A cell of the VFIO matrix (vm/experiment.py) as a row of the same table: its quirk mask in the kernel
+    column. The matrix runs the workload with PyTorch's default backend (conv2d.py's --cudnn on, no benchmark)."""
+    return Row(
+        result.cell.id,
+        f"quirks 0x{result.cell.mask:x}",
+        result.cell.profile.name,
+        cell_outcomes.DEFAULT_BACKEND,
+        result.outcome,
+        "-",
         result.max_error,
         result.seconds,
         result.detail,
@@ -181,6 +197,13 @@ def write(folder: Path, results: list[HostResult], best: HostResult | None, cont
     write_durably(folder / "record.json", data)
     write_durably(experiments_dir() / LATEST, data)
     return record
+
+
+def write_matrix_page(record: Path, rows: list[Row], lines: list[str]) -> Path:
+    """The VFIO matrix's grid beside its JSON record (experiments/<time>.html), as the host experiment's."""
+    page = record.with_suffix(".html")
+    write_durably(page, html_page(rows, f"rdna1-kmgr experiment, VFIO matrix {record.stem}", lines).encode())
+    return page
 
 
 def read_latest() -> dict | None:

@@ -232,18 +232,6 @@ def recommendation_lines(best: CellResult | None) -> list[str]:
     return lines
 
 
-def table(results: list[CellResult]) -> list[str]:
-    lines = [f"{'mask':6} {'quirks':24} {'profile':20} {'result':8} {'max error':>10} {'time':>8}"]
-    for r in results:
-        error = f"{r.max_error:.2e}" if r.max_error is not None else "-"
-        seconds = f"{r.seconds:.1f} s" if r.seconds is not None else "-"
-        lines.append(
-            f"0x{r.cell.mask:<4x} {(' '.join(r.cell.quirks) or '-'):24} {r.cell.profile.name:20} "
-            f"{r.outcome:8} {error:>10} {seconds:>8}"
-        )
-    return lines
-
-
 def experiments_dir() -> Path:
     return state_dir() / "experiments"
 

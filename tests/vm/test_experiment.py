@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rdna1_kmgr.cli import main
+from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import profiles
 from rdna1_kmgr.vm import experiment, experiment_guest, guest_view
@@ -139,10 +140,12 @@ def test_the_driver_classifies_every_kind_of_cell_and_starts_fresh_vms_after_han
     assert best.cell.id == igemm0
     lines = [line.strip() for line in experiment.recommendation_lines(best)]
     assert "sudo rdna1-kmgr install --quirks 0x0" in lines and "sudo rdna1-kmgr profile install conv-direct" in lines
-    table = experiment.table(list(results.values()))
-    assert table[0].split() == ["mask", "quirks", "profile", "result", "max", "error", "time"]
-    row = next(line for line in table if "conv-direct" in line and line.startswith("0x0 "))
-    assert "pass" in row and "2.00e-05" in row and "12.5 s" in row
+    # The host experiment's table (experiment/answer.py): the same columns, the mask in the kernel column.
+    table = answer.table([answer.matrix_row(r) for r in results.values()])
+    assert table[0].split() == ["cell", "kernel", "result", "stopped", "at", "max", "error", "time"]
+    row = next(line for line in table if line.startswith(f"{igemm0} "))
+    assert row.split()[1:4] == ["quirks", "0x0", "pass"] and "2.00e-05" in row and "12.5 s" in row
+    assert table[-1].startswith("counts: ") and "1 wrong, 2 hang, 2 crash" in table[-1]
 
 
 def test_a_vm_that_runs_no_cell_ends_the_experiment_instead_of_looping():
@@ -173,6 +176,32 @@ def test_the_record_holds_the_table_and_the_pick(tmp_path, monkeypatch):
     assert record["recommended"]["cell"] == best.cell.id and len(record["cells"]) == len(cells)
     assert record["counts"]["wrong"] == len([c for c in cells if c.mask == 0])
     assert record["commands"] == [f"  sudo rdna1-kmgr install --quirks 0x{best.cell.mask:x}"]
+
+
+def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside_the_record(
+    tmp_path, monkeypatch, capsys
+):
+    from rdna1_kmgr.commands.vmtest import experiment_report
+
+    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path))
+    cells = experiment.cells()
+    guest = CannedGuest({c.id: entry(c.id, report=report_of(off=1)) for c in cells if c.mask == 0})
+    results = experiment.run(cells, guest)
+    best = experiment.recommend(results)
+    path = experiment.write_record(results, best, {"board": "0000:0a:00.0"})
+    experiment_report({"record": str(path), "results": results, "best": best}, as_json=False)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["cell", "kernel", "result"]  # the host experiment's header
+    wrong = [line for line in out if line.startswith("0x0/")]
+    assert len(wrong) == len(profiles.load()) and all(line.split()[1:4] == ["quirks", "0x0", "wrong"] for line in wrong)
+    page = tmp_path / "experiments" / f"{path.stem}.html"
+    assert out[-1] == f"the grid, to open in a browser: {page}"
+    text = page.read_text()
+    # A header and a row per profile, a column per mask: the same grid as the host experiment's page.
+    assert text.count("<tr><th>") == 1 + len(profiles.load()) and text.count("<th>quirks 0x") == len(
+        experiment.masks(quirk_catalog.load_quirks())
+    )
+    assert f"sudo rdna1-kmgr install --quirks 0x{best.cell.mask:x}" in text
 
 
 def test_matrix_needs_the_board():
