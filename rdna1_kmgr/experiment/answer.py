@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.experiment.cell_run import HostResult
-from rdna1_kmgr.install.journal import make_dirs, write_durably
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
 from rdna1_kmgr.vm.experiment import CellResult, experiments_dir  # the VFIO matrix's records live there too
@@ -192,17 +192,17 @@ def write(folder: Path, results: list[HostResult], best: HostResult | None, cont
         "html": str(folder / "table.html"),
     }
     page = html_page(rows, f"rdna1-kmgr experiment {record['time']}", lines)
-    write_durably(folder / "table.html", page.encode())
+    write_atomic(folder / "table.html", page.encode())
     data = (json.dumps(record, indent=1) + "\n").encode()
-    write_durably(folder / "record.json", data)
-    write_durably(experiments_dir() / LATEST, data)
+    write_atomic(folder / "record.json", data)
+    write_atomic(experiments_dir() / LATEST, data)
     return record
 
 
 def write_matrix_page(record: Path, rows: list[Row], lines: list[str]) -> Path:
     """The VFIO matrix's grid beside its JSON record (experiments/<time>.html), as the host experiment's."""
     page = record.with_suffix(".html")
-    write_durably(page, html_page(rows, f"rdna1-kmgr experiment, VFIO matrix {record.stem}", lines).encode())
+    write_atomic(page, html_page(rows, f"rdna1-kmgr experiment, VFIO matrix {record.stem}", lines).encode())
     return page
 
 
@@ -331,11 +331,11 @@ def write_kernel_record(plan, events: list[dict], why: str) -> dict:
         "html": str(folder / "table.html"),
     }
     make_dirs(folder)
-    write_durably(
+    write_atomic(
         folder / "table.html",
         html_page(rows, f"rdna1-kmgr experiment, kernel cells {record['time']}", lines + [""] + said).encode(),
     )
-    write_durably(folder / "record.json", (json.dumps(record, indent=1) + "\n").encode())
+    write_atomic(folder / "record.json", (json.dumps(record, indent=1) + "\n").encode())
     return record
 
 

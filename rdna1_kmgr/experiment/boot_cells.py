@@ -26,9 +26,9 @@ from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.experiment.kernel_cells import KernelCell
 from rdna1_kmgr.install import boot_guard
-from rdna1_kmgr.install.journal import make_dirs, write_durably
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
 
@@ -121,7 +121,7 @@ def install(root: TargetRoot, journal: ExperimentJournal, first: KernelCell) -> 
     )
     for path, (text, mode) in files(root).items():
         make_dirs(path.parent)
-        write_durably(path, text.encode(), mode)
+        write_atomic(path, text.encode(), mode)
     link = root.path / UNIT_LINK
     make_dirs(link.parent)
     link.unlink(missing_ok=True)

@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import HostError
-from rdna1_kmgr.install.journal import make_dirs, write_durably
+from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.install.target_root import TargetRoot
 
 UNIT = "rdna1-kmgr-follow.service"
@@ -99,7 +99,7 @@ def install(root: TargetRoot, cli: Path, dry_run: bool = False) -> list[str]:
                 path.unlink(missing_ok=True)
                 path.symlink_to(hook.link_to)
             else:
-                write_durably(path, content(hook, cli), hook.mode)
+                write_atomic(path, content(hook, cli), hook.mode)
         except OSError as err:
             raise HostError(f"cannot write {path}: {err.strerror or err}", "run as root") from None
     return lines

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.core.paths import state_dir
-from rdna1_kmgr.install.journal import make_dirs, write_durably
 
 STATES = ("pending", "running", "patched", "stock")
 
@@ -64,7 +64,7 @@ def write(kernel: str, state: str, **fields) -> dict:
         **fields,
     }
     make_dirs(follow_dir())
-    write_durably(_record_path(kernel), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    write_atomic(_record_path(kernel), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     marker = pending_dir() / record["kernel"]
     if state in ("pending", "running"):
         make_dirs(pending_dir())

@@ -12,7 +12,6 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.host import host_facts
@@ -22,9 +21,6 @@ from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_checks, signing
 from rdna1_kmgr.vm import verdict
 
-if TYPE_CHECKING:
-    from rdna1_kmgr.install.module_install import Candidate
-
 
 class InstallRefused(KmgrError):
     """The gate said no: no build, no passing verdict, a bad signature, Secure Boot without enrollment."""
@@ -33,6 +29,22 @@ class InstallRefused(KmgrError):
 
 
 # --- what is installed -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The built module to install."""
+
+    package: dkms.Package
+    kernel: str
+    module: Path  # in the DKMS tree
+    sha256: str
+    parameters: dict[str, str]  # written to /etc/modprobe.d
+    manifest: dict | None = None  # the render's manifest: which quirks the build carries, which it left out
+
+    @property
+    def module_name(self) -> str:
+        return self.package.module.name
 
 
 @dataclass
@@ -167,7 +179,7 @@ def check_conf_is_ours(root: TargetRoot) -> None:
         )
 
 
-def _loud_skip(gate: Gate) -> str:
+def loud_skip(gate: Gate) -> str:
     bar = "!" * 78
     return (
         f"{bar}\nrdna1-kmgr: WARNING: --skip-vm-check: installing WITHOUT a passing VM verdict "

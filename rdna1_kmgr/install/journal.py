@@ -43,7 +43,7 @@ from pathlib import Path
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import HostError, KmgrError
-from rdna1_kmgr.core.files import fsync_dir, sha256_file
+from rdna1_kmgr.core.files import fsync_dir, make_dirs, move_into_place, sha256_file
 from rdna1_kmgr.core.paths import state_dir
 
 # Test-only: `RDNA1_KMGR_TEST_ABORT_AFTER=<step>` makes install or rollback die like `kill -9` (exit 137)
@@ -83,34 +83,6 @@ def lock_path() -> Path:
 
 
 # --- durable writes -----------------------------------------------------------------------------------
-
-
-def make_dirs(path: Path) -> None:
-    """mkdir -p, with every directory it creates made durable in its parent."""
-    missing = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
-        folder.mkdir(exist_ok=True)
-        fsync_dir(folder.parent)
-
-
-def write_durably(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data` atomically (a reader sees the old or the new file, whole) and durably."""
-    tmp = path.with_name(f".{path.name}.rdna1-kmgr-{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)  # the umask may have narrowed it
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
 
 
 def copy_durably(src: Path, dst: Path) -> str:
@@ -438,16 +410,14 @@ class Journal:
         tmp = path.with_name(f".{path.name}.rdna1-kmgr-restore")
         copy_durably(backup, tmp)
         _set_owner_mode(tmp, entry)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        move_into_place(tmp, path)
         return f"restored {path}"
 
     def archive(self) -> Path:
         """Move the finished journal to history/ and drop its backups."""
         make_dirs(history_dir())
         target = history_dir() / f"{self.kernel}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
-        os.replace(self.path, target)
-        fsync_dir(history_dir())
+        move_into_place(self.path, target)
         shutil.rmtree(self.dir, ignore_errors=True)
         fsync_dir(journal_root())
         return target

@@ -20,7 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import KmgrError
-from rdna1_kmgr.install.journal import Journal, write_durably
+from rdna1_kmgr.core.files import write_atomic
+from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 
 NAME = "rdna1-kmgr.conf"
@@ -99,7 +100,7 @@ def sync(conf: Path, exclude: str | None = None, adding: tuple[str, dict[str, st
         return f"{conf} already absent"
     if conf.is_file() and conf.read_text(errors="replace") == wanted:
         return f"{conf} already right for the kernels still installed"
-    write_durably(conf, wanted.encode())
+    write_atomic(conf, wanted.encode())
     return f"rewrote {conf} for the kernels still installed"
 
 

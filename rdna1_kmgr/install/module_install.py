@@ -33,17 +33,18 @@ from typing import TextIO
 
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
-from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.core.files import sha256_file, write_atomic
 from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback
 from rdna1_kmgr.install.install_gate import (
+    Candidate,
     Gate,
     InstallRefused,
-    _loud_skip,
     check_conf_is_ours,
     check_gate,
     check_kernel_installed,
     check_no_foreign_module,
     installed_path,
+    loud_skip,
 )
 from rdna1_kmgr.install.journal import (
     Journal,
@@ -52,7 +53,6 @@ from rdna1_kmgr.install.journal import (
     check_writable,
     locked,
     refuse_if_busy,
-    write_durably,
 )
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import built_module, module_checks, signing
@@ -77,22 +77,6 @@ DEPMOD_OUTPUTS = (
 )
 DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
 ESCAPE_PARAMETER = modprobe_conf.ESCAPE_PARAMETER
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """The built module to install."""
-
-    package: dkms.Package
-    kernel: str
-    module: Path  # in the DKMS tree
-    sha256: str
-    parameters: dict[str, str]  # written to /etc/modprobe.d
-    manifest: dict | None = None  # the render's manifest: which quirks the build carries, which it left out
-
-    @property
-    def module_name(self) -> str:
-        return self.package.module.name
 
 
 def module_parameters(manifest: dict | None) -> dict[str, str]:
@@ -339,7 +323,7 @@ def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
     dirs = sorted({d for path in written for d in _parents_to_create(path.parent)}, key=lambda d: -len(d.parts))
 
     def write(path: Path, text: str, mode: int) -> None:
-        write_durably(path, text.encode(), mode)
+        write_atomic(path, text.encode(), mode)
 
     commands = boot_guard.arm_commands(root, guard)
     return Step(
@@ -515,7 +499,7 @@ def run(
         "plan": lines,
     }
     if gate.vm_skipped:
-        stream.write(_loud_skip(gate))
+        stream.write(loud_skip(gate))
     if request.dry_run:
         return {**summary, "dry_run": True}
     if confirm is not None and not confirm(lines):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
-from rdna1_kmgr.install.journal import Journal, journal_root, make_dirs, write_durably
+from rdna1_kmgr.core.files import make_dirs, write_atomic
+from rdna1_kmgr.install.journal import Journal, journal_root
 
 
 class NamedJournal(Journal):
@@ -65,7 +66,7 @@ def write_files(journal: Journal, files: dict[Path, bytes], after: list[list[str
             undo={"kind": "files", "after": after or []} if after else None,
         )
         make_dirs(path.parent)
-        write_durably(path, data, 0o644)
+        write_atomic(path, data, 0o644)
         journal.append("done", step=step)
         said.append(f"wrote {path}")
     for command in after or []:

@@ -27,6 +27,7 @@ import jinja2
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import BuildError, HostError
+from rdna1_kmgr.core.files import publish_tree, write_atomic
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import is_compiled_object
 
@@ -180,9 +181,7 @@ def assemble(
         (partial / HOOK_SCRIPT).write_bytes(hook)
         (partial / HOOK_SCRIPT).chmod(0o755)
         (partial / "dkms.conf").write_text(conf)
-        if target.exists():
-            shutil.rmtree(target)
-        partial.rename(target)
+        publish_tree(partial, target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
@@ -191,10 +190,7 @@ def assemble(
 def _replace_if_changed(path: Path, data: bytes, mode: int) -> None:
     if path.is_file() and path.read_bytes() == data:
         return
-    tmp = path.with_name(f".{path.name}.new-{os.getpid()}")
-    tmp.write_bytes(data)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
+    write_atomic(path, data, mode)
 
 
 def _copier(source_root: Path):

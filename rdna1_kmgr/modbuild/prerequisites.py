@@ -27,6 +27,7 @@ import distro
 
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.core.files import write_atomic
 from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.source.debian_archive import PrivateArchive, run_apt
 
@@ -355,7 +356,4 @@ def _require_root(plan: InstallPlan) -> None:
 
 def _write_file(path: Path, text: str) -> None:
     """Write a small system file whole or not at all."""
-    tmp = path.with_name(f".{path.name}.rdna1-kmgr-tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
-    os.replace(tmp, path)
+    write_atomic(path, text.encode())

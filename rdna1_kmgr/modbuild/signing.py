@@ -24,6 +24,7 @@ import distro
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.core.files import move_into_place
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,8 @@ def generate(pair: KeyPair, subject: str = DEFAULT_SUBJECT, days: int = 36500, f
         runner.run(command, doing="openssl making a key pair")
         os.chmod(key_tmp, 0o600)
         os.chmod(cert_tmp, 0o644)
-        os.replace(key_tmp, pair.key)
-        os.replace(cert_tmp, pair.cert)
+        move_into_place(key_tmp, pair.key)
+        move_into_place(cert_tmp, pair.cert)
     finally:
         os.umask(old_umask)
         key_tmp.unlink(missing_ok=True)

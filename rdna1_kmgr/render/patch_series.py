@@ -30,6 +30,7 @@ import jinja2
 
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.core.files import publish_tree
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, RDNA1_IDS, format_id
 from rdna1_kmgr.render import name_check, quirk_catalog
 from rdna1_kmgr.source import c_anchors
@@ -366,9 +367,7 @@ def render(source_root: Path, out: Path, quirk_ids: list[str] | None = None, dev
             (staging / patch.name).write_bytes(patch.data)
         (staging / "series").write_text("".join(p.name + "\n" for p in patches))
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        publish_tree(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -6,14 +6,14 @@ A lock per entry makes a second process wait for the first instead of doing the 
 several test sessions and commands share one cache.
 """
 
-import errno
 import fcntl
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from rdna1_kmgr.core.files import move_into_place, publish_tree
 
 STAGING_PREFIX = ".partial-"
 
@@ -45,11 +45,6 @@ def staging(parent: Path, tag: str) -> Iterator[Path]:
 def publish(staged: Path, final: Path) -> Path:
     """Rename a finished file or tree into place; if a tree got there first (another process), keep that one."""
     if staged.is_dir():
-        try:
-            os.rename(staged, final)
-        except OSError as err:
-            if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-    else:
-        os.replace(staged, final)
+        return publish_tree(staged, final, keep_existing=True)
+    move_into_place(staged, final)
     return final

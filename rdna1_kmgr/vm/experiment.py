@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core.files import fsync_dir
+from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import profiles as profile_data
@@ -247,14 +247,11 @@ def write_record(results: list[CellResult], best: CellResult | None, context: di
         "commands": recommendation_lines(best)[1:] if best else [],
     }
     folder = experiments_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dirs(folder)
     path = folder / f"{time.strftime('%Y%m%dT%H%M%S')}.json"
-    data = json.dumps(record, indent=1) + "\n"
+    data = (json.dumps(record, indent=1) + "\n").encode()
     for target in (path, folder / "latest.json"):
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(data)
-        tmp.replace(target)
-    fsync_dir(folder)
+        write_atomic(target, data)
     return path
 
 

@@ -9,13 +9,11 @@ back with `passing_record`.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.core.files import make_dirs, sha256_file, write_atomic
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.modbuild import module_elf
 
@@ -589,17 +587,9 @@ def record_path(sha256: str) -> Path:
 def write(record: Record) -> Path:
     """Store the record atomically (a reader sees the old one or the new one, whole)."""
     path = record_path(record.module_sha256)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     record.record = str(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(record.to_json(), out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, (json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n").encode())
     return path
 
 

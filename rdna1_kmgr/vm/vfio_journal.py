@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.files import fsync_dir
+from rdna1_kmgr.core.files import fsync_dir, make_dirs, write_atomic
 from rdna1_kmgr.core.paths import state_dir
 
 RUN_ENV = "RDNA1_KMGR_VFIO_RUN"  # set in the VM's environment; names the run whose devices it holds
@@ -52,18 +51,8 @@ def path_of(bdf: str) -> Path:
 def write(binding: Binding) -> Path:
     """Store the record durably: file fsynced, then renamed into place, then the folder fsynced."""
     path = path_of(binding.bdf)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(binding.to_json(), out, indent=1, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    make_dirs(path.parent)
+    write_atomic(path, json.dumps(binding.to_json(), indent=1, sort_keys=True).encode())
     return path
 
 
