@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.core.errors import Exit, UsageError
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.experiment import answer, cell_run, host_run, kernel_run
 from rdna1_kmgr.experiment import apply as apply_answer
@@ -93,7 +93,7 @@ def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_time
             )
         )
     if record.get("stopped"):
-        ctx.exit(6)
+        ctx.exit(Exit.GPU_LOST)
 
 
 @experiment.command("apply")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
+from rdna1_kmgr.core.errors import BuildError, Exit, HostError, KmgrError
 from rdna1_kmgr.core.files import make_dirs
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.host import system_identity
@@ -52,7 +52,7 @@ from rdna1_kmgr.vm import engine, verdict
 class StageFailed(KmgrError):
     """A stage of the follow-up failed: the kernel stays stock."""
 
-    exit_code = 5
+    exit_code = Exit.BUILD
 
     def __init__(self, stage: str, err: KmgrError):
         super().__init__(f"{stage}: {err.what}", err.hint)

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core.errors import BuildError, KmgrError
+from rdna1_kmgr.core.errors import BuildError, Exit, KmgrError
 from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install import modprobe_conf
 from rdna1_kmgr.install.target_root import TargetRoot
@@ -25,7 +25,7 @@ from rdna1_kmgr.vm import verdict
 class InstallRefused(KmgrError):
     """The gate said no: no build, no passing verdict, a bad signature, Secure Boot without enrollment."""
 
-    exit_code = 8
+    exit_code = Exit.REFUSED
 
 
 # --- what is installed -----------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.errors import HostError, KmgrError
+from rdna1_kmgr.core.errors import Exit, HostError, KmgrError
 from rdna1_kmgr.core.files import fsync_dir, make_dirs, move_into_place, sha256_file
 from rdna1_kmgr.core.paths import state_dir
 
@@ -55,13 +55,13 @@ ABORT_ENV = "RDNA1_KMGR_TEST_ABORT_AFTER"
 class JournalError(KmgrError):
     """The journal cannot be trusted or is in a state that forbids the command (corrupted, unfinished)."""
 
-    exit_code = 6
+    exit_code = Exit.JOURNAL
 
 
 class Busy(KmgrError):
     """Another rdna1-kmgr run holds the lock."""
 
-    exit_code = 7
+    exit_code = Exit.BUSY
 
 
 def abort_point(step: str) -> None:

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
+from rdna1_kmgr.core.errors import Exit, HostError, KmgrError, UsageError
 from rdna1_kmgr.host import host_facts, kmsg, sysfs
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, format_id, is_rdna1
 from rdna1_kmgr.modbuild import module_elf
@@ -46,7 +46,7 @@ _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 class Interrupted(KmgrError):
     """A signal stopped the run; the devices were given back first."""
 
-    exit_code = 130
+    exit_code = Exit.INTERRUPTED
 
 
 @dataclass(frozen=True)
