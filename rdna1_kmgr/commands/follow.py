@@ -7,8 +7,7 @@ import click
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import KmgrError, UsageError
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.follow import kernel_follow, kernel_removal
-from rdna1_kmgr.install import follow_record
+from rdna1_kmgr.follow import follow_record, kernel_follow, kernel_removal
 
 
 @click.command()

@@ -3,7 +3,7 @@
 import click
 
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.install.status import run, text_lines
+from rdna1_kmgr.follow.status import run, text_lines
 
 
 @click.command()

@@ -29,8 +29,8 @@ from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.experiment import answer, apply, boot_cells, cell_run, host_cells, host_run, owner_python
 from rdna1_kmgr.experiment.kernel_cells import InstalledBuild, KernelCell
 from rdna1_kmgr.experiment.kernel_cells import select as select_kernel_cells
+from rdna1_kmgr.follow import status as install_status
 from rdna1_kmgr.install import boot_guard, rollback
-from rdna1_kmgr.install import status as install_status
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot

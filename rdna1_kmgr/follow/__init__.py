@@ -4,6 +4,9 @@ Takes a kernel release from the distribution's kernel hooks (or from the owner: 
 once some kernel has an rdna1-kmgr install (the owner opted in). Runs the earlier stages for it with the quirks
 installed now: the kernel's exact source, render, build and sign, the emulated VM test, install. Leaves the
 new kernel patched, or stock with the reason in follow/<KREL>.json under /var/lib/rdna1-kmgr (see
-install/follow_record.py), the whole story in /var/log/rdna1-kmgr/follow-<KREL>-<time>.log. A removed kernel's
+follow_record.py), the whole story in /var/log/rdna1-kmgr/follow-<KREL>-<time>.log. A removed kernel's
 DKMS package, kbuild tree, journal and records go with it. hooks.py places the hooks that call all this.
+
+status.py is the read model above it all (like doctor): what each kernel has, from every stage's state,
+changing nothing.
 """

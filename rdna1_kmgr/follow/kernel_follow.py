@@ -39,8 +39,9 @@ from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import BuildError, Exit, HostError, KmgrError
 from rdna1_kmgr.core.files import make_dirs
 from rdna1_kmgr.core.paths import log_dir
+from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import follow_record, module_install, rollback
+from rdna1_kmgr.install import module_install, rollback
 from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import build_plan, built_module, module_build

@@ -23,7 +23,8 @@ from typing import TextIO
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import KmgrError
-from rdna1_kmgr.install import follow_record, modprobe_conf
+from rdna1_kmgr.follow import follow_record
+from rdna1_kmgr.install import modprobe_conf
 from rdna1_kmgr.install.journal import Journal, locked, remove_created_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms

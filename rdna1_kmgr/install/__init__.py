@@ -2,5 +2,5 @@
 
 Takes a built module with a passing verdict. Leaves the installed module, depmod's index, modprobe.d and the
 regenerated initramfs, each change recorded (with a backup first) in /var/lib/rdna1-kmgr/journal/<kernel>/;
-rollback replays that journal backwards; status reads all stages' state and changes nothing.
+rollback replays that journal backwards.
 """

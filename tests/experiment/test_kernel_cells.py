@@ -199,7 +199,7 @@ def test_apply_kernel_refuses_what_did_not_pass_and_needs_grub(state):
 
 
 def test_quirk_cells_read_the_build_the_journal_installed(state, monkeypatch):
-    from rdna1_kmgr.install import status
+    from rdna1_kmgr.follow import status
 
     root = state / "root"
     params = root / "sys/module/amdgpu/parameters"

@@ -8,9 +8,9 @@ import pytest
 from fake_kernel import make_tree
 
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.follow.status import build_quirks, quirks_lines
 from rdna1_kmgr.install.install_gate import Candidate
 from rdna1_kmgr.install.module_install import module_parameters, with_quirks
-from rdna1_kmgr.install.status import build_quirks, quirks_lines
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.patch_series import render_series
 

@@ -511,7 +511,7 @@ def test_status_reports_the_install(system):
 
 
 def test_status_reads_loaded_parameters_and_identity_from_sysfs(system):
-    from rdna1_kmgr.install import status
+    from rdna1_kmgr.follow import status
     from rdna1_kmgr.install.target_root import TargetRoot
 
     params = system.root / "sys/module/amdgpu/parameters"

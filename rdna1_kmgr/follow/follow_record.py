@@ -1,7 +1,6 @@
 """What `rdna1-kmgr follow` decided for each kernel the package manager installed: patched, or stock and why.
 
-Written by the follow stage (rdna1_kmgr/follow), read by `status`; it lives here, beside the journal, because
-status (this stage) reads it and stages only import earlier ones. Layout under state_dir():
+Written by kernel_follow and the hooks, read by `status` (status.py beside it). Layout under state_dir():
 
     follow/<KREL>.json      the last word on that kernel: state, reason, stage, log, times
     follow/pending/<KREL>   an empty marker: a kernel hook saw KREL installed and the work has not run yet

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.host import host_facts
-from rdna1_kmgr.install import boot_guard, follow_record, user_profile
+from rdna1_kmgr.install import boot_guard, user_profile
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, carried_bits, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
