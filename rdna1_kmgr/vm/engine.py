@@ -32,7 +32,7 @@ from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.modbuild import module_elf
-from rdna1_kmgr.vm import guest_kernel, guest_view, verdict
+from rdna1_kmgr.vm import guest_kernel, guest_view, qemu_args, verdict
 
 ACCELS = ("auto", "kvm", "tcg")
 DEFAULT_TIMEOUT = 300  # seconds for the guest run; an emulated verdict takes ~20-30 s under TCG
@@ -160,30 +160,9 @@ def kernel_init_completes(
     kernel: guest_kernel.GuestKernel, tools: Tools, workdir: Path, accel: str, cpu: str, timeout: float
 ) -> tuple[bool, str]:
     """Boot `kernel` with no root file system: it works when it gets to the panic about the root mount."""
-    argv = [
-        tools.qemu,
-        "-machine",
-        f"accel={accel}",
-        "-cpu",
-        cpu,
-        "-m",
-        "256",
-        "-smp",
-        "1",
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-monitor",
-        "none",
-        "-serial",
-        "stdio",
-        "-no-reboot",
-        "-kernel",
-        str(kernel.image),
-        "-append",
-        "console=ttyS0 panic=-1 loglevel=4",
-    ]
+    argv = qemu_args.bare_console(
+        tools.qemu, f"accel={accel}", 256, kernel.image, "console=ttyS0 panic=-1 loglevel=4", cpu=cpu
+    )
     seen = []
 
     def watch(chunk: str) -> bool:

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.vm import qemu_args
 
 MEMORY_MB = 256
 LINE = "rdna1-kmgr-guest "
@@ -64,32 +65,15 @@ def qemu_argv(
     qemu: str, image: Path, initramfs: Path, accel: str, devices: list[str], kvm_cpu: str = "host"
 ) -> list[str]:
     """QEMU for the guest: q35 (PCIe, for the root port), one CPU, console on stdout, no reboot on panic."""
-    argv = [
+    argv = qemu_args.bare_console(
         qemu,
-        "-machine",
         f"q35,accel={accel}",
-        "-m",
-        str(MEMORY_MB),
-        "-smp",
-        "1",
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-monitor",
-        "none",
-        "-serial",
-        "stdio",
-        "-no-reboot",
-        "-kernel",
-        str(image),
-        "-initrd",
-        str(initramfs),
-        "-append",
+        MEMORY_MB,
+        image,
         "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
-    ]
-    if accel == "kvm":
-        argv[3:3] = ["-cpu", kvm_cpu]
+        cpu=kvm_cpu if accel == "kvm" else None,
+        initrd=initramfs,
+    )
     return argv + devices
 
 
