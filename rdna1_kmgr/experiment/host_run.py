@@ -18,7 +18,6 @@ from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.experiment import answer, cell_run, host_cells, owner_python
 from rdna1_kmgr.host import host_facts, kmsg
 from rdna1_kmgr.host.rdna1_boards import chip_of, format_id
-from rdna1_kmgr.vm import experiment_board
 
 RESET_FAILED_TODO = (
     "the GPU did not come back after a reset: the experiment stopped. Save what you can, shut the "
@@ -58,11 +57,10 @@ def the_board(sysroot: Path):
 
 def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None]) -> dict:
     cells = host_cells.select(request.profiles, request.backends, request.pattern)
-    board = the_board(request.sysroot)
     base_env = dict(os.environ)
-    python = owner_python.check(
-        request.python or owner_python.default(request.sysroot, experiment_board.invoking_home()), base_env
-    )
+    python = owner_python.given(request.python, base_env)  # the input first, then the machine
+    board = the_board(request.sysroot)
+    python = python or owner_python.found(request.sysroot, base_env)
     folder = answer.new_run_dir()
     readable = kmsg.last_seq(request.sysroot) is not None
     warn(

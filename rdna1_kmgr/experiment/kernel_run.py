@@ -34,7 +34,7 @@ from rdna1_kmgr.install import boot_guard, rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
-from rdna1_kmgr.vm import cell_outcomes, experiment_board
+from rdna1_kmgr.vm import cell_outcomes
 from rdna1_kmgr.vm.experiment import experiments_dir
 
 CURRENT = "kernel-current.json"  # points at the run under way
@@ -223,6 +223,8 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
         )
     hosts = chosen_host_cells(request.host_pattern)  # the input first, then the machine
     kernel_cells = select_kernel_cells(request.kernel_cells, installed_build(root))
+    env = dict(os.environ)
+    python = owner_python.given(request.python, env)
     board = host_run.the_board(request.sysroot)
     why = boot_cells.unavailable(root)
     if why:
@@ -233,10 +235,7 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
             "the boot guard's trial boot is pending",
             "boot it and let it confirm (or `rdna1-kmgr " "confirm`) first; nothing was changed",
         )
-    env = dict(os.environ)
-    python = owner_python.check(
-        request.python or owner_python.default(request.sysroot, experiment_board.invoking_home()), env
-    )
+    python = python or owner_python.found(request.sysroot, env)
     lines = [
         f"kernel cells (one boot each, in this order; {len(hosts)} host cell(s) in each: "
         f"{', '.join(c.id for c in hosts)}):"

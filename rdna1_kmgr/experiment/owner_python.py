@@ -10,6 +10,7 @@ from pathlib import Path
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.doctor import torch_builds
+from rdna1_kmgr.vm.experiment_board import invoking_home
 
 PROBE = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, "
@@ -45,6 +46,17 @@ def interpreter_of(site: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def given(path: str | None, env: dict[str, str]) -> OwnerPython | None:
+    """The --python the owner gave, checked (bad input is said before the machine is looked at); None when
+    none was given."""
+    return check(path, env) if path else None
+
+
+def found(sysroot: Path, env: dict[str, str]) -> OwnerPython:
+    """The first ROCm PyTorch doctor finds (default), checked."""
+    return check(default(sysroot, invoking_home()), env)
 
 
 def check(path: str, env: dict[str, str]) -> OwnerPython:

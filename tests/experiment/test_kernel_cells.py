@@ -118,8 +118,11 @@ def state(tmp_path, monkeypatch):
 
 def test_no_board_is_one_line_and_nothing_changes(state):
     tree = no_gpu(state / "sysroot")
-    result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root), "--python", sys.executable])
+    result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root)])
     assert result.exit_code == 4 and "no RDNA1 board" in result.stderr, result.output
+    # A --python that is no Python with torch is bad input: said first, before the board is looked for.
+    result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root), "--python", "/bin/true"])
+    assert result.exit_code == 2 and "'/bin/true' is not a Python with torch" in result.stderr, result.output
     assert not (state / "state").exists() and list((state / "root").iterdir()) == []
 
 
@@ -127,7 +130,7 @@ def test_kernel_cells_need_grub_on_this_machine(state):
     tree = rx5600xt(state / "sysroot")
     result = CliRunner().invoke(
         main,
-        ["experiment", "kernel", "--sysroot", str(tree.root), "--python", sys.executable, "--kernel-cell", "cwsr-off"],
+        ["experiment", "kernel", "--sysroot", str(tree.root), "--kernel-cell", "cwsr-off"],
     )
     assert result.exit_code == 2, result.output
     assert "boots through GRUB" in result.stderr and "not this machine's root" in result.stderr
