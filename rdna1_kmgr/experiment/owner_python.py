@@ -23,6 +23,7 @@ class OwnerPython:
     path: str
     torch: str
     hip: str | None
+    cuda: str | None = None
 
 
 def default(sysroot: Path, home: Path | None) -> str:
@@ -49,18 +50,18 @@ def interpreter_of(site: Path) -> Path | None:
 
 
 def given(path: str | None, env: dict[str, str]) -> OwnerPython | None:
-    """The --python the owner gave, checked (bad input is said before the machine is looked at); None when
-    none was given."""
-    return check(path, env) if path else None
+    """The --python the owner gave, run once: a Python with torch, or a UsageError in one line (bad input is said
+    before the machine is looked at); None when none was given. Whether its torch can use the board is
+    usable()'s, after the board: on a machine without one that is what the owner needs to hear first."""
+    return with_torch(path, env) if path else None
 
 
 def found(sysroot: Path, env: dict[str, str]) -> OwnerPython:
     """The first ROCm PyTorch doctor finds (default), checked."""
-    return check(default(sysroot, invoking_home()), env)
+    return usable(with_torch(default(sysroot, invoking_home()), env))
 
 
-def check(path: str, env: dict[str, str]) -> OwnerPython:
-    """Run it once: a Python that has a torch that can use an AMD GPU (HIP), or a UsageError in one line."""
+def with_torch(path: str, env: dict[str, str]) -> OwnerPython:
     if not Path(path).is_file():
         raise UsageError(f"--python {path!r} is not a file", "give the python of the venv that holds your PyTorch")
     try:
@@ -74,10 +75,15 @@ def check(path: str, env: dict[str, str]) -> OwnerPython:
             "give the python of the venv that holds your PyTorch",
         )
     facts = json.loads(lines[-1])
-    if not facts.get("hip"):
-        kind = f"a CUDA {facts['cuda']} build" if facts.get("cuda") else "a CPU-only build"
+    return OwnerPython(path, facts["torch"], facts["hip"], facts.get("cuda"))
+
+
+def usable(python: OwnerPython) -> OwnerPython:
+    """Its torch is a HIP build (a ROCm PyTorch), or a UsageError in one line."""
+    if not python.hip:
+        kind = f"a CUDA {python.cuda} build" if python.cuda else "a CPU-only build"
         raise UsageError(
-            f"torch {facts['torch']} of {path} is {kind} (no HIP): it cannot use the board",
+            f"torch {python.torch} of {python.path} is {kind} (no HIP): it cannot use the board",
             "give --python of a ROCm PyTorch with gfx1010 code (see `rdna1-kmgr doctor`)",
         )
-    return OwnerPython(path, facts["torch"], facts["hip"])
+    return python

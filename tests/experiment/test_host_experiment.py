@@ -269,12 +269,16 @@ def test_a_python_without_a_gpu_torch_is_refused(bench, torch_python, monkeypatc
     assert not (bench["tmp"] / "state").exists()
 
 
-def test_no_board_says_so_and_runs_nothing(tmp_path, monkeypatch):
+def test_no_board_says_so_and_runs_nothing(tmp_path, monkeypatch, torch_python):
     monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
     tree = no_gpu(tmp_path / "sysroot")
     result = CliRunner().invoke(main, ["experiment", "--sysroot", str(tree.root)])
     assert result.exit_code == 4 and "no RDNA1 board in this machine" in result.stderr
     assert "nothing was run and nothing changed" in result.stderr
+    # The check: with the owner's venv (a torch, here the CPU build) the answer is still "no board".
+    monkeypatch.delenv("STANDIN_SCRIPT", raising=False)
+    result = CliRunner().invoke(main, ["experiment", "--sysroot", str(tree.root), "--python", torch_python])
+    assert result.exit_code == 4 and "no RDNA1 board in this machine" in result.stderr
     # Bad input is said before the machine is looked at: a --python that is no Python with torch.
     result = CliRunner().invoke(main, ["experiment", "--sysroot", str(tree.root), "--python", "/bin/true"])
     assert result.exit_code == 2 and "'/bin/true' is not a Python with torch" in result.stderr
