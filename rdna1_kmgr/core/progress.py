@@ -1,5 +1,9 @@
 """Progress for long work: a live line on a terminal, a few plain lines in a pipe or a log.
 
+The one road for what the tool tells while it works: `say` and `Progress` write to the stream of the innermost
+`reporting_to` (stderr outside any), so that a caller who keeps a story -- `follow`'s log, which also goes to
+apt's output -- gets every line, the downloads' and the VM test's included, without each stage taking a stream.
+
 Compilation progress is counted from kbuild's own output: every object it compiles prints a line
 `  CC [M]  <path>.o` (or `  CC      <path>.o` for built-in objects), so feeding the build log
 line by line to `Progress.feed` is enough to follow any kbuild run, DKMS's included.
@@ -11,6 +15,9 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TextIO
 
@@ -18,6 +25,31 @@ from typing import TextIO
 _COMPILED = re.compile(r"^\s+(?:CC|AS)(?: \[M\])?\s+\S+\.o$")
 # Object names in kbuild Makefiles: `foo.o`, `bar/baz.o`.
 _MAKEFILE_OBJECT = re.compile(r"([A-Za-z0-9_\-]+)\.o\b")
+
+
+_STREAM: ContextVar[TextIO | None] = ContextVar("rdna1_kmgr_progress_stream", default=None)
+
+
+def current_stream() -> TextIO:
+    """Where progress goes now: the innermost reporting_to's stream, or stderr."""
+    return _STREAM.get() or sys.stderr
+
+
+@contextmanager
+def reporting_to(stream: TextIO) -> Iterator[TextIO]:
+    """Send every line of progress said inside (this thread's) to `stream`."""
+    token = _STREAM.set(stream)
+    try:
+        yield stream
+    finally:
+        _STREAM.reset(token)
+
+
+def say(line: str) -> None:
+    """One line of progress, whole."""
+    stream = current_stream()
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def is_compiled_object(line: str) -> bool:
@@ -72,7 +104,7 @@ class Progress:
         self.label = label
         self.total = total
         self.unit = unit
-        self.stream = stream if stream is not None else sys.stderr
+        self.stream = stream if stream is not None else current_stream()
         self.live = self.stream.isatty() if live is None else live
         self.plain_interval = plain_interval
         self._clock = clock

@@ -26,7 +26,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import BuildError, Exit, HostError, KmgrError
 from rdna1_kmgr.core.files import make_dirs
 from rdna1_kmgr.core.paths import log_dir
@@ -202,7 +201,7 @@ def _build_request(kernel: str, installed: Installed, source: str | None) -> mod
 
 def follow(kernel: str, source: str | None = None, stream: TextIO | None = None) -> dict:
     """Patch `kernel` or leave it stock; returns its follow record. StageFailed when it stays stock."""
-    stream = stream if stream is not None else sys.stderr
+    stream = stream if stream is not None else progress.current_stream()
     kernel = user_input.kernel_release(kernel)
     finished = finished_installs().get(kernel)
     if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
@@ -232,7 +231,8 @@ def follow(kernel: str, source: str | None = None, stream: TextIO | None = None)
                 f"following {kernel} with the quirks installed for {installed.kernel} "
                 f"({installed.package.ref}): {' '.join(installed.quirks)}"
             )
-            done = _stages(kernel, installed, source, story)
+            with progress.reporting_to(story):  # the downloads', apt's and the VM test's lines too
+                done = _stages(kernel, installed, source, story)
         except StageFailed as err:
             story.say(f"{kernel} keeps the stock amdgpu: {err.line()}")
             follow_record.write(kernel, "stock", stage=err.stage, reason=err.cause.line(), log=str(log))

@@ -17,11 +17,10 @@ module index and initramfs back for a kernel that is gone. Instead, each of thes
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.install import modprobe_conf
@@ -109,7 +108,7 @@ def plan(kernel: str) -> list[str]:
 
 def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
     """Drop everything rdna1-kmgr kept for a removed kernel; what it did."""
-    stream = stream if stream is not None else sys.stderr
+    stream = stream if stream is not None else progress.current_stream()
     kernel = user_input.kernel_release(kernel)
     root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
     said = []

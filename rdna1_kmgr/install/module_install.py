@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file, write_atomic
 from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback
@@ -438,7 +437,7 @@ def run(
     stream: TextIO | None = None,
 ) -> dict:
     """Everything `rdna1-kmgr install` does; returns the JSON result. `candidate` overrides the lookup (tests)."""
-    stream = stream if stream is not None else sys.stderr
+    stream = stream if stream is not None else progress.current_stream()
     root = TargetRoot.from_env()
     trees = dkms.Trees.from_env()
     if candidate is not None:

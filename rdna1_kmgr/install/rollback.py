@@ -17,12 +17,11 @@ is recorded and the journal moves to history/.
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import journal_programs, modprobe_conf
 from rdna1_kmgr.install.journal import (
@@ -222,7 +221,7 @@ def run(
     stream: TextIO | None = None,
 ) -> dict:
     """Everything `rdna1-kmgr rollback` does; returns the JSON result."""
-    stream = stream if stream is not None else sys.stderr
+    stream = stream if stream is not None else progress.current_stream()
     refuse_if_busy()
     journals = kernels_to_roll_back(kernel)
     plans = {j.kernel: plan_for(j, keep_build) for j in journals}  # refuses a corrupted journal here

@@ -18,14 +18,13 @@ on) exist only in backports and come from there anyway.
 
 import os
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import distro
 
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import write_atomic
 from rdna1_kmgr.source import apt_sources
@@ -266,7 +265,7 @@ class Pacman(_QueryAndInstall):
 
 
 def _echo(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    progress.say(line)
 
 
 def manager_for_host(distro_id: str | None = None, like: str | None = None) -> PackageManager:

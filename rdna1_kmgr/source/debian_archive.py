@@ -12,14 +12,13 @@ import grp
 import os
 import pwd
 import re
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import distro
 
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.core.errors import HostError, SourceError, UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.core.paths import cache_dir
@@ -127,10 +126,7 @@ class PrivateArchive:
             changed = self._write_config()
             fresh = stamp.is_file() and time.time() - stamp.stat().st_mtime < max_age
             if changed or not fresh:
-                print(
-                    f"updating package lists of {self.suite} from {self.entry.uri} (private, in {self.root})",
-                    file=sys.stderr,
-                )
+                progress.say(f"updating package lists of {self.suite} from {self.entry.uri} (private, in {self.root})")
                 self._apt_get(["-q", "--error-on=any", "update"], doing=f"updating the {self.suite} lists")
                 stamp.touch()
         self._updated = True
@@ -182,7 +178,7 @@ class PrivateArchive:
             if deb_matches(final, wanted):
                 return final
             size = f"{wanted.size / 1e6:.1f} MB" if wanted.size >= 1e5 else f"{wanted.size / 1e3:.1f} kB"
-            print(f"downloading {wanted.package} {wanted.version} ({size}) from {self.suite}", file=sys.stderr)
+            progress.say(f"downloading {wanted.package} {wanted.version} ({size}) from {self.suite}")
             with cache_entry.staging(debs, wanted.package) as tmp:
                 _let_apt_sandbox_write(tmp)
                 self._apt_get(
@@ -241,7 +237,7 @@ def run_apt(
 
     def forward(line: str) -> None:
         if line.strip():
-            print(line, file=sys.stderr, flush=True)
+            progress.say(line)
 
     result = runner.run(command, cwd=cwd, env=env, timeout=3600, check=False, on_line=forward if show_output else None)
     if result.returncode != 0:

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.modbuild import module_elf
@@ -88,7 +88,7 @@ Reporter = Callable[[str], None]
 
 
 def say(line: str) -> None:
-    print(f"vm-test: {line}", file=sys.stderr, flush=True)
+    progress.say(f"vm-test: {line}")
 
 
 # --- tools -------------------------------------------------------------------------------------------------------

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.host import system_identity
@@ -164,4 +163,4 @@ def _run(argv: list[str], doing: str) -> None:
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    progress.say(text)
