@@ -29,11 +29,11 @@ esac
 export DEBIAN_FRONTEND=noninteractive
 packages="python3 python3-venv python3-pip ca-certificates
     dkms kmod patch xz-utils openssl mokutil make gcc bc bison flex libelf-dev libssl-dev dwarves
-    initramfs-tools cpio file qemu-system-x86 busybox-static pciutils"
+    initramfs-tools cpio file qemu-system-x86 busybox-static pciutils ccache"
 # The tests also build apt repositories (apt-utils), SRPMs (rpm, rpm2cpio) and a throwaway dracut root
 # (debootstrap, also the whole-system image of tests/wholesystem.py; dracut itself is never installed on the host: it would replace initramfs-tools),
 # and run the tool as a normal user with sudo (nothing here needs sudo: tests/test_without_sudo.py hides it).
-[ "$with_tests" = yes ] && packages="$packages ccache apt-utils rpm rpm2cpio debootstrap sudo"
+[ "$with_tests" = yes ] && packages="$packages apt-utils rpm rpm2cpio debootstrap sudo"
 echo "install.sh: installing system packages"
 # A fresh machine often runs its first unattended upgrade just then: wait for dpkg's lock instead of failing.
 apt-get update -q

@@ -26,7 +26,8 @@ from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, carried_bits, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild import module_checks, module_elf, signing
+from rdna1_kmgr.modbuild import module_build, module_checks, module_elf, signing
+from rdna1_kmgr.modbuild.module_build import CCACHE_MAX_SIZE as CCACHE_CAP
 from rdna1_kmgr.vm import verdict
 
 MODULE = "amdgpu"
@@ -267,7 +268,24 @@ def run(cert: str | None = None) -> dict:
         "kernels": [kernel_status(k, root, trees, cert_path, entries) for k in sorted(kernels)],
         "boot_guard": boot_guard.describe(root),
         "profile": user_profile.status(),
+        "compiler_cache": compiler_cache(),
     }
+
+
+def compiler_cache() -> dict:
+    """The builds' ccache (modbuild/module_build.py): where, how much it holds, its cap."""
+    folder = module_build.ccache_dir()
+    held = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+    conf = folder / "ccache.conf"
+    caps = [line.split("=", 1)[1].strip() for line in _lines(conf) if line.split("=", 1)[0].strip() == "max_size"]
+    return {"path": str(folder), "bytes": held, "max_size": caps[-1] if caps else None}
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
 
 
 def text_lines(result: dict) -> list[str]:
@@ -275,6 +293,10 @@ def text_lines(result: dict) -> list[str]:
         f"secure boot   {result['secure_boot']}",
         f"certificate   {result['certificate']['path']}: {result['certificate']['enrollment']}",
     ]
+    cache = result.get("compiler_cache")
+    if cache:
+        cap = f" of {cache['max_size']}" if cache["max_size"] else f", no cap yet (the next build sets {CCACHE_CAP})"
+        lines.append(f"ccache        {cache['bytes'] / 1e6:.0f} MB{cap} in {cache['path']}")
     guard = result.get("boot_guard") or {}
     if guard.get("installed"):
         lines.append(

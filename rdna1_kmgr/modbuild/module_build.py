@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
+from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.core.paths import cache_dir, log_dir
 from rdna1_kmgr.core.progress import Progress, count_sources
 from rdna1_kmgr.host import system_identity
@@ -124,15 +124,32 @@ class PackageBuild:
     kept: list[str] = field(default_factory=list)  # older versions left because they are installed
 
 
+CCACHE_MAX_SIZE = "1.0G"  # ~135 MB a kernel (270 MB measured for 6.1 and 6.12); the owner's max_size wins
+
+
+def ccache_dir() -> Path:
+    return cache_dir() / "ccache"
+
+
+def cap_ccache() -> None:
+    """The cache's size cap, written once before the first build uses it: the owner may change it there
+    (`ccache -M 2G` with this CCACHE_DIR, or edit the file); a dry run never writes it."""
+    conf = ccache_dir() / "ccache.conf"
+    if not conf.exists():
+        make_dirs(conf.parent)
+        write_atomic(conf, f"max_size = {CCACHE_MAX_SIZE}\n".encode())
+
+
 def ccache_env() -> dict[str, str]:
-    """Route the compiler through ccache when it is installed (Debian and Ubuntu put its masquerade links
-    in /usr/lib/ccache). The base directory makes the kbuild trees' absolute paths relative in its keys."""
+    """Route the compiler through ccache when it is installed (install.sh installs it; Debian and Ubuntu put
+    its masquerade links in /usr/lib/ccache). The base directory makes the kbuild trees' absolute paths
+    relative in its keys, so a point release's fresh tree hits what the last one compiled."""
     masquerade = Path("/usr/lib/ccache")
     if not shutil.which("ccache") or not masquerade.is_dir():
         return {}
     return {
         "PATH": f"{masquerade}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "CCACHE_DIR": str(cache_dir() / "ccache"),
+        "CCACHE_DIR": str(ccache_dir()),
         "CCACHE_BASEDIR": str(cache_dir() / "kbuild"),
         "CCACHE_NOHASHDIR": "1",
         # Depend mode keys on kbuild's own -MMD output, so a miss costs no extra preprocessor run (a cold
@@ -162,7 +179,7 @@ def build_package(
 ) -> PackageBuild:
     """Build (or reuse) one package version for one kernel, verified; on failure nothing of it is left."""
     trees = trees or dkms.Trees.from_env()
-    stream = stream if stream is not None else sys.stderr
+    stream = stream if stream is not None else progress.current_stream()
     # DKMS has no locking of its own: a second run for the same kernel waits here instead of
     # deleting the first one's build directory under it.
     with cache_left_as_found(), cache_entry.exclusive(dkms.kbuild_root(package.name), kernel):
@@ -223,7 +240,10 @@ def _build_package(
 
     created_source = not package.source_dir(trees).exists()
     log = log_dir() / f"build-{package.name}-{package.version}-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    progress = Progress(
+    compiler_cache = ccache_env()
+    if compiler_cache:
+        cap_ccache()
+    counter = Progress(
         f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees), stream=stream
     )
     try:
@@ -235,17 +255,17 @@ def _build_package(
             trees,
             log,
             jobs or default_jobs(),
-            env={**ccache_env(), **signing_env(keys)},
-            on_line=progress.feed,
-            on_tick=progress.tick,
+            env={**compiler_cache, **signing_env(keys)},
+            on_line=counter.feed,
+            on_tick=counter.tick,
         )
         _check_signed_with(outcome, keys)
         report = checked(outcome.module)
     except BaseException:
-        progress.finish("failed")
+        counter.finish("failed")
         _discard(package, kernel, trees, created_source)
         raise
-    progress.finish("done")
+    counter.finish("done")
     removed, kept = _remove_older(package, kernel, trees)
     return PackageBuild(
         package,
@@ -393,7 +413,7 @@ def run(
     stream: TextIO | None = None,
 ) -> dict:
     """Everything `rdna1-kmgr build` does; returns the JSON result."""
-    stream = stream if stream is not None else sys.stderr
+    stream = stream if stream is not None else progress.current_stream()
     started = time.monotonic()
     system = system_identity.read()
     kernel = resolve_kernel(request.kernel, system=system)

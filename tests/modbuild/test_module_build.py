@@ -3,6 +3,7 @@ a non-zero exit, nothing left behind), and the real amdgpu builds (marked realbu
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -59,6 +60,48 @@ def test_the_same_build_again_is_reused(sandbox):
     again = hello_build(sandbox, "greetings-reused")
     assert again.reused and again.compiled == 0 and again.log is None
     assert again.module == first.module and again.report.sha256 == first.report.sha256
+
+
+def ccache_stats(folder: Path) -> dict[str, int]:
+    """ccache's own counters for `folder` (`--print-stats`: one `name<TAB>value` a line)."""
+    out = subprocess.run(
+        ["ccache", "--print-stats"], env={**os.environ, "CCACHE_DIR": str(folder)}, capture_output=True, text=True
+    ).stdout
+    return {k: int(v) for k, v in (line.split("\t") for line in out.splitlines()) if v.isdigit()}
+
+
+def test_a_fresh_kbuild_tree_takes_the_unchanged_objects_from_the_compiler_cache(sandbox):
+    """What a point release's build gets (issue 27): its kbuild tree starts empty, and main.c is the same as in
+    the last build, so its object comes from ccache; table.c, which the new patch changes, is compiled."""
+    hello_build(sandbox, "greetings-cold")
+    folder = sandbox.cache / "ccache"
+    assert (folder / "ccache.conf").read_text() == "max_size = 1.0G\n"  # the cap, written once
+    before = ccache_stats(folder)
+    shutil.rmtree(sandbox.cache / "kbuild")  # a new kernel release's tree: nothing to reuse in place
+    warm = hello_build(sandbox, "greetings-warm")
+    after = ccache_stats(folder)
+    assert warm.compiled >= 2  # main.o and table.o both compiled by kbuild again, in the fresh tree
+    hits = after["direct_cache_hit"] - before["direct_cache_hit"]
+    misses = after["cache_miss"] - before["cache_miss"]
+    assert hits >= 1 and misses == 1, (hits, misses)  # main.o from the cache; only table.o (changed) compiled
+    again = hello_build(sandbox, "greetings-warm")
+    assert again.reused and ccache_stats(folder) == after  # reused whole: ccache not even asked
+    from rdna1_kmgr.follow.status import compiler_cache, text_lines
+
+    held = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    line = next(
+        x
+        for x in text_lines(
+            {
+                "secure_boot": "?",
+                "certificate": {"path": "c", "enrollment": "e"},
+                "kernels": [],
+                "compiler_cache": compiler_cache(),
+            }
+        )
+        if x.startswith("ccache")
+    )
+    assert line == f"ccache        {held / 1e6:.0f} MB of 1.0G in {folder}"  # what `status` prints
 
 
 def test_a_new_patch_set_replaces_the_older_build_for_that_kernel(sandbox):
