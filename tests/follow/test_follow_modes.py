@@ -1,0 +1,55 @@
+"""`follow`'s modes as subcommands (`follow pending`, `follow defer KREL`, `follow removed KREL`), with the
+spellings the installed hooks use (`--pending`, `--kernel KREL --defer`, `--kernel KREL --removed`) still
+working and doing the same."""
+
+import pytest
+from click.testing import CliRunner
+
+from rdna1_kmgr.cli import main
+from rdna1_kmgr.follow import kernel_follow
+
+KREL = "6.1.0-56-amd64"
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, ["follow", *args])
+
+
+@pytest.mark.parametrize(
+    "mode, hooks_spelling",
+    [
+        (["pending"], ["--pending"]),
+        (["defer", KREL], ["--kernel", KREL, "--defer"]),
+        (["removed", KREL], ["--kernel", KREL, "--removed"]),
+    ],
+)
+def test_each_mode_plans_what_the_hooks_spelling_plans(state, mode, hooks_spelling):
+    new, old = cli(*mode, "--dry-run"), cli(*hooks_spelling, "--dry-run")
+    assert new.exit_code == old.exit_code == 0, new.output + old.output
+    assert new.output == old.output
+    assert not state.exists()  # a dry run writes nothing
+
+
+def test_defer_notes_the_kernel_as_pending_in_either_spelling(state, monkeypatch):
+    # Opted in: some kernel has a finished install (the real journal's story is test_hooks.py's).
+    monkeypatch.setattr(kernel_follow, "finished_installs", lambda: {"6.12.95+deb12-amd64": {}})
+    for args, krel in ((["defer", KREL], KREL), (["--kernel", "6.1.0-55-amd64", "--defer"], "6.1.0-55-amd64")):
+        result = cli(*args)
+        assert result.exit_code == 0 and f"rdna1-kmgr: {krel}: noted" in result.output, result.output
+        assert (state / "follow" / "pending" / krel).exists()
+
+
+def test_misused_modes_are_one_line(state):
+    result = cli("--hook", "pending")
+    assert result.exit_code == 2 and "options before `follow pending` are not read" in result.stderr
+    result = cli()
+    assert result.exit_code == 2 and "`follow pending`, `follow defer KREL`, `follow removed KREL`" in result.stderr
+    result = cli("defer", "../etc")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert not state.exists()
