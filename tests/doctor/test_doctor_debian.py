@@ -103,11 +103,9 @@ def test_on_this_machine_without_a_board_it_says_so_and_checks_the_rest():
     assert {"kfd", "access", "rocblas", "miopen", "hipblaslt", "hip", "torch", "versions", "profile"} <= checks
 
 
-def test_a_real_cpu_torch_named_with_python_is_found_and_called_cpu_only():
+def test_a_real_cpu_torch_named_with_python_is_found_and_called_cpu_only(torch_python):
     """A real PyTorch wheel (the CPU one pip installs here), by its interpreter's path."""
-    python = os.environ.get("RDNA1_KMGR_TORCH_PYTHON")
-    if not python:
-        pytest.skip("set RDNA1_KMGR_TORCH_PYTHON to a venv's python with torch (pip install torch)")
+    python = torch_python
     probe = subprocess.run(
         [python, "-c", "import torch; print(torch.__version__, torch.version.hip)"],
         capture_output=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -214,7 +215,13 @@ def test_matrix_needs_the_board():
 # --- the cell runner in real emulated VMs --------------------------------------------------------------------
 
 from test_engine import fake_modules_61, guest_kernel_61, vm_env  # noqa: E402,F401  (session fixtures)
-from test_passthrough_verdict import torch_python  # noqa: E402
+
+
+def guest_sees(python: str) -> list[str]:
+    """virtme-ng's guest has its own /var (tmpfs): the test torch venv under /var/cache is mapped in, read-only,
+    at the same path (as vm-test maps the guest kernel's folder)."""
+    venv = Path(python).parent.parent
+    return ["--rodir", f"{venv}={venv}"]
 
 
 def cpu_workload(python: str) -> dict:
@@ -223,10 +230,10 @@ def cpu_workload(python: str) -> dict:
 
 
 @pytest.fixture
-def guest_python(vm_env, monkeypatch) -> str:
-    """A Python with torch for the guest; this process's state, logs, cache and temporary folder are the run's
-    own, as vm_env makes them for the CLI (the experiment runs in-process here)."""
-    python = torch_python()
+def guest_python(vm_env, monkeypatch, torch_python) -> str:
+    """A Python with torch for the guest (the guest sees the host's files); this process's state, logs, cache and
+    temporary folder are the run's own, as vm_env makes them for the CLI (the experiment runs in-process here)."""
+    python = torch_python
     for key in ("RDNA1_KMGR_STATE", "RDNA1_KMGR_LOG", "RDNA1_KMGR_CACHE", "TMPDIR"):
         monkeypatch.setenv(key, vm_env[key])
     return python
@@ -244,6 +251,7 @@ def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(
         cell_timeout=900,
         accel="tcg",
         base_env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"},
+        extra_vng_args=guest_sees(guest_python),
     )
     seen = []
 
@@ -273,7 +281,12 @@ def test_a_cell_over_its_limit_is_a_hang_and_the_next_cell_gets_a_fresh_vm(
     # One second is not even enough to import torch under TCG: the guest kills the workload, calls it a
     # hang and stops; the host boots a fresh VM for the second cell.
     run_batch = experiment_guest.batch_runner(
-        guest_kernel_61, fake_modules_61["good"], cpu_workload(guest_python), cell_timeout=1, accel="tcg"
+        guest_kernel_61,
+        fake_modules_61["good"],
+        cpu_workload(guest_python),
+        cell_timeout=1,
+        accel="tcg",
+        extra_vng_args=guest_sees(guest_python),
     )
     results = experiment.run(cells, run_batch)
     assert [r.outcome for r in results] == ["hang", "hang"]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -454,19 +452,6 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
 # --- the workload script, really run on the CPU ----------------------------------------------------------------
 
 
-def torch_python() -> str:
-    """An interpreter with torch: this one, or RDNA1_KMGR_TORCH_PYTHON (a scratch venv, say)."""
-    if importlib.util.find_spec("torch") is not None:
-        return sys.executable
-    other = os.environ.get("RDNA1_KMGR_TORCH_PYTHON")
-    if other and shutil.which(other):
-        return other
-    pytest.skip(
-        "torch is not importable here: pip install torch (a CPU wheel) into this venv, or set "
-        "RDNA1_KMGR_TORCH_PYTHON to a Python that has it"
-    )
-
-
 def run_collect_workload(pythons: list[str], device: str) -> dict:
     """collect.py's own run_workload (the guest's code), on the real script."""
     return load_collect().run_workload(
@@ -474,8 +459,8 @@ def run_collect_workload(pythons: list[str], device: str) -> dict:
     )
 
 
-def test_conv2d_runs_on_the_cpu_against_the_cpu_and_passes():
-    python = torch_python()
+def test_conv2d_runs_on_the_cpu_against_the_cpu_and_passes(torch_python):
+    python = torch_python
     workload = run_collect_workload([python], "cpu")
     report = workload["runs"][-1]["report"]
     assert [c["case"] for c in report["cases"]] == list(verdict.WORKLOAD_CASES)
@@ -485,8 +470,8 @@ def test_conv2d_runs_on_the_cpu_against_the_cpu_and_passes():
     assert check.ok and check.detail.startswith("16 cases within rtol 0.001 / atol 0.001")
 
 
-def test_conv2d_without_a_gpu_reports_that_it_could_not_run():
-    python = torch_python()
+def test_conv2d_without_a_gpu_reports_that_it_could_not_run(torch_python):
+    python = torch_python
     if subprocess.run([python, "-c", "import sys, torch; sys.exit(torch.cuda.is_available())"]).returncode:
         pytest.skip("this torch sees a GPU: the no-GPU path cannot be shown here")
     # A Python without torch first (exit 3: try the next), then one whose torch has no GPU here.
