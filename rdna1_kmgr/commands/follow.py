@@ -111,7 +111,8 @@ def _follow(kernel, run_pending, defer, removed, source, dry_run) -> dict:
         return {"kernel": kernel, "deferred": said is not None, "lines": [f"rdna1-kmgr: {said}"] if said else []}
     kernels = follow_record.pending() if run_pending else [kernel]
     if dry_run:
-        return {"plan": [line for k in kernels for line in kernel_follow.plan(k, source)]}
+        plan = [line for k in kernels for line in kernel_follow.plan(k, source)]
+        return {"plan": plan or ["no kernel is pending: nothing to follow"]}
     records, failed = [], 0
     for k in kernels:
         try:

@@ -45,6 +45,11 @@ def test_defer_notes_the_kernel_as_pending_in_either_spelling(state, monkeypatch
         assert (state / "follow" / "pending" / krel).exists()
 
 
+def test_nothing_pending_says_so(state):
+    result = cli("pending", "--dry-run")
+    assert result.exit_code == 0 and result.output == "no kernel is pending: nothing to follow\n"
+
+
 def test_misused_modes_are_one_line(state):
     result = cli("--hook", "pending")
     assert result.exit_code == 2 and "options before `follow pending` are not read" in result.stderr
