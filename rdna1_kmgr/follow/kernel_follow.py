@@ -296,8 +296,7 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
                 kernel,
                 fetch=True,
                 selftest_required=module.selftest_cases,
-                report=lambda line: story.write(f"vm-test: {line}\n"),
-            )
+            )  # its lines ("vm-test: ...") go to the story: reporting_to above
             if not record.passed:
                 raise BuildError(f"the VM verdict is {record.verdict}: {record.reason}", f"record {record.record}")
     with _stage("install", story):

@@ -27,7 +27,6 @@ from rdna1_kmgr.install.module_install import MODPROBE_CONF, carried_bits, resol
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build, module_checks, module_elf, signing
-from rdna1_kmgr.modbuild.module_build import CCACHE_MAX_SIZE as CCACHE_CAP
 from rdna1_kmgr.vm import verdict
 
 MODULE = "amdgpu"
@@ -295,7 +294,11 @@ def text_lines(result: dict) -> list[str]:
     ]
     cache = result.get("compiler_cache")
     if cache:
-        cap = f" of {cache['max_size']}" if cache["max_size"] else f", no cap yet (the next build sets {CCACHE_CAP})"
+        cap = (
+            f" of {cache['max_size']}"
+            if cache["max_size"]
+            else f", no cap yet (the next build sets {module_build.CCACHE_MAX_SIZE})"
+        )
         lines.append(f"ccache        {cache['bytes'] / 1e6:.0f} MB{cap} in {cache['path']}")
     guard = result.get("boot_guard") or {}
     if guard.get("installed"):

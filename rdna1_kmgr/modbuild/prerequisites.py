@@ -179,7 +179,7 @@ class Apt(PackageManager):
     def apply(self, plan: InstallPlan) -> None:
         _require_root(plan)
         for path, text in plan.files.items():
-            _write_file(path, text)
+            write_atomic(path, text.encode())  # a small system file, whole or not at all
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         for command in plan.commands:
             # Wait for another apt or dpkg (an unattended upgrade, a second session) instead of failing at once.
@@ -223,7 +223,7 @@ class _QueryAndInstall(PackageManager):
                 command,
                 timeout=3600,
                 doing=f"`{' '.join(command)}`",
-                on_line=_echo,
+                on_line=progress.say,
                 hint=f"see {self.name}'s message; fix its repositories and run again",
             )
 
@@ -262,10 +262,6 @@ class Pacman(_QueryAndInstall):
 
     def required(self, krel: str) -> list[str]:
         return ["linux-headers", "dkms", "base-devel", "bc", "libelf", "openssl", "kmod", "xz", "patch"]
-
-
-def _echo(line: str) -> None:
-    progress.say(line)
 
 
 def manager_for_host(distro_id: str | None = None, like: str | None = None) -> PackageManager:
@@ -351,8 +347,3 @@ def _require_root(plan: InstallPlan) -> None:
         raise HostError(
             "installing packages needs root", f"run as root, or do it yourself: {'; '.join(plan.describe())}"
         )
-
-
-def _write_file(path: Path, text: str) -> None:
-    """Write a small system file whole or not at all."""
-    write_atomic(path, text.encode())

@@ -96,10 +96,10 @@ def fetch_image(release: str) -> GuestKernel:
         debs = [deb] + [_download(package, _suites(system), required=False) for package in modules]
         with cache_entry.staging(kernels, release) as tmp:
             for each in filter(None, debs):
-                _say(f"unpacking {each.name} into {root} (not installing it)")
+                progress.say(f"unpacking {each.name} into {root} (not installing it)")
                 _run(["dpkg-deb", "-x", str(each), str(tmp)], f"unpacking {each.name}")
             _merge_usr(tmp, release)
-            _say(f"depmod for {release}")
+            progress.say(f"depmod for {release}")
             _run(["depmod", "-b", str(tmp), release], f"depmod for {release}")
             staged = GuestKernel(release, tmp, "cache")
             if not _complete(staged):
@@ -160,7 +160,3 @@ def _download(package: str, suites, required: bool = True) -> Path | None:
 
 def _run(argv: list[str], doing: str) -> None:
     runner.run(argv, timeout=900, doing=doing, hint=f"command: {' '.join(argv)}")
-
-
-def _say(text: str) -> None:
-    progress.say(text)
