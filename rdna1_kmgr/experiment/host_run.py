@@ -60,7 +60,7 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
     base_env = dict(os.environ)
     python = owner_python.given(request.python, base_env)  # the input first, then the machine
     board = the_board(request.sysroot)
-    python = owner_python.usable(python) if python else owner_python.found(request.sysroot, base_env)
+    python = owner_python.ready(python, request.sysroot, base_env)
     folder = answer.new_run_dir()
     readable = kmsg.last_seq(request.sysroot) is not None
     warn(

@@ -235,7 +235,7 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
             "the boot guard's trial boot is pending",
             "boot it and let it confirm (or `rdna1-kmgr " "confirm`) first; nothing was changed",
         )
-    python = owner_python.usable(python) if python else owner_python.found(request.sysroot, env)
+    python = owner_python.ready(python, request.sysroot, env)
     lines = [
         f"kernel cells (one boot each, in this order; {len(hosts)} host cell(s) in each: "
         f"{', '.join(c.id for c in hosts)}):"

@@ -56,9 +56,10 @@ def given(path: str | None, env: dict[str, str]) -> OwnerPython | None:
     return with_torch(path, env) if path else None
 
 
-def found(sysroot: Path, env: dict[str, str]) -> OwnerPython:
-    """The first ROCm PyTorch doctor finds (default), checked."""
-    return usable(with_torch(default(sysroot, invoking_home()), env))
+def ready(given: OwnerPython | None, sysroot: Path, env: dict[str, str]) -> OwnerPython:
+    """The Python the experiment runs, once the board is there: the one given, or the first ROCm PyTorch doctor
+    finds (default); either with a HIP torch (usable), or a UsageError in one line."""
+    return usable(given or with_torch(default(sysroot, invoking_home()), env))
 
 
 def with_torch(path: str, env: dict[str, str]) -> OwnerPython:
