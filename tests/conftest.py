@@ -16,6 +16,7 @@ Every test that uses one of these fixtures is marked `realsource` (deselect with
 """
 
 import os
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,6 +147,42 @@ def headers_61() -> str:
     """The release "6.1.0-NN-amd64" bookworm-security's metapackage points to, headers installed
     (/lib/modules/<release>/build exists). Installs packages when missing: root only, skipped otherwise."""
     return installed_headers("bookworm-security")
+
+
+def previous_abi(release: str, suite: str) -> str:
+    """The newest kernel ABI before `release` (6.1.0-56-amd64 -> 6.1.0-55-amd64) whose headers `suite` still
+    carries, or skip."""
+    base, abi, flavour = release.rsplit("-", 2)
+    archive = debian_archive.PrivateArchive(suite)
+    with _using_test_cache():
+        for number in range(int(abi) - 1, max(int(abi) - 8, 0), -1):
+            older = f"{base}-{number}-{flavour}"
+            if archive.candidate(f"linux-headers-{older}"):
+                return older
+    pytest.skip(f"{suite} carries no kernel headers older than {release}")
+
+
+@pytest.fixture(scope="session")
+def headers_61_point_release(headers_61) -> Iterator[tuple[str, str]]:
+    """(older, newer): bookworm-security's current 6.1 ABI and the one before it, both headers installed (6.1.0-55
+    and -56 when written: the same Linux 6.1.192 under two ABI names). The older headers are purged after the
+    session when this fixture installed them, so later tests see the machine's kernels as they were."""
+    older = previous_abi(headers_61, "bookworm-security")
+    had_it = Path(f"/lib/modules/{older}/build/Makefile").exists()
+    with _using_test_cache():
+        apt = prerequisites.Apt()
+        if apt.missing(apt.required(older)) and os.geteuid() != 0:
+            pytest.skip(f"installing the headers of {older} needs root")
+        prerequisites.ensure_prerequisites(older, yes=True, manager=apt)
+    yield older, headers_61
+    if not had_it:
+        common = older.rsplit("-", 1)[0] + "-common"
+        subprocess.run(
+            ["apt-get", "purge", "-y", "-q", f"linux-headers-{older}", f"linux-headers-{common}"],
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            capture_output=True,
+            check=True,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -142,8 +142,9 @@ def cap_ccache() -> None:
 
 def ccache_env() -> dict[str, str]:
     """Route the compiler through ccache when it is installed (install.sh installs it; Debian and Ubuntu put
-    its masquerade links in /usr/lib/ccache). The base directory makes the kbuild trees' absolute paths
-    relative in its keys, so a point release's fresh tree hits what the last one compiled."""
+    its masquerade links in /usr/lib/ccache). rdna1-kbuild compiles in a view where the headers and the kbuild
+    tree have the same paths for every kernel release (below the base directory, so ccache keys on them
+    relative): a point release's compile finds the last one's object unless what it includes changed."""
     masquerade = Path("/usr/lib/ccache")
     if not shutil.which("ccache") or not masquerade.is_dir():
         return {}
@@ -152,9 +153,11 @@ def ccache_env() -> dict[str, str]:
         "CCACHE_DIR": str(ccache_dir()),
         "CCACHE_BASEDIR": str(cache_dir() / "kbuild"),
         "CCACHE_NOHASHDIR": "1",
-        # Depend mode keys on kbuild's own -MMD output, so a miss costs no extra preprocessor run (a cold
-        # build stays close to a plain one).
-        "CCACHE_DEPEND": "1",
+        # No depend mode: it keys on every included file's content, and autoconf.h differs between any two
+        # releases (CONFIG_BUILD_SALT), so a point release would never hit. The preprocessor mode keys on
+        # what the compiler reads; a miss compiles that preprocessed file (no second preprocessor run), so a
+        # cold build costs about what a plain one does.
+        "CCACHE_NOCPP2": "1",
     }
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import fake_kernel
@@ -102,6 +103,30 @@ def test_a_fresh_kbuild_tree_takes_the_unchanged_objects_from_the_compiler_cache
         if x.startswith("ccache")
     )
     assert line == f"ccache        {held / 1e6:.0f} MB of 1.0G in {folder}"  # what `status` prints
+
+
+@pytest.mark.realbuild
+def test_a_point_release_build_takes_its_objects_from_the_compiler_cache(sandbox, headers_61_point_release):
+    """Issue 27, the real upgrade pair: Debian's 6.1.0-55 and 6.1.0-56 are the same Linux 6.1.192 under two ABI
+    names. Their headers differ in names only (read by hand in the two packages: CONFIG_BUILD_SALT, the release,
+    LINUX_PACKAGE_ID, and the -common folder's name in every include path). So the newer kernel's build of the
+    same patch set compiles, in a fresh kbuild tree, only what carries the release: the module's .mod.c (its
+    vermagic); main.o and table.o come from the cache."""
+    older, newer = headers_61_point_release
+    first = hello_build(replace(sandbox, kernel=older), "greetings-point")
+    assert "building in the version-neutral view" in first.log.read_text()
+    folder = sandbox.cache / "ccache"
+    before = ccache_stats(folder)
+    second = hello_build(replace(sandbox, kernel=newer), "greetings-point")
+    after = ccache_stats(folder)
+    assert second.kernel == newer and not second.reused and second.compiled >= 2
+    hits = sum(after[k] - before.get(k, 0) for k in ("direct_cache_hit", "preprocessed_cache_hit"))
+    misses = after["cache_miss"] - before["cache_miss"]
+    assert misses == 1 and hits >= 2, (hits, misses)
+    assert (
+        f"vermagic:       {newer} "
+        in subprocess.run(["modinfo", str(second.module)], capture_output=True, text=True, check=True).stdout
+    )  # the module is the newer kernel's, not the older one's object taken whole
 
 
 def test_a_new_patch_set_replaces_the_older_build_for_that_kernel(sandbox):
