@@ -16,23 +16,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.host import sysfs
-from rdna1_kmgr.vm import engine, guest_kernel, plumbing_guest, vfio
+from rdna1_kmgr.vm import engine, guest_kernel, guest_registry, plumbing_guest, vfio
+from rdna1_kmgr.vm.guest import GuestRequest, GuestRun
 from rdna1_kmgr.vm.passthrough import (
     _NO_IRQ_REMAP,
-    ROOT_PORT_IDS,
     Preflight,
     Session,
     _id,
     bound,
     preflight,
-    qemu_devices,
     require_root,
     resolve_gpu,
 )
+from rdna1_kmgr.vm.qemu_args import ROOT_PORT_IDS
+
+GUEST = plumbing_guest.NAME  # the plain-QEMU guest: it only lists its PCI devices, and is quick under TCG
 
 
 def run_plumbing(
@@ -54,30 +56,21 @@ def run_plumbing(
     require_root()
     pre = preflight(bdf, plumbing_only=True, force=force, accept_reset_risk=accept_reset_risk)
     release = user_input.kernel_release(release or os.uname().release)
-    tools = engine.find_tools()
+    vm = guest_registry.find(GUEST)  # its programs are refused before binding, not after
     kernel = guest_kernel.locate(release, fetch=fetch)
-    plumbing_guest.static_busybox()  # refuse before binding, not after
     logs = log_dir() / "vm-test"
     logs.mkdir(parents=True, exist_ok=True)
     stem = f"{started_at:%Y%m%dT%H%M%SZ}-plumbing-{bdf.replace(':', '-')}"
     console = logs / f"{stem}.log"
-    guest = None
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-pt-") as tmp:
         rundir = Path(tmp)
-        initramfs = plumbing_guest.build_initramfs(rundir / "initramfs.cpio")
-        chosen = engine.choose_accel(accel, kernel, tools, rundir, report)
-        argv = plumbing_guest.qemu_argv(
-            tools.qemu, kernel.image, initramfs, chosen.name, qemu_devices(pre), engine.KVM_CPU
-        )
+        chosen = engine.choose_accel(accel, kernel, vm.qemu, rundir, report)
+        request = GuestRequest(kernel, rundir, console, chosen.name, timeout, pre.devices)
         with bound(pre, report) as session:
-            report(
-                f"booting {release} with {' '.join(d.bdf for d in pre.plan.passed)} "
-                f"({chosen.name}, hard limit {timeout:.0f} s), console log {console}"
-            )
-            outcome = runner.run_session(argv, console, timeout, cwd="/")
-            guest = plumbing_guest.parse_console(console.read_text(errors="replace"))
+            run = vm.boot(request, report)
             session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
-    checks = judge(pre, session, guest, outcome, timeout, console)
+    checks = judge(pre, session, run, timeout)
+    guest = run.result
     failed = [c for c in checks if not c["ok"]]
     target_seen = _guest_counterparts(pre, guest).get(bdf)
     result = {
@@ -98,7 +91,7 @@ def run_plumbing(
         "accepted_reset_risk": pre.accepted_reset_risk,
         "forced": list(pre.forced),
         "console_log": str(console),
-        "vm_seconds": round(outcome.elapsed, 1),
+        "vm_seconds": round(run.outcome.elapsed, 1),
         "seconds": round(time.monotonic() - started, 1),
         "started": started_at.isoformat(timespec="seconds"),
         "tool_version": __version__,
@@ -110,11 +103,10 @@ def run_plumbing(
     return result
 
 
-def judge(
-    pre: Preflight, session: Session, guest: dict | None, outcome: runner.Outcome, timeout: float, console: Path
-) -> list[dict]:
+def judge(pre: Preflight, session: Session, run: GuestRun, timeout: float) -> list[dict]:
     """The plumbing checks, in the order they happen."""
     checks = []
+    guest = run.result
 
     def check(name: str, ok: bool, detail: str) -> None:
         checks.append({"name": name, "ok": bool(ok), "detail": detail})
@@ -127,11 +119,11 @@ def judge(
         f"{session.group_node or '/dev/vfio/' + str(pre.plan.iommu_group) + ' missing'}",
     )
     if guest is None:
-        tail = _tail(console)
+        tail = run.console_tail()
         why = (
             f"timed out after {timeout:.0f} s and was killed"
-            if outcome.timed_out
-            else f"the VM ended (exit {outcome.returncode}) without the guest's report"
+            if run.outcome.timed_out
+            else f"the VM ended (exit {run.outcome.returncode}) without the guest's report"
         )
         if _NO_IRQ_REMAP in tail:
             why += (
@@ -196,12 +188,3 @@ def _device_story(dev: sysfs.PciDevice, session: Session) -> dict:
         "after": returned["driver"] if returned else dev.driver,
         "restored": returned["ok"] if returned else True,
     }
-
-
-def _tail(console: Path, lines: int = 6) -> str:
-    try:
-        text = console.read_text(errors="replace")
-    except OSError:
-        return "(no console log)"
-    kept = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
-    return " | ".join(kept[-lines:]) or "(empty)"

@@ -24,7 +24,7 @@ from conftest import _using_test_cache
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.source import debian_archive
-from rdna1_kmgr.vm import engine, guest_kernel
+from rdna1_kmgr.vm import guest_kernel, virtme_guest
 
 pytestmark = pytest.mark.vm
 
@@ -47,7 +47,7 @@ def _skip_unless_possible() -> None:
 def nested(tmp_path_factory) -> Path:
     """Boot the outer guest once; return the folder its script filled."""
     _skip_unless_possible()
-    tools = engine.find_tools()
+    tools = virtme_guest.find()
     with _using_test_cache():
         # The kernel bookworm's metapackage points to today, as its image package unpacked in the test cache
         # (even when the host has it installed: other tests install and depmod there while this one runs).
