@@ -6,7 +6,7 @@ import click
 
 from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.vm import passthrough, plumbing_run
+from rdna1_kmgr.vm import passthrough, plumbing_run, verdict
 
 
 def restore_mode(as_json: bool) -> None:
@@ -31,15 +31,15 @@ def plumbing_mode(gpu, kernel, accel, timeout, fetch, force, accept_reset_risk, 
     """The device on vfio-pci, seen by a guest, given back; its record, written; exit 5 on a fail."""
     if timeout <= 0:
         raise UsageError(f"invalid --timeout {timeout:g}", "give a number of seconds > 0")
-    result = plumbing_run.run_plumbing(
+    record = plumbing_run.run_plumbing(
         gpu, release=kernel, accel=accel, timeout=timeout, fetch=fetch, force=force, accept_reset_risk=accept_reset_risk
     )
     if as_json:
-        emit_json(result)
+        emit_json(record.to_json())
     else:
-        click.echo(report(result))
-    if result["verdict"] != "pass":
-        raise BuildError(f"vm-test failed: {result['reason']}", f"record {result['record']}")
+        click.echo(report(record))
+    if not record.passed:
+        raise BuildError(f"vm-test failed: {record.reason}", f"record {record.record}")
 
 
 def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, workload):
@@ -62,18 +62,20 @@ def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, 
     )
 
 
-def report(result: dict) -> str:
+def report(record: verdict.Record) -> str:
+    """A plumbing record as lines."""
+    facts = record.passthrough or {}
     lines = [
-        f"verdict      {result['verdict']}: {result['reason']}",
-        f"device       {result['device']} ({result['vendor_device']}), IOMMU group {result['iommu_group']}",
-        f"guest saw    {result['guest_saw'] or 'nothing'}",
+        f"verdict      {record.verdict}: {record.reason}",
+        f"device       {facts.get('bdf')} ({facts.get('vendor_device')}), IOMMU group {facts.get('iommu_group')}",
+        f"guest saw    {facts.get('guest_saw') or 'nothing'}",
     ]
-    for dev in result["devices"]:
+    for dev in facts.get("devices") or []:
         lines.append(
             f"  {dev['bdf']}  before {dev['before'] or 'none'}, during {dev['during'] or 'none'}, "
             f"after {dev['after'] or 'none'}"
         )
-    for check in result["checks"]:
-        lines.append(f"  {'ok  ' if check['ok'] else 'FAIL'}  {check['name']}: {check['detail']}")
-    lines.append(f"record       {result['record']}")
+    for check in record.checks:
+        lines.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+    lines.append(f"record       {record.record}")
     return "\n".join(lines)

@@ -223,7 +223,7 @@ def validate_module(
         details=details,
         passthrough=passthrough,
     )
-    verdict.write(record)
+    record = verdict.store(record)
     report(f"verdict {outcome}: {reason} (record {record.record})")
     return record
 

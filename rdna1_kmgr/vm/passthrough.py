@@ -14,6 +14,7 @@ board is checked to have really come back.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import resource
@@ -371,22 +372,18 @@ def settle(record: verdict.Record, session: Session) -> verdict.Record:
     """Add what happened to the devices after the guest to the record, judge again, store it."""
     back = [r for r in session.returned if not r["ok"]]
     complete = len(session.returned) == len(session.bindings)
-    record.checks.append(
+    checks = (
+        *record.checks,
         verdict.Check(
             "restored",
             not back and complete,
             back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound",
-        )
+        ),
     )
-    record.passthrough = {
-        **(record.passthrough or {}),
-        "during": session.during,
-        "devices": session.returned,
-        "came_back": not back and complete,
-    }
-    record.verdict, record.reason = verdict.decide(record.checks)
-    verdict.write(record)
-    return record
+    outcome, reason = verdict.decide(list(checks))
+    story = {**(record.passthrough or {}), "during": session.during, "devices": session.returned}
+    story["came_back"] = not back and complete
+    return verdict.store(dataclasses.replace(record, checks=checks, verdict=outcome, reason=reason, passthrough=story))
 
 
 # --- helpers -------------------------------------------------------------------------------------------------

@@ -298,6 +298,45 @@ def test_the_record_is_stored_by_module_sha256_and_read_back(tmp_path, monkeypat
     assert verdict.passing_record(module, CANNED_KERNEL) is None  # the latest verdict counts
 
 
+def test_records_written_before_one_record_shape_still_read(tmp_path):
+    """An emulated record as the tool wrote it (same keys), and a plumbing-only file of the time its device facts
+    sat at the top level: both read as a Record; the plumbing one as mode plumbing with its facts kept."""
+    emulated = make_record("5" * 64).to_json()
+    assert verdict.Record.from_json(json.loads(json.dumps(emulated))) == make_record("5" * 64)
+    old_plumbing = {
+        "verdict": "pass",
+        "reason": "all checks passed",
+        "mode": "passthrough",
+        "plumbing_only": True,
+        "device": "0000:00:03.0",
+        "vendor_device": "1234:11e8",
+        "guest_saw": "1234:11e8",
+        "kernel": CANNED_KERNEL,
+        "accel": "tcg",
+        "iommu_group": 7,
+        "group": {"passed": ["0000:00:03.0"]},
+        "devices": [{"bdf": "0000:00:03.0", "before": None, "during": "vfio-pci", "after": None, "restored": True}],
+        "checks": [{"name": "vfio-bind", "ok": True, "detail": "0000:00:03.0 on vfio-pci, /dev/vfio/7"}],
+        "reset": [],
+        "accepted_reset_risk": False,
+        "forced": [],
+        "console_log": "/var/log/rdna1-kmgr/vm-test/x.log",
+        "vm_seconds": 71.5,
+        "seconds": 80.2,
+        "started": "2026-01-01T00:00:00+00:00",
+        "tool_version": "0.9",
+        "record": "/var/log/rdna1-kmgr/vm-test/x.json",
+    }
+    record = verdict.Record.from_json(old_plumbing)
+    assert record.passed and record.mode == "plumbing" and record.module is None
+    assert record.checks == (verdict.Check("vfio-bind", True, "0000:00:03.0 on vfio-pci, /dev/vfio/7"),)
+    assert record.passthrough["bdf"] == "0000:00:03.0" and record.passthrough["guest_saw"] == "1234:11e8"
+    assert record.passthrough["devices"][0]["during"] == "vfio-pci" and record.details == {"vm_seconds": 71.5}
+    assert record.record == "/var/log/rdna1-kmgr/vm-test/x.json"
+    # and it is written back in the one shape, which reads the same again
+    assert verdict.Record.from_json(json.loads(json.dumps(record.to_json()))) == record
+
+
 def fakeamdgpu_prebuilt(tmp_path: Path) -> Path:
     """Any real module file: the stand-in, built for the installed 6.1 headers (skips without them)."""
     release = installed_61_headers()
