@@ -63,7 +63,7 @@ def run(
     passthrough.require_root()
     pre = passthrough.preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
     release = user_input.kernel_release(release or built.kernel)
-    kernel = guest_kernel.locate(release, fetch=fetch)
+    guest_kernel.locate(release, fetch=fetch)  # a missing kernel is refused (or fetched) before anything is bound
     workload = {"args": ["--sweep", "experiment"]}  # the host experiment's workload too
     cells = built_cells(built)
     base_env = installed_environment(invoking_home())
@@ -78,8 +78,7 @@ def run(
             fetch=fetch,
             base_env=base_env,
             report=report,
-            extra_vng_args=passthrough.vng_passthrough_args(pre, kernel),
-            mode="passthrough",
+            devices=pre.devices,
         )
         results = experiment.run(cells, run_batch, report)
     best = experiment.recommend(results)

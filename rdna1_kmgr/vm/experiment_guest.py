@@ -16,7 +16,7 @@ from pathlib import Path
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.modbuild import module_elf
-from rdna1_kmgr.vm import engine, experiment, guest_kernel, guest_view, verdict
+from rdna1_kmgr.vm import engine, experiment, guest, guest_kernel, guest_registry, guest_view, verdict
 
 BOOT_ALLOWANCE = 240  # seconds: a TCG boot under load, the dependencies' modprobe
 CELL_OVERHEAD = 120  # seconds per cell beyond its workload limit: insmod and rmmod of a 17-350 MB module
@@ -32,8 +32,8 @@ def batch_runner(
     fetch: bool = False,
     base_env: dict[str, str] | None = None,
     report=engine.say,
-    extra_vng_args: list[str] | tuple[str, ...] = (),
-    mode: str = "emulated",
+    devices: tuple[str, ...] = (),
+    show: tuple[Path, ...] = (),
 ) -> experiment.BatchRunner:
     """A function that runs a list of cells in one fresh VM of `release` and returns the guest's result.
 
@@ -41,8 +41,10 @@ def batch_runner(
     `workload`: changes to engine.workload_plan("conv2d")'s dict: `args` for the script (the sweep),
     `device`, `pythons` (guest paths; the default is rdna1-kmgr's own venv, mapped into the guest).
     `base_env`: the user's ROCm settings as installed, the "as installed" profile's environment.
+    `devices`: PCI addresses on vfio-pci the guest gets (the board); `show`: host folders the guest must see,
+    read-only at their own paths.
     """
-    tools = engine.find_tools()
+    vm = guest_registry.find(engine.GUEST)
     kernel = guest_kernel.locate(release, fetch=fetch)
     facts = module_elf.read(module, verdict.INIT_MESSAGES) if module is not None else None
     logs = log_dir() / "vm-test"
@@ -69,6 +71,8 @@ def batch_runner(
                 "quirks_param": bool(facts and QUIRKS_PARAM in facts.parameters),
             }
             view = guest_view.prepare(rundir, kernel.root if kernel.origin == "cache" else None, with_venv=True)
+            for folder in show:
+                view.show(folder)
             plan["workload"] = {**engine.workload_plan("conv2d", view), **(workload or {})}
             if facts is not None:
                 copy = rundir / facts.path.name
@@ -76,12 +80,12 @@ def batch_runner(
                 plan.update(module=view.guest_path(copy), depends=list(facts.depends))
             (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
             if not chosen:
-                chosen.append(engine.choose_accel(accel, kernel, tools, rundir, report))
+                chosen.append(engine.choose_accel(accel, kernel, vm.qemu, rundir, report))
             limit = BOOT_ALLOWANCE + len(cells) * (cell_timeout + CELL_OVERHEAD)
             console = logs / f"{time.strftime('%Y%m%dT%H%M%S')}-matrix-vm{attempt}.log"
-            run = engine.boot(
-                tools, kernel, view, chosen[0], limit, console, report, extra_vng_args, mode, script="matrix.py"
-            )
+            command = engine.guest_command(view, "matrix.py")
+            request = guest.GuestRequest(kernel, rundir, console, chosen[0].name, limit, devices, command, view)
+            run = vm.boot(request, report)
             if run.outcome.timed_out:
                 ended = "timeout"
             elif run.result is not None and run.result.get("finished"):

@@ -1,4 +1,5 @@
-"""What a vm-test guest must see, and the virtme-ng mappings that put it where the guest sees it.
+"""What a vm-test guest must see, and the mappings that put it where the guest sees it (virtme_guest.py turns
+them into virtme-ng's options).
 
 The guest boots with the host's root file system read-only over 9p, but a host path is not a guest path:
 virtme-ng 1.42 and its guest init put their own mounts over parts of that root.
@@ -47,26 +48,17 @@ GUEST_VENV = PurePosixPath("/run/rdna1-kmgr-venv")
 OS_TREE = Path("/usr")
 # vng hands --rodir/--rwdir to virtme-run through a shell line, unquoted, and virtme-run accepts only these
 # characters in them (virtme/commands/run.py, _SAFE_PATH_PATTERN, less the space the shell would split on).
-_MAPPABLE = re.compile(r"[A-Za-z0-9_+/.-]+")
+MAPPABLE = re.compile(r"[A-Za-z0-9_+/.-]+")
 GUEST_SCRIPTS = "guest"  # the folder of the run folder the guest side is copied into
 
 
 @dataclass(frozen=True)
 class Mapping:
-    """A host folder shown to the guest at `guest` by virtme-ng."""
+    """A host folder shown to the guest at `guest`."""
 
     guest: PurePosixPath
     host: Path
     writable: bool = False
-
-    def vng_args(self) -> list[str]:
-        if not _MAPPABLE.fullmatch(str(self.host)):
-            raise HostError(
-                f"virtme-ng cannot show {self.host} to the guest (only letters, digits and _ + / . - "
-                "can be in a mapped path)",
-                "install rdna1-kmgr, or set RDNA1_KMGR_CACHE / TMPDIR, " "under such a path",
-            )
-        return ["--rwdir" if self.writable else "--rodir", f"{self.guest}={self.host}"]
 
 
 def in_os_tree(path: Path) -> bool:
@@ -94,8 +86,9 @@ class GuestView:
     def script(self, name: str) -> str:
         return str(GUEST_RUN / GUEST_SCRIPTS / name)
 
-    def vng_args(self) -> list[str]:
-        return [arg for mapping in self.mappings for arg in mapping.vng_args()]
+    def show(self, host: Path) -> None:
+        """Show one more host folder to the guest, read-only, at its own path."""
+        self.mappings.append(Mapping(PurePosixPath(host), Path(host)))
 
     def pythons(self) -> list[str]:
         """Interpreters a workload may run under, its own venv first (torch lives there, if anywhere)."""

@@ -6,7 +6,7 @@ given back in a `finally` with SIGINT/SIGTERM/SIGHUP held off, so success, failu
 Ctrl-C all end with the devices on their own drivers; SIGKILL leaves the journal for `vm-test --restore`.
 
 In the guest the devices sit behind a PCIe root port QEMU adds (a GPU expects to be on PCIe), function for
-function, so the guest side can say exactly which of its devices came from the host.
+function (qemu_args.vfio_devices); a run hands the guest their addresses (guest.GuestRequest.devices).
 
 `--plumbing-only` (plumbing_run.py) passes any device and checks only that plumbing. A returned amdgpu
 board is checked to have really come back.
@@ -14,6 +14,7 @@ board is checked to have really come back.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import resource
@@ -33,8 +34,6 @@ from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, format_id, is_rdna1
 from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import engine, guest_kernel, reset_readiness, verdict, vfio, vfio_journal
 
-ROOT_PORT = "rdna1-kmgr-rp"  # QEMU id of the root port the devices sit behind
-ROOT_PORT_IDS = ("0x1b36", "0x000c")  # QEMU's pcie-root-port as the guest sees it
 AMDGPU = "amdgpu"
 # What a board that did not come back leaves in the host's log (probe errors, a failed IP block init, ...).
 _PROBE_TROUBLE = re.compile(r"\bfail(ed|ure)?\b|\berror\b|\bfatal\b|\btimed? ?out\b", re.IGNORECASE)
@@ -56,6 +55,11 @@ class Preflight:
     accepted_reset_risk: bool  # a device with the reset bug goes to the VM anyway
     forced: tuple[str, ...]  # display use --force went past
     to_bind: tuple[sysfs.PciDevice, ...]  # the passed devices not on vfio-pci already
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The PCI addresses the guest gets: the target and its slot's functions, the target first."""
+        return tuple(d.bdf for d in self.plan.passed)
 
 
 @dataclass
@@ -333,9 +337,8 @@ def run_gpu(
     bdf = resolve_gpu(spec)
     require_root()
     pre = preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
-    # The kernel is needed before the boot: a cached one is shared with the guest by vng_passthrough_args.
     release = user_input.kernel_release(release or module_elf.read(Path(module_path), verdict.INIT_MESSAGES).release)
-    kernel = guest_kernel.locate(release, fetch=fetch)
+    guest_kernel.locate(release, fetch=fetch)  # a missing kernel is refused (or fetched) before anything is bound
     gpu = verdict.GpuTarget(
         _id(pre.plan.target), tuple(quirks) if quirks is not None else None, workload if workload != "smoke" else None
     )
@@ -357,7 +360,7 @@ def run_gpu(
             fetch=fetch,
             selftest_required=selftest_required,
             report=report,
-            extra_vng_args=vng_passthrough_args(pre, kernel),
+            devices=pre.devices,
             gpu=gpu,
             passthrough=story,
         )
@@ -369,44 +372,21 @@ def settle(record: verdict.Record, session: Session) -> verdict.Record:
     """Add what happened to the devices after the guest to the record, judge again, store it."""
     back = [r for r in session.returned if not r["ok"]]
     complete = len(session.returned) == len(session.bindings)
-    record.checks.append(
+    checks = (
+        *record.checks,
         verdict.Check(
             "restored",
             not back and complete,
             back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound",
-        )
+        ),
     )
-    record.passthrough = {
-        **(record.passthrough or {}),
-        "during": session.during,
-        "devices": session.returned,
-        "came_back": not back and complete,
-    }
-    record.verdict, record.reason = verdict.decide(record.checks)
-    verdict.write(record)
-    return record
+    outcome, reason = verdict.decide(list(checks))
+    story = {**(record.passthrough or {}), "during": session.during, "devices": session.returned}
+    story["came_back"] = not back and complete
+    return verdict.store(dataclasses.replace(record, checks=checks, verdict=outcome, reason=reason, passthrough=story))
 
 
-# --- the devices in the guest ---------------------------------------------------------------------------------
-
-
-def qemu_devices(pre: Preflight) -> list[str]:
-    """A PCIe root port with the passed devices on it, one guest function per host function, in order."""
-    args = ["-device", f"pcie-root-port,id={ROOT_PORT},bus=pcie.0,chassis=81,addr=0x1c"]
-    for fn, dev in enumerate(pre.plan.passed):
-        multi = ",multifunction=on" if fn == 0 and len(pre.plan.passed) > 1 else ""
-        args += ["-device", f"vfio-pci,host={user_input.pci_address(dev.bdf)},bus={ROOT_PORT},addr=0x0.{fn}{multi}"]
-    return args
-
-
-def vng_passthrough_args(pre: Preflight, kernel: guest_kernel.GuestKernel) -> list[str]:
-    """What vng needs beyond an emulated run (for vm-test's GPU run): the devices, q35 (microvm has no PCI),
-    9p, and the cached kernel's modules, which the guest's init would hide under a tmpfs on /var/cache."""
-    # vng hands --qemu-opts to a shell: every word here is fixed text or a validated address.
-    args = ["--disable-microvm", "--force-9p", "--qemu-opts=" + " ".join(qemu_devices(pre))]
-    if kernel.origin == "cache":
-        args += ["--rodir", str(kernel.root)]
-    return args
+# --- helpers -------------------------------------------------------------------------------------------------
 
 
 def _id(dev: sysfs.PciDevice) -> str:

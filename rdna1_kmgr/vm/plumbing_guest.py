@@ -1,9 +1,11 @@
-"""The guest of a plumbing-only run: the kernel, a tiny initramfs, the passed devices, and what it saw.
+"""The plain-QEMU guest ("qemu" in guest_registry) of a plumbing-only run: the kernel, a tiny initramfs, the
+passed devices, and what it saw.
 
 The guest only has to list its PCI devices, so it is QEMU with `-kernel` and an initramfs holding a static
 busybox and one script (qemu/passthrough/init), not a virtme-ng guest: measured in a nested TCG guest here,
 virtme-ng's guest init (systemd-tmpfiles, udev coldplug and settle) alone ran for more than ten minutes,
-while this boots and reports in about two. The script prints one line per device; the host parses them.
+while this boots and reports in about two. The script prints one line per device; the host parses them into
+the run's result ({kernel, devices}). It runs its own init, never a command.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.vm import qemu_args
+from rdna1_kmgr.vm.guest import GuestRequest, GuestRun, Reporter
 
+NAME = "qemu"
 MEMORY_MB = 256
 LINE = "rdna1-kmgr-guest "
 
@@ -28,6 +33,28 @@ class GuestPci:
     device: str
     pci_class: str
     parent: str  # the parent in the device tree: a bridge's address, or pci0000:00 for the root bus
+
+
+@dataclass(frozen=True)
+class PlainQemuGuest:
+    qemu: str
+    name: str = NAME
+
+    def boot(self, request: GuestRequest, report: Reporter) -> GuestRun:
+        """Boot the kernel with the initramfs (written into the run folder) and the devices; read the console."""
+        if request.command is not None:
+            raise ValueError("the plain-QEMU guest runs its own init, no command")
+        initramfs = build_initramfs(request.run / "initramfs.cpio")
+        argv = qemu_argv(self.qemu, request.kernel.image, initramfs, request.accel, list(request.devices))
+        report(request.booting_line())
+        outcome = runner.run_session(argv, request.console, request.timeout, cwd="/")
+        return GuestRun(outcome, request.console, parse_console(request.console.read_text(errors="replace")))
+
+
+def find() -> PlainQemuGuest:
+    qemu = qemu_args.find_qemu()
+    static_busybox()  # refuse now, not after the devices are bound
+    return PlainQemuGuest(qemu)
 
 
 def init_script() -> Path:
@@ -61,20 +88,19 @@ def build_initramfs(dest: Path) -> Path:
     return dest
 
 
-def qemu_argv(
-    qemu: str, image: Path, initramfs: Path, accel: str, devices: list[str], kvm_cpu: str = "host"
-) -> list[str]:
-    """QEMU for the guest: q35 (PCIe, for the root port), one CPU, console on stdout, no reboot on panic."""
+def qemu_argv(qemu: str, image: Path, initramfs: Path, accel: str, devices: list[str]) -> list[str]:
+    """QEMU for the guest: q35 (PCIe, for the root port), one CPU, console on stdout, no reboot on panic, the
+    devices (PCI addresses) behind the root port."""
     argv = qemu_args.bare_console(
         qemu,
         f"q35,accel={accel}",
         MEMORY_MB,
         image,
         "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
-        cpu=kvm_cpu if accel == "kvm" else None,
+        cpu=qemu_args.KVM_CPU if accel == "kvm" else None,
         initrd=initramfs,
     )
-    return argv + devices
+    return argv + qemu_args.vfio_devices(devices)
 
 
 def parse_console(text: str) -> dict | None:

@@ -1,5 +1,6 @@
-"""A plumbing-only run (`vm-test --gpu BDF --plumbing-only`): any PCI device handed to vfio-pci, seen by a
-tiny guest, given back, and a verdict on that plumbing alone.
+"""A plumbing-only run (`vm-test plumbing BDF`, `vm-test --gpu BDF --plumbing-only`): any PCI device handed to
+vfio-pci, seen by a tiny guest, given back, and a verdict on that plumbing alone (a verdict.Record, mode
+plumbing, beside the console log).
 
 The guest is plain QEMU with the busybox initramfs of plumbing_guest.py, not virtme-ng: it only has to list
 its PCI devices, and it must be quick under TCG and inside another guest. The tests use QEMU's `edu` device
@@ -8,7 +9,6 @@ inside a guest with an emulated IOMMU.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -16,23 +16,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.host import sysfs
-from rdna1_kmgr.vm import engine, guest_kernel, plumbing_guest, vfio
+from rdna1_kmgr.vm import engine, guest_kernel, guest_registry, plumbing_guest, verdict, vfio
+from rdna1_kmgr.vm.guest import GuestRequest, GuestRun
 from rdna1_kmgr.vm.passthrough import (
     _NO_IRQ_REMAP,
-    ROOT_PORT_IDS,
     Preflight,
     Session,
     _id,
     bound,
     preflight,
-    qemu_devices,
     require_root,
     resolve_gpu,
 )
+from rdna1_kmgr.vm.qemu_args import ROOT_PORT_IDS
+
+GUEST = plumbing_guest.NAME  # the plain-QEMU guest: it only lists its PCI devices, and is quick under TCG
 
 
 def run_plumbing(
@@ -44,8 +46,9 @@ def run_plumbing(
     force: bool = False,
     accept_reset_risk: bool = False,
     report=engine.say,
-) -> dict:
-    """`vm-test --gpu SPEC --plumbing-only`: the device on vfio-pci, seen by a guest, given back. A verdict."""
+) -> verdict.Record:
+    """`vm-test plumbing SPEC`: the device on vfio-pci, seen by a guest, given back. A verdict (mode plumbing),
+    stored beside the console log."""
     started_at = datetime.now(UTC)
     started = time.monotonic()
     if timeout <= 0:
@@ -54,70 +57,62 @@ def run_plumbing(
     require_root()
     pre = preflight(bdf, plumbing_only=True, force=force, accept_reset_risk=accept_reset_risk)
     release = user_input.kernel_release(release or os.uname().release)
-    tools = engine.find_tools()
+    vm = guest_registry.find(GUEST)  # its programs are refused before binding, not after
     kernel = guest_kernel.locate(release, fetch=fetch)
-    plumbing_guest.static_busybox()  # refuse before binding, not after
     logs = log_dir() / "vm-test"
     logs.mkdir(parents=True, exist_ok=True)
     stem = f"{started_at:%Y%m%dT%H%M%SZ}-plumbing-{bdf.replace(':', '-')}"
     console = logs / f"{stem}.log"
-    guest = None
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-pt-") as tmp:
         rundir = Path(tmp)
-        initramfs = plumbing_guest.build_initramfs(rundir / "initramfs.cpio")
-        chosen = engine.choose_accel(accel, kernel, tools, rundir, report)
-        argv = plumbing_guest.qemu_argv(
-            tools.qemu, kernel.image, initramfs, chosen.name, qemu_devices(pre), engine.KVM_CPU
-        )
+        chosen = engine.choose_accel(accel, kernel, vm.qemu, rundir, report)
+        request = GuestRequest(kernel, rundir, console, chosen.name, timeout, pre.devices)
         with bound(pre, report) as session:
-            report(
-                f"booting {release} with {' '.join(d.bdf for d in pre.plan.passed)} "
-                f"({chosen.name}, hard limit {timeout:.0f} s), console log {console}"
-            )
-            outcome = runner.run_session(argv, console, timeout, cwd="/")
-            guest = plumbing_guest.parse_console(console.read_text(errors="replace"))
+            run = vm.boot(request, report)
             session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
-    checks = judge(pre, session, guest, outcome, timeout, console)
-    failed = [c for c in checks if not c["ok"]]
+    checks = judge(pre, session, run, timeout)
+    guest = run.result
+    outcome, reason = verdict.decide(checks)
     target_seen = _guest_counterparts(pre, guest).get(bdf)
-    result = {
-        "verdict": "fail" if failed else "pass",
-        "reason": f"{failed[0]['name']}: {failed[0]['detail']}" if failed else "all checks passed",
-        "mode": "passthrough",
-        "plumbing_only": True,
-        "device": bdf,
-        "vendor_device": _id(pre.plan.target),
-        "guest_saw": target_seen["id"] if target_seen else None,
-        "kernel": release,
-        "accel": chosen.name,
-        "iommu_group": pre.plan.iommu_group,
-        "group": pre.plan.to_json(),
-        "devices": [_device_story(d, session) for d in pre.plan.passed],
-        "checks": checks,
-        "reset": [r.to_json() for r in pre.reset],
-        "accepted_reset_risk": pre.accepted_reset_risk,
-        "forced": list(pre.forced),
-        "console_log": str(console),
-        "vm_seconds": round(outcome.elapsed, 1),
-        "seconds": round(time.monotonic() - started, 1),
-        "started": started_at.isoformat(timespec="seconds"),
-        "tool_version": __version__,
-    }
-    record = logs / f"{stem}.json"
-    result["record"] = str(record)
-    record.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    report(f"verdict {result['verdict']}: {result['reason']} (record {record})")
-    return result
+    record = verdict.Record(
+        verdict=outcome,
+        reason=reason,
+        mode="plumbing",
+        kernel=release,
+        module=None,
+        module_sha256=None,
+        accel=chosen.name,
+        checks=checks,
+        selftest=None,
+        console_log=str(console),
+        seconds=round(time.monotonic() - started, 1),
+        started=started_at.isoformat(timespec="seconds"),
+        tool_version=__version__,
+        details={"vm_seconds": round(run.outcome.elapsed, 1)},
+        passthrough={
+            "bdf": bdf,
+            "vendor_device": _id(pre.plan.target),
+            "guest_saw": target_seen["id"] if target_seen else None,
+            "iommu_group": pre.plan.iommu_group,
+            "group": pre.plan.to_json(),
+            "devices": [_device_story(d, session) for d in pre.plan.passed],
+            "reset": [r.to_json() for r in pre.reset],
+            "accepted_reset_risk": pre.accepted_reset_risk,
+            "forced": list(pre.forced),
+        },
+    )
+    record = verdict.store(record, logs / f"{stem}.json")
+    report(f"verdict {record.verdict}: {record.reason} (record {record.record})")
+    return record
 
 
-def judge(
-    pre: Preflight, session: Session, guest: dict | None, outcome: runner.Outcome, timeout: float, console: Path
-) -> list[dict]:
+def judge(pre: Preflight, session: Session, run: GuestRun, timeout: float) -> list[verdict.Check]:
     """The plumbing checks, in the order they happen."""
     checks = []
+    guest = run.result
 
     def check(name: str, ok: bool, detail: str) -> None:
-        checks.append({"name": name, "ok": bool(ok), "detail": detail})
+        checks.append(verdict.Check(name, bool(ok), detail))
 
     bound_now = [b.bdf for b in session.bindings]
     check(
@@ -127,11 +122,11 @@ def judge(
         f"{session.group_node or '/dev/vfio/' + str(pre.plan.iommu_group) + ' missing'}",
     )
     if guest is None:
-        tail = _tail(console)
+        tail = run.console_tail()
         why = (
             f"timed out after {timeout:.0f} s and was killed"
-            if outcome.timed_out
-            else f"the VM ended (exit {outcome.returncode}) without the guest's report"
+            if run.outcome.timed_out
+            else f"the VM ended (exit {run.outcome.returncode}) without the guest's report"
         )
         if _NO_IRQ_REMAP in tail:
             why += (
@@ -196,12 +191,3 @@ def _device_story(dev: sysfs.PciDevice, session: Session) -> dict:
         "after": returned["driver"] if returned else dev.driver,
         "restored": returned["ok"] if returned else True,
     }
-
-
-def _tail(console: Path, lines: int = 6) -> str:
-    try:
-        text = console.read_text(errors="replace")
-    except OSError:
-        return "(no console log)"
-    kept = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
-    return " | ".join(kept[-lines:]) or "(empty)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rdna1_kmgr.core.files import make_dirs, sha256_file, write_atomic
@@ -531,26 +531,33 @@ def _last_step(result) -> str:
 # --- the record -------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Record:
+    """The verdict of one run, the same shape for every mode: emulated, passthrough (the module driving the passed
+    GPU, with or without a workload) and plumbing (any device passed, seen, given back; no module)."""
+
     verdict: str  # pass or fail
     reason: str  # the first failing check, or "all checks passed"
-    mode: str  # emulated or passthrough
+    mode: str  # emulated, passthrough or plumbing
     kernel: str
-    module: str  # the path that was tested
-    module_sha256: str
+    module: str | None  # the path that was tested (plumbing: None)
+    module_sha256: str | None
     accel: str | None
-    checks: list[Check]
+    checks: tuple[Check, ...]
     selftest: dict | None  # {passed, failed, required}
     console_log: str | None
     seconds: float
     started: str
     tool_version: str
-    details: dict = field(default_factory=dict)  # run facts: accel probe, stages, build id
-    # Passthrough runs: bdf, vendor_device, accepted_reset_risk, forced, workload cases, devices given back.
+    details: dict = field(default_factory=dict)  # run facts: accel probe, stages, build id, vm_seconds
+    # Passthrough and plumbing runs: bdf, vendor_device, iommu_group, accepted_reset_risk, forced, reset, the
+    # devices given back; passthrough adds workload cases and came_back, plumbing guest_saw and group.
     passthrough: dict | None = None
     schema: int = SCHEMA
     record: str | None = None  # where it is stored
+
+    def __post_init__(self):
+        object.__setattr__(self, "checks", tuple(self.checks))
 
     @property
     def passed(self) -> bool:
@@ -562,9 +569,28 @@ class Record:
     @classmethod
     def from_json(cls, data: dict) -> Record:
         data = dict(data)
+        if data.get("plumbing_only"):
+            data = _from_plumbing_file(data)
         data["checks"] = [Check(**c) for c in data.get("checks", [])]
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# What a plumbing-only run wrote before its record was a Record: its device facts at the top level.
+_PLUMBING_FACTS = ("vendor_device", "guest_saw", "iommu_group", "group", "devices", "reset", "accepted_reset_risk")
+
+
+def _from_plumbing_file(data: dict) -> dict:
+    facts = {"bdf": data.get("device"), **{k: data.get(k) for k in _PLUMBING_FACTS}, "forced": data.get("forced", [])}
+    return {
+        **data,
+        "mode": "plumbing",
+        "module": None,
+        "module_sha256": None,
+        "selftest": None,
+        "details": {"vm_seconds": data.get("vm_seconds")},
+        "passthrough": facts,
+    }
 
 
 def decide(checks: list[Check]) -> tuple[str, str]:
@@ -584,13 +610,19 @@ def record_path(sha256: str) -> Path:
     return validations_dir() / f"{sha256}.json"
 
 
-def write(record: Record) -> Path:
-    """Store the record atomically (a reader sees the old one or the new one, whole)."""
-    path = record_path(record.module_sha256)
+def write(record: Record, path: Path | None = None) -> Path:
+    """Store the record atomically (a reader sees the old one or the new one, whole): at `path`, or by its
+    module's sha256 under validations/."""
+    return Path(store(record, path).record)
+
+
+def store(record: Record, path: Path | None = None) -> Record:
+    """write, and the record as stored (with where)."""
+    path = path or record_path(record.module_sha256)
     make_dirs(path.parent)
-    record.record = str(path)
-    write_atomic(path, (json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n").encode())
-    return path
+    stored = replace(record, record=str(path))
+    write_atomic(path, (json.dumps(stored.to_json(), indent=2, sort_keys=True) + "\n").encode())
+    return stored
 
 
 def read(sha256: str) -> Record | None:

@@ -25,7 +25,7 @@ from conftest import _using_test_cache, persistent_cache_root
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.modbuild import module_elf
-from rdna1_kmgr.vm import engine, guest_kernel, guest_view, verdict
+from rdna1_kmgr.vm import engine, guest, guest_kernel, guest_view, verdict, virtme_guest
 
 DATA = Path(__file__).parent / "data"
 CANNED_KERNEL = "6.1.0-56-amd64"
@@ -298,6 +298,45 @@ def test_the_record_is_stored_by_module_sha256_and_read_back(tmp_path, monkeypat
     assert verdict.passing_record(module, CANNED_KERNEL) is None  # the latest verdict counts
 
 
+def test_records_written_before_one_record_shape_still_read(tmp_path):
+    """An emulated record as the tool wrote it (same keys), and a plumbing-only file of the time its device facts
+    sat at the top level: both read as a Record; the plumbing one as mode plumbing with its facts kept."""
+    emulated = make_record("5" * 64).to_json()
+    assert verdict.Record.from_json(json.loads(json.dumps(emulated))) == make_record("5" * 64)
+    old_plumbing = {
+        "verdict": "pass",
+        "reason": "all checks passed",
+        "mode": "passthrough",
+        "plumbing_only": True,
+        "device": "0000:00:03.0",
+        "vendor_device": "1234:11e8",
+        "guest_saw": "1234:11e8",
+        "kernel": CANNED_KERNEL,
+        "accel": "tcg",
+        "iommu_group": 7,
+        "group": {"passed": ["0000:00:03.0"]},
+        "devices": [{"bdf": "0000:00:03.0", "before": None, "during": "vfio-pci", "after": None, "restored": True}],
+        "checks": [{"name": "vfio-bind", "ok": True, "detail": "0000:00:03.0 on vfio-pci, /dev/vfio/7"}],
+        "reset": [],
+        "accepted_reset_risk": False,
+        "forced": [],
+        "console_log": "/var/log/rdna1-kmgr/vm-test/x.log",
+        "vm_seconds": 71.5,
+        "seconds": 80.2,
+        "started": "2026-01-01T00:00:00+00:00",
+        "tool_version": "0.9",
+        "record": "/var/log/rdna1-kmgr/vm-test/x.json",
+    }
+    record = verdict.Record.from_json(old_plumbing)
+    assert record.passed and record.mode == "plumbing" and record.module is None
+    assert record.checks == (verdict.Check("vfio-bind", True, "0000:00:03.0 on vfio-pci, /dev/vfio/7"),)
+    assert record.passthrough["bdf"] == "0000:00:03.0" and record.passthrough["guest_saw"] == "1234:11e8"
+    assert record.passthrough["devices"][0]["during"] == "vfio-pci" and record.details == {"vm_seconds": 71.5}
+    assert record.record == "/var/log/rdna1-kmgr/vm-test/x.json"
+    # and it is written back in the one shape, which reads the same again
+    assert verdict.Record.from_json(json.loads(json.dumps(record.to_json()))) == record
+
+
 def fakeamdgpu_prebuilt(tmp_path: Path) -> Path:
     """Any real module file: the stand-in, built for the installed 6.1 headers (skips without them)."""
     release = installed_61_headers()
@@ -338,7 +377,7 @@ def test_a_file_that_is_not_a_module_is_refused(tmp_path, name, content):
 
 def test_stages_are_reported_once_each_even_when_lines_arrive_in_pieces():
     seen = []
-    watcher = engine.StageWatcher(seen.append, clock=iter([0.0] + [1.0] * 20).__next__)
+    watcher = virtme_guest.StageWatcher(seen.append, clock=iter([0.0] + [1.0] * 20).__next__)
     console = (
         "Probing EDD... ok\r\n[    0.000000] Linux version 6.1.0-56-amd64 (debian)\r\n"
         "[ 5.1] virtme initramfs: mounting hostfs...\r\n[ 9.0] virtme-ng-init: basic initialization done\r\n"
@@ -365,9 +404,13 @@ def test_the_guest_command_uses_guest_paths_and_tcg_disables_kvm(tmp_path):
     command = engine.guest_command(view)
     assert command.split()[1:] == ["-I", "-S", "/run/rdna1-kmgr/guest/collect.py", "/run/rdna1-kmgr"]
     assert (rundir / "guest" / "collect.py").is_file()  # the guest side travels in the run folder
-    tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
-    tcg = engine.vng_argv(tools, kernel, view, engine.Accel("tcg", ""), command)
-    kvm = engine.vng_argv(tools, kernel, view, engine.Accel("kvm", ""), command)
+    tools = virtme_guest.VirtmeNgGuest("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
+
+    def argv(accel: str) -> list[str]:
+        request = guest.GuestRequest(kernel, rundir, rundir / "console", accel, 5, command=command, view=view)
+        return virtme_guest.vng_argv(tools, request)
+
+    tcg, kvm = argv("tcg"), argv("kvm")
     assert "--disable-kvm" in tcg and "--disable-kvm" not in kvm
     assert tcg[tcg.index("--rwdir") + 1] == f"/run/rdna1-kmgr={rundir}" and tcg[-2:] == ["--exec", command]
     # the unpacked kernel, read-only at its own path: where virtme's /lib/modules/KREL link points
@@ -385,13 +428,13 @@ def test_the_guest_python_is_the_systems_or_its_installation_is_mapped(tmp_path)
     (home / "bin" / "python3.11").write_text("")
     python, mapping = guest_view.interpreter(str(home / "bin" / "python3.11"), str(home))
     assert python == "/run/rdna1-kmgr-python/bin/python3.11"
-    assert mapping.vng_args() == ["--rodir", f"/run/rdna1-kmgr-python={home}"]
+    assert virtme_guest.mapping_args(mapping) == ["--rodir", f"/run/rdna1-kmgr-python={home}"]
 
 
 def test_a_path_virtme_cannot_map_is_refused_with_what_to_do(tmp_path):
     odd = tmp_path / "a b,c"
     with pytest.raises(HostError, match="virtme-ng cannot show"):
-        guest_view.Mapping(guest_view.GUEST_RUN, odd, writable=True).vng_args()
+        virtme_guest.mapping_args(guest_view.Mapping(guest_view.GUEST_RUN, odd, writable=True))
 
 
 # --- the guest kernel -----------------------------------------------------------------------------------------
@@ -625,11 +668,11 @@ def test_the_accel_probe_tells_a_kernel_that_boots_from_one_that_hangs(guest_ker
     """The probe's two answers, on the real kernel under TCG (KVM itself may not work on the test host)."""
     with _using_test_cache():
         kernel = guest_kernel.locate(guest_kernel_61)
-    tools = engine.find_tools()
-    works, why = engine.kernel_init_completes(kernel, tools, tmp_path, "tcg", "max", timeout=120)
+    qemu = virtme_guest.find().qemu
+    works, why = engine.kernel_init_completes(kernel, qemu, tmp_path, "tcg", "max", timeout=120)
     assert works, why
     # Half a second is far too little for TCG to get through init: the probe gives up and says so.
-    works, why = engine.kernel_init_completes(kernel, tools, tmp_path, "tcg", "max", timeout=0.5)
+    works, why = engine.kernel_init_completes(kernel, qemu, tmp_path, "tcg", "max", timeout=0.5)
     assert not works and "no progress within" in why
     assert [c for c in processes_mentioning(str(kernel.image)) if "panic=-1 loglevel=4" in c] == []
 

@@ -217,11 +217,10 @@ def test_matrix_needs_the_board():
 from test_engine import fake_modules_61, guest_kernel_61, vm_env  # noqa: E402,F401  (session fixtures)
 
 
-def guest_sees(python: str) -> list[str]:
-    """virtme-ng's guest has its own /var (tmpfs): the test torch venv under /var/cache is mapped in, read-only,
+def guest_sees(python: str) -> tuple[Path, ...]:
+    """virtme-ng's guest has its own /var (tmpfs): the test torch venv under /var/cache is shown to it, read-only,
     at the same path (as vm-test maps the guest kernel's folder)."""
-    venv = Path(python).parent.parent
-    return ["--rodir", f"{venv}={venv}"]
+    return (Path(python).parent.parent,)
 
 
 def cpu_workload(python: str) -> dict:
@@ -251,7 +250,7 @@ def test_cells_run_in_an_emulated_vm_with_the_module_loaded_at_each_mask(
         cell_timeout=900,
         accel="tcg",
         base_env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"},
-        extra_vng_args=guest_sees(guest_python),
+        show=guest_sees(guest_python),
     )
     seen = []
 
@@ -286,7 +285,7 @@ def test_a_cell_over_its_limit_is_a_hang_and_the_next_cell_gets_a_fresh_vm(
         cpu_workload(guest_python),
         cell_timeout=1,
         accel="tcg",
-        extra_vng_args=guest_sees(guest_python),
+        show=guest_sees(guest_python),
     )
     results = experiment.run(cells, run_batch)
     assert [r.outcome for r in results] == ["hang", "hang"]

@@ -62,8 +62,9 @@ def test_the_board_passes_through_and_comes_back_on_amdgpu(gpu, tmp_path, monkey
     result = CliRunner().invoke(main, ["vm-test", "--gpu", gpu, "--plumbing-only", "--json"])
     assert result.exit_code == 0, result.output
     verdict = json.loads(result.stdout)
-    assert verdict["verdict"] == "pass" and verdict["guest_saw"] == verdict["vendor_device"]
-    assert all(d["before"] == d["after"] and d["during"] == "vfio-pci" for d in verdict["devices"])
+    facts = verdict["passthrough"]
+    assert verdict["verdict"] == "pass" and facts["guest_saw"] == facts["vendor_device"]
+    assert all(d["before"] == d["after"] and d["during"] == "vfio-pci" for d in facts["devices"])
     assert not vfio_journal.pending()
     if before is not None and before.driver == "amdgpu":
         assert host_facts.detect().target.driver == "amdgpu"  # came_back also checked its DRM card and the log

@@ -24,7 +24,7 @@ from conftest import _using_test_cache
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.source import debian_archive
-from rdna1_kmgr.vm import engine, guest_kernel
+from rdna1_kmgr.vm import guest_kernel, virtme_guest
 
 pytestmark = pytest.mark.vm
 
@@ -47,7 +47,7 @@ def _skip_unless_possible() -> None:
 def nested(tmp_path_factory) -> Path:
     """Boot the outer guest once; return the folder its script filled."""
     _skip_unless_possible()
-    tools = engine.find_tools()
+    tools = virtme_guest.find()
     with _using_test_cache():
         # The kernel bookworm's metapackage points to today, as its image package unpacked in the test cache
         # (even when the host has it installed: other tests install and depmod there while this one runs).
@@ -123,9 +123,10 @@ def test_plumbing_only_passes_and_the_guest_saw_the_device(nested):
     result = verdict(nested, "pass")
     assert read(nested, "pass.rc") == "0", read(nested, "pass.err")
     assert result["verdict"] == "pass", result["reason"]
-    assert result["mode"] == "passthrough" and result["plumbing_only"] is True
-    assert result["device"] == EDU and result["vendor_device"] == "1234:11e8"
-    assert result["guest_saw"] == "1234:11e8"
+    facts = result["passthrough"]
+    assert result["mode"] == "plumbing" and result["module"] is None
+    assert facts["bdf"] == EDU and facts["vendor_device"] == "1234:11e8"
+    assert facts["guest_saw"] == "1234:11e8"
     assert {c["name"] for c in result["checks"] if c["ok"]} == {
         "vfio-bind",
         "guest-run",
@@ -134,14 +135,14 @@ def test_plumbing_only_passes_and_the_guest_saw_the_device(nested):
         "restored",
         "reset",
     }
-    assert result["accepted_reset_risk"] is False
+    assert facts["accepted_reset_risk"] is False
     assert Path(result["record"]).name.endswith(".json")
 
 
 def test_the_device_was_on_vfio_pci_during_the_run(nested):
     samples = read(nested, "pass.during").splitlines()
     assert "vfio-pci vfio-pci" in samples  # driver and driver_override, seen from outside the tool
-    (story,) = verdict(nested, "pass")["devices"]
+    (story,) = verdict(nested, "pass")["passthrough"]["devices"]
     assert story == {
         "bdf": EDU,
         "vendor_device": "1234:11e8",

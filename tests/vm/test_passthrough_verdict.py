@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_engine import CANNED_KERNEL, patched_module, patched_result
 
-from rdna1_kmgr.vm import engine, guest_kernel, guest_view, passthrough, verdict
+from rdna1_kmgr.vm import engine, guest, guest_kernel, guest_view, passthrough, qemu_args, verdict, virtme_guest
 
 GPU = "1002:731f"
 QUIRKS = ("crat-mem", "coarse-mtype")
@@ -265,18 +265,20 @@ def test_the_plan_carries_the_gpu_identity_quirks_and_workload(tmp_path):
     assert (tmp_path / "guest" / "conv2d.py").is_file()  # copied into the run folder the guest mounts
     # rdna1-kmgr's own venv first (torch would be there), mapped read-only where the guest sees it
     assert plan["gpu"]["workload"]["pythons"][0] == "/run/rdna1-kmgr-venv/bin/" + Path(sys.executable).name
-    assert f"/run/rdna1-kmgr-venv={sys.prefix}" in view.vng_args()
+    assert f"/run/rdna1-kmgr-venv={sys.prefix}" in virtme_guest.view_args(view)
     assert "gpu" not in verdict.guest_plan(patched_module(), "/run/amdgpu.ko")  # emulated: unchanged
 
 
-def test_passthrough_arguments_go_before_the_guest_command(tmp_path):
-    tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
+def test_passed_devices_become_vng_arguments_before_the_guest_command(tmp_path):
+    tools = virtme_guest.VirtmeNgGuest("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
     kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
-    extra = ["--disable-microvm", "--qemu-opts=-device vfio-pci,host=0000:0a:00.0"]
-    argv = engine.vng_argv(
-        tools, kernel, guest_view.GuestView(tmp_path, "/usr/bin/python3"), engine.Accel("kvm", ""), "cmd", extra
-    )
-    assert argv[-4:] == [*extra, "--exec", "cmd"]
+    view = guest_view.GuestView(tmp_path, "/usr/bin/python3")
+    devices = ("0000:0a:00.0", "0000:0a:00.1")
+    request = guest.GuestRequest(kernel, tmp_path, tmp_path / "console", "kvm", 5, devices, "cmd", view)
+    argv = virtme_guest.vng_argv(tools, request)
+    assert argv[-2:] == ["--exec", "cmd"]
+    assert "--disable-microvm" in argv and "--qemu-opts=" + " ".join(qemu_args.vfio_devices(devices)) in argv
+    assert argv[argv.index("--disable-microvm") :][-4:-2] == ["--rodir", str(tmp_path)]  # the cached kernel
 
 
 def test_a_passthrough_boot_keeps_udev_from_loading_the_distro_amdgpu(tmp_path, monkeypatch):
@@ -286,14 +288,13 @@ def test_a_passthrough_boot_keeps_udev_from_loading_the_distro_amdgpu(tmp_path, 
         seen.append(argv)
         return engine.runner.Outcome(0, False, False, 0.1, 1)
 
-    monkeypatch.setattr(engine.runner, "run_session", run)
-    tools = engine.Tools("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(virtme_guest.runner, "run_session", run)
+    tools = virtme_guest.VirtmeNgGuest("/venv/bin/vng", "/usr/bin/qemu-system-x86_64")
     kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path, "cache")
-    for mode, extra in (("emulated", ()), ("passthrough", ("--disable-microvm",))):
+    for devices in ((), ("0000:0a:00.0",)):
         view = guest_view.GuestView(tmp_path, "/usr/bin/python3")
-        engine.boot(
-            tools, kernel, view, engine.Accel("tcg", ""), 5, tmp_path / "console", lambda line: None, extra, mode
-        )
+        request = guest.GuestRequest(kernel, tmp_path, tmp_path / "console", "tcg", 5, devices, "cmd", view)
+        tools.boot(request, lambda line: None)
     emulated, passed = (argv[argv.index("--append") + 1].split("=", 1)[1].split(",") for argv in seen)
     assert "amdgpu" not in emulated and "amdgpu" in passed
 
@@ -394,7 +395,7 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
     def validate_module(path, release, **kw):
         # validate_module's mode follows from gpu: a passthrough run is one that names its GPU
         mode = "passthrough" if kw["gpu"] is not None else "emulated"
-        events.append(("validate", mode, kw["extra_vng_args"], kw["gpu"]))
+        events.append(("validate", mode, kw["devices"], kw["gpu"]))
         return verdict.Record(
             verdict="pass" if outcome["ok"] else "fail",
             reason="all checks passed" if outcome["ok"] else "vram-heap: heap_type 1",
@@ -433,8 +434,8 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
     assert result.exit_code == 0, result.output
     assert [e[0] for e in events] == ["preflight", "bound", "validate", "given back"]
     assert events[0][2]["accept_reset_risk"] is True and events[0][2]["plumbing_only"] is False
-    _, mode, extra, gpu = events[2]
-    assert mode == "passthrough" and "--disable-microvm" in extra and "vfio-pci,host=0000:0a:00.0" in extra[-1]
+    _, mode, devices, gpu = events[2]
+    assert mode == "passthrough" and devices == (board.bdf,)  # as data: the guest turns them into its options
     assert gpu == verdict.GpuTarget("1002:731f", ("crat-mem", "coarse-mtype"), "conv2d")
     out = json.loads(result.stdout)
     assert out["mode"] == "passthrough" and out["passthrough"]["bdf"] == board.bdf

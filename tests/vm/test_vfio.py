@@ -19,7 +19,17 @@ from click.testing import CliRunner
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
 from rdna1_kmgr.host import kmsg
-from rdna1_kmgr.vm import guest_kernel, passthrough, plumbing_guest, plumbing_run, reset_readiness, vfio, vfio_journal
+from rdna1_kmgr.vm import (
+    guest_kernel,
+    passthrough,
+    plumbing_guest,
+    plumbing_run,
+    qemu_args,
+    reset_readiness,
+    vfio,
+    vfio_journal,
+    virtme_guest,
+)
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from sysfs_fixtures import FakeSysroot, rx5600xt, rx5700xt  # noqa: E402
@@ -250,7 +260,8 @@ def test_auto_picks_the_detected_board_or_refuses(tmp_path):
 def test_the_devices_sit_behind_a_root_port_function_for_function(tmp_path):
     desktop(tmp_path)
     pre = preflight(tmp_path)
-    assert passthrough.qemu_devices(pre) == [
+    assert pre.devices == (GPU, AUDIO)
+    assert qemu_args.vfio_devices(pre.devices) == [
         "-device",
         "pcie-root-port,id=rdna1-kmgr-rp,bus=pcie.0,chassis=81,addr=0x1c",
         "-device",
@@ -264,12 +275,12 @@ def test_vng_gets_the_same_devices_on_q35_and_the_cached_kernel_shown(tmp_path):
     desktop(tmp_path)
     pre = preflight(tmp_path)
     cached = guest_kernel.GuestKernel("6.1.0-56-amd64", tmp_path / "cache/kernels/6.1.0-56-amd64", "cache")
-    args = passthrough.vng_passthrough_args(pre, cached)
+    args = virtme_guest.passthrough_args(pre.devices, cached)
     assert args[:2] == ["--disable-microvm", "--force-9p"]
-    assert args[2] == "--qemu-opts=" + " ".join(passthrough.qemu_devices(pre))
+    assert args[2] == "--qemu-opts=" + " ".join(qemu_args.vfio_devices(pre.devices))
     assert args[3:] == ["--rodir", str(cached.root)]
     installed = guest_kernel.GuestKernel("6.1.0-56-amd64", Path("/"), "host")
-    assert "--rodir" not in passthrough.vng_passthrough_args(pre, installed)
+    assert "--rodir" not in virtme_guest.passthrough_args(pre.devices, installed)
 
 
 def guest_console(*pci_lines: str, done: bool = True) -> str:
@@ -319,6 +330,34 @@ def test_the_plumbing_initramfs_holds_init_and_a_static_busybox(tmp_path):
     assert (out / "init").read_bytes() == plumbing_guest.init_script().read_bytes()
     assert os.access(out / "init", os.X_OK)
     assert "statically linked" in subprocess.run(["file", out / "bin/busybox"], capture_output=True, text=True).stdout
+
+
+def test_the_plain_qemu_guest_gets_the_devices_as_data_and_reports_what_it_listed(tmp_path, monkeypatch):
+    from rdna1_kmgr.vm import guest, guest_registry
+
+    seen = []
+
+    def run_session(argv, console, timeout, **kwargs):
+        seen.append(argv)
+        console.write_text(guest_console(PORT, "0000:01:00.0 0x1002 0x731f 0x030000 0000:00:1c.0"))
+        return plumbing_guest.runner.Outcome(0, False, False, 0.1, 1)
+
+    monkeypatch.setattr(plumbing_guest.runner, "run_session", run_session)
+    monkeypatch.setattr(plumbing_guest, "build_initramfs", lambda dest: dest)
+    kernel = guest_kernel.GuestKernel("6.1.0-56-amd64", tmp_path, "cache")
+    request = guest.GuestRequest(kernel, tmp_path, tmp_path / "console", "kvm", 30, (GPU, AUDIO))
+    run = plumbing_guest.PlainQemuGuest("/usr/bin/qemu-system-x86_64").boot(request, lambda line: None)
+    (argv,) = seen
+    assert argv[argv.index("-machine") + 1] == "q35,accel=kvm" and argv[argv.index("-cpu") + 1] == "host,topoext=on"
+    assert argv[-len(qemu_args.vfio_devices(request.devices)) :] == qemu_args.vfio_devices((GPU, AUDIO))
+    assert run.result["kernel"] == "6.1.0-56-amd64" and run.result["devices"][1].bdf == "0000:01:00.0"
+    with pytest.raises(ValueError, match="runs its own init"):
+        plumbing_guest.PlainQemuGuest("qemu").boot(
+            guest.GuestRequest(kernel, tmp_path, tmp_path / "c", "tcg", 1, command="true"), lambda line: None
+        )
+    assert sorted(guest_registry.GUESTS) == ["qemu", "virtme-ng"]
+    with pytest.raises(ValueError, match="no guest 'vng'"):
+        guest_registry.find("vng")
 
 
 # --- after the run: did the board come back? ----------------------------------------------------------------

@@ -1,0 +1,82 @@
+"""The seam between what a VM run wants and the program that boots it.
+
+A run asks for a `GuestRequest`: a kernel, the host folder the guest reports into (and what else the guest
+must see), the PCI devices it gets over VFIO, the acceleration, a hard time limit and the command the guest
+runs. A `Guest` boots it and gives back a `GuestRun`. Two guests exist (guest_registry.py): virtme-ng, which
+runs the host's own operating system in the guest (virtme_guest.py; the module tests and the matrix), and
+plain QEMU with a busybox initramfs that only lists the guest's PCI devices (plumbing_guest.py; the
+plumbing-only run). How each turns the request into a command line is its own business: no caller names
+virtme-ng's options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rdna1_kmgr.core import runner
+from rdna1_kmgr.vm import guest_kernel, guest_view
+
+Reporter = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GuestRequest:
+    kernel: guest_kernel.GuestKernel
+    run: Path  # the host's run folder: the guest's own files, and what it writes back (result.json)
+    console: Path  # where the guest's console goes
+    accel: str  # kvm or tcg (engine.choose_accel decides)
+    timeout: float  # hard limit in seconds; the guest is killed with its whole session after it
+    devices: tuple[str, ...] = ()  # PCI addresses, on vfio-pci already, handed to the guest behind a root port
+    command: str | None = None  # the shell line the guest runs; None: the guest's own init
+    view: guest_view.GuestView | None = None  # the host folders the guest sees (virtme-ng)
+
+    def booting_line(self) -> str:
+        passed = f" with {' '.join(self.devices)}" if self.devices else ""
+        return (
+            f"booting {self.kernel.release}{passed} ({self.accel}, hard limit {self.timeout:.0f} s), "
+            f"console log {self.console}"
+        )
+
+
+@dataclass(frozen=True)
+class GuestRun:
+    """What came back from one boot: how QEMU ended, its console, what the guest reported (None: nothing),
+    and the boot stages seen on the console with the seconds since the start."""
+
+    outcome: runner.Outcome
+    console: Path
+    result: dict | None
+    stages: tuple[tuple[float, str], ...] = ()
+
+    def problem(self, timeout: float) -> str | None:
+        """Why the run did not end well, with the end of the console, or None."""
+        if self.outcome.timed_out:
+            return f"timed out after {timeout:.0f} s and was killed; console tail: {self.console_tail()}"
+        if self.result is None:
+            return (
+                f"the VM ended (exit {self.outcome.returncode}) without a result; console tail: {self.console_tail()}"
+            )
+        if not self.result.get("finished"):
+            return f"the guest stopped before finishing; console tail: {self.console_tail()}"
+        return None
+
+    def console_tail(self, lines: int = 6) -> str:
+        try:
+            return tail(self.console.read_text(errors="replace"), lines) or "(empty)"
+        except OSError:
+            return "(no console log)"
+
+
+class Guest(Protocol):
+    name: str  # as guest_registry knows it
+    qemu: str  # the QEMU it runs (the KVM probe boots the same one)
+
+    def boot(self, request: GuestRequest, report: Reporter) -> GuestRun: ...
+
+
+def tail(text: str, lines: int) -> str:
+    kept = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])
