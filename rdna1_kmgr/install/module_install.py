@@ -454,7 +454,7 @@ def run(
     journal.state()  # a corrupted journal is refused before anything else
     check_writable()
     candidate = with_quirks(candidate or find_candidate(kernel, trees), request.quirks)
-    cert = Path(request.cert).absolute() if request.cert else signing.distro_convention().cert
+    cert = Path(request.cert).absolute() if request.cert else signing.convention().cert
     existing = _existing(journal, candidate)
     tool = initramfs.detect(root)
     if existing == "same":
