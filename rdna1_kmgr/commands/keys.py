@@ -36,7 +36,7 @@ def status(key, cert, sysroot, as_json):
     """Secure Boot state, the key pair, and whether the certificate is enrolled. Changes nothing."""
     root = user_input.existing_dir(sysroot, "sysroot")
     system = system_identity.read(root)
-    pair = signing.resolve(key, cert, system.distro_id, " ".join(system.like))
+    pair = signing.resolve(key, cert, system.platform)
     facts = detect(root)
     key_file, cert_file = (pair.key, pair.cert) if key else (system.path(pair.key), system.path(pair.cert))
     state = {
@@ -54,7 +54,7 @@ def status(key, cert, sysroot, as_json):
             if system.on_host
             else "not asked (sysroot)"
         ),
-        "enroll_command": signing.enroll_command(pair.cert, pair.convention, root),
+        "enroll_command": signing.enroll_command(pair.cert, pair, root),
     }
     if as_json:
         emit_json(state)
@@ -121,10 +121,10 @@ def enroll(cert, sysroot, dry_run):
     system = system_identity.read(root)
     if not system.on_host and not dry_run:
         raise UsageError("--sysroot is for --dry-run: enrolling asks this machine's firmware", "add --dry-run")
-    convention = signing.distro_convention(system.distro_id, " ".join(system.like))
+    convention = signing.convention(system.platform)
     path = Path(cert).absolute() if cert else convention.cert
     if dry_run:
-        click.echo(" ".join(signing.enroll_command(path, convention.convention, root)))
+        click.echo(" ".join(signing.enroll_command(path, convention, root)))
         click.echo("\n".join(signing.REBOOT_STEPS))
         return
     already = signing.enrollment(path) if path.is_file() else None
@@ -132,5 +132,5 @@ def enroll(cert, sysroot, dry_run):
         click.echo(f"{path} is already {already}; nothing to do")
         return
     click.echo("mokutil asks for a one-time password now; you type it again at the next boot.")
-    signing.enroll(path, convention.convention)
+    signing.enroll(path, convention)
     click.echo("\n".join(signing.REBOOT_STEPS))

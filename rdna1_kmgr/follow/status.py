@@ -254,7 +254,7 @@ def _next_boot(module: dict | None, follow: dict | None) -> str:
 def run(cert: str | None = None) -> dict:
     root = TargetRoot.from_env()
     trees = dkms.Trees.from_env()
-    cert_path = Path(cert).absolute() if cert else signing.distro_convention().cert
+    cert_path = Path(cert).absolute() if cert else signing.convention().cert
     entries = dkms.status(dkms.PACKAGE_NAME, trees) if shutil.which("dkms") else []
     kernels = set(Journal.kernels()) | {e.kernel for e in entries if e.kernel} | set(follow_record.kernels())
     if root.is_system:

@@ -16,14 +16,8 @@ import distro
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import HostError
-
-# Distribution families, by the ids os-release gives in ID and ID_LIKE; the first that matches wins.
-FAMILIES = (
-    ("ubuntu", {"ubuntu"}),
-    ("debian", {"debian"}),
-    ("fedora", {"fedora", "rhel", "centos"}),
-    ("arch", {"arch", "archlinux"}),
-)
+from rdna1_kmgr.host import platform as platforms
+from rdna1_kmgr.host.platform import Platform
 
 
 @dataclass(frozen=True)
@@ -35,16 +29,11 @@ class SystemIdentity:
     codename: str  # VERSION_CODENAME (UBUNTU_CODENAME), e.g. bookworm, noble
     version_signature: str | None  # /proc/version_signature (Ubuntu kernels), stripped
     proc_version: str | None  # /proc/version
+    platform: Platform  # which supported distribution it is (from distro_id and like), and its ways
 
     @property
     def on_host(self) -> bool:
         return self.sysroot.resolve() == Path("/")
-
-    @property
-    def family(self) -> str:
-        """ubuntu, debian, fedora, arch, or the distro id itself when none of these."""
-        ids = {self.distro_id, *self.like}
-        return next((name for name, members in FAMILIES if ids & members), self.distro_id)
 
     def path(self, absolute: str | Path) -> Path:
         """An absolute path of the system, as seen from here (under the sysroot)."""
@@ -54,7 +43,7 @@ class SystemIdentity:
         return {
             "sysroot": str(self.sysroot),
             "distro": self.distro_id,
-            "family": self.family,
+            "family": self.platform.name,
             "codename": self.codename,
             "running_release": self.running_release,
             "version_signature": self.version_signature,
@@ -68,14 +57,16 @@ def read(sysroot: Path | str = Path("/")) -> SystemIdentity:
     codename = (
         info.os_release_attr("version_codename") or info.os_release_attr("ubuntu_codename") or info.codename() or ""
     )
+    distro_id, like = info.id(), tuple(info.like().split())
     return SystemIdentity(
         sysroot=sysroot,
         running_release=os.uname().release if on_host else _sysroot_release(sysroot),
-        distro_id=info.id(),
-        like=tuple(info.like().split()),
+        distro_id=distro_id,
+        like=like,
         codename=codename.lower(),
         version_signature=_read(sysroot / "proc/version_signature"),
         proc_version=_read(sysroot / "proc/version"),
+        platform=platforms.for_identity(distro_id, like),
     )
 
 

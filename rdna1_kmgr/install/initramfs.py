@@ -206,16 +206,23 @@ def _installed_in(root: TargetRoot, program: str) -> bool:
     return any((root.path / folder / program).is_file() for folder in ("usr/sbin", "usr/bin", "sbin", "bin"))
 
 
-# In the order they are looked for: a Debian system with dracut installed instead uses dracut.
-_TOOLS = (("update-initramfs", InitramfsTools), ("dracut", Dracut), ("mkinitcpio", Mkinitcpio))
+# By program name, in the order they are looked for after the platform's default: a Debian system with dracut
+# installed instead uses dracut.
+TOOLS: dict[str, type[InitramfsTool]] = {
+    "update-initramfs": InitramfsTools,
+    "dracut": Dracut,
+    "mkinitcpio": Mkinitcpio,
+}
 
 
-def detect(root: TargetRoot) -> InitramfsTool:
+def detect(root: TargetRoot, default: str | None = None) -> InitramfsTool:
+    """The tool the system has; `default` (the platform record's initramfs_tool) first when it has several."""
     if not root.is_system and _installed_in(root, "dracut"):  # a root with dracut of its own runs it (chroot)
         return Dracut(root)
-    for program, tool in _TOOLS:
+    order = [default] if default in TOOLS else []
+    for program in order + [name for name in TOOLS if name != default]:
         if shutil.which(program):
-            return tool(root)
+            return TOOLS[program](root)
     raise HostError(
         "no initramfs tool found (update-initramfs, dracut or mkinitcpio)",
         "install the distribution's (apt install initramfs-tools)",

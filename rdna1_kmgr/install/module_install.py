@@ -33,6 +33,7 @@ from typing import TextIO
 from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file, write_atomic
+from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback
 from rdna1_kmgr.install.install_gate import (
     Candidate,
@@ -454,9 +455,9 @@ def run(
     journal.state()  # a corrupted journal is refused before anything else
     check_writable()
     candidate = with_quirks(candidate or find_candidate(kernel, trees), request.quirks)
-    cert = Path(request.cert).absolute() if request.cert else signing.distro_convention().cert
+    cert = Path(request.cert).absolute() if request.cert else signing.convention().cert
     existing = _existing(journal, candidate)
-    tool = initramfs.detect(root)
+    tool = initramfs.detect(root, system_identity.read().platform.initramfs_tool if root.is_system else None)
     if existing == "same":
         result = verify(candidate, root, tool, cert)
         return {

@@ -39,7 +39,7 @@ def plan(request: BuildRequest) -> dict:
     root = user_input.existing_dir(request.sysroot, "sysroot") if request.sysroot else Path("/")
     system = system_identity.read(root)
     kernel = resolve_kernel(request.kernel, "planning a build", system=system)
-    keys = signing.resolve(request.key, request.cert, system.distro_id, " ".join(system.like))
+    keys = signing.resolve(request.key, request.cert, system.platform)
     trees = dkms.Trees.from_env()
     jobs = request.jobs or default_jobs()
     lines = [f"note: {kernel.note}"] if kernel.note else []
@@ -109,7 +109,7 @@ def plan(request: BuildRequest) -> dict:
 
 
 def _prerequisites(kernel: Kernel, system: SystemIdentity, request: BuildRequest) -> list[str]:
-    manager = prerequisites.manager_for_host(system.distro_id, " ".join(system.like))
+    manager = prerequisites.manager_for(system.platform, system.codename)
     if not system.on_host:
         return [
             f"prerequisites: not checked (sysroot {system.sysroot}); {manager.name} must have "

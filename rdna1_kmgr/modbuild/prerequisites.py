@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import distro
-
 from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import write_atomic
+from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host.platform import Platform
 from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.source.debian_archive import PrivateArchive, run_apt
 
@@ -76,9 +76,18 @@ class InstallPlan:
 
 
 class PackageManager:
-    """One distribution family's way of naming, checking and installing the prerequisites."""
+    """One package manager's way of naming, checking and installing the prerequisites, for a platform whose
+    record names it (its release `codename`: this system's by default)."""
 
     name = "?"
+
+    def __init__(self, platform: Platform | None = None, codename: str | None = None):
+        if platform is None or codename is None:
+            system = system_identity.read()
+            platform = platform or system.platform
+            codename = system.codename if codename is None else codename
+        self.platform = platform
+        self.codename = codename
 
     def required(self, krel: str) -> list[str]:
         raise NotImplementedError
@@ -103,10 +112,6 @@ class Apt(PackageManager):
     """Debian and Ubuntu."""
 
     name = "apt"
-
-    def __init__(self, distro_id: str | None = None, codename: str | None = None):
-        self.distro_id = distro_id if distro_id is not None else distro.id()
-        self.codename = codename if codename is not None else distro.codename()
 
     def required(self, krel: str) -> list[str]:
         return [f"linux-headers-{krel}", "dkms", *BUILD_TOOLS]
@@ -141,7 +146,7 @@ class Apt(PackageManager):
             plan.commands.append(_apt_install([f"{headers}/{suites[0]}" if only_backports else headers]))
             return
         backports = f"{self.codename}-backports"
-        if self.distro_id == "debian" and PrivateArchive(backports, self.codename).candidate(headers):
+        if self.platform.headers_from_backports and PrivateArchive(backports, self.codename).candidate(headers):
             if not self.system_lists_backports(backports):
                 plan.files[BACKPORTS_SOURCES] = backports_sources(backports, self.codename)
             plan.commands.append(["apt-get", "update"])
@@ -264,18 +269,23 @@ class Pacman(_QueryAndInstall):
         return ["linux-headers", "dkms", "base-devel", "bc", "libelf", "openssl", "kmod", "xz", "patch"]
 
 
-def manager_for_host(distro_id: str | None = None, like: str | None = None) -> PackageManager:
-    """The package manager of this distribution (ids as os-release names them)."""
-    distro_id = distro_id if distro_id is not None else distro.id()
-    family = {distro_id, *(like if like is not None else distro.like()).split()}
-    if family & {"debian", "ubuntu"}:
-        return Apt()
-    if family & {"fedora", "rhel", "centos"}:
-        return Dnf()
-    if family & {"arch"}:
-        return Pacman()
+# By the name a platform's record gives its package manager.
+MANAGERS: dict[str, type[PackageManager]] = {"apt": Apt, "dnf": Dnf, "pacman": Pacman}
+
+
+def manager_for_host() -> PackageManager:
+    """The package manager of this system's distribution."""
+    system = system_identity.read()
+    return manager_for(system.platform, system.codename)
+
+
+def manager_for(platform: Platform, codename: str = "") -> PackageManager:
+    """The package manager of `platform` (a system running its release `codename`)."""
+    manager = MANAGERS.get(platform.package_manager or "")
+    if manager is not None:
+        return manager(platform, codename)
     raise HostError(
-        f"no package manager support for the distribution {distro_id!r}",
+        f"no package manager support for the distribution {platform.name!r}",
         "install the kernel's headers, dkms, gcc, make, bc, bison, flex, libelf and openssl headers, "
         "kmod, xz and patch yourself",
     )
@@ -320,7 +330,7 @@ def ensure_prerequisites(
 def backports_sources(suite: str, codename: str | None = None) -> str:
     """A deb822 sources entry for `suite` (a backports suite) from the archive, keyring and trust of the
     system's own entry for the release."""
-    entry = apt_sources.archive_for(suite, codename or distro.codename())
+    entry = apt_sources.archive_for(suite, codename or system_identity.read().codename)
     lines = [
         f"# Added by rdna1-kmgr to install kernel headers Debian ships only in {suite}.",
         "Types: deb",

@@ -1,11 +1,8 @@
 """The module-signing key pair: which one DKMS uses, making one, and whether the firmware trusts it.
 
-Conventions (what the distro's DKMS signs with when told nothing):
-  Debian: /var/lib/dkms/mok.key + /var/lib/dkms/mok.pub (a DER certificate)
-  Ubuntu: /var/lib/shim-signed/mok/MOK.priv + /var/lib/shim-signed/mok/MOK.der
-  Fedora: akmods' /etc/pki/akmods/private/private_key.priv + /etc/pki/akmods/certs/public_key.der (kmodgenca
-          makes them; written, not proven here)
-  Arch:   DKMS's own default, the same files as Debian's (written, not proven here)
+The distribution's convention (what its DKMS signs with when told nothing) comes from its Platform record
+(host/platforms.toml's key pairs: Debian's and DKMS's own /var/lib/dkms/mok.key + mok.pub, Ubuntu's
+shim-signed MOK.priv + MOK.der, Fedora's akmods pair),
 or a pair the user names with --key/--cert. The private key stays where it is: DKMS reads it in
 place (we pass its path), it is never copied into the DKMS tree, and a key others can read is
 refused.
@@ -20,28 +17,23 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import distro
-
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.files import move_into_place
+from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host.platform import Platform
 
 
 @dataclass(frozen=True)
 class KeyPair:
     key: Path
     cert: Path
-    convention: str  # debian, ubuntu, or given
+    convention: str  # the distribution's convention (debian, ubuntu, fedora), or given
+    enroll: str = "mokutil"  # the program that queues the certificate (see enroll_command)
 
     def to_json(self) -> dict:
         return {"key": str(self.key), "cert": str(self.cert), "convention": self.convention}
 
-
-DEBIAN = KeyPair(Path("/var/lib/dkms/mok.key"), Path("/var/lib/dkms/mok.pub"), "debian")
-UBUNTU = KeyPair(Path("/var/lib/shim-signed/mok/MOK.priv"), Path("/var/lib/shim-signed/mok/MOK.der"), "ubuntu")
-FEDORA = KeyPair(
-    Path("/etc/pki/akmods/private/private_key.priv"), Path("/etc/pki/akmods/certs/public_key.der"), "fedora"
-)
 
 # What a MOK for kernel modules should say: not a CA, for signatures, and the OID that shim and the
 # kernel read as "module signing only" (the same extensions Ubuntu's update-secureboot-policy uses).
@@ -54,25 +46,18 @@ _MOK_EXTENSIONS = (
 DEFAULT_SUBJECT = "rdna1-kmgr module signing key"
 
 
-def distro_convention(distro_id: str | None = None, like: str | None = None) -> KeyPair:
-    distro_id = distro.id() if distro_id is None else distro_id
-    like = distro.like() if like is None else like
-    family = {distro_id, *like.split()}
-    if "ubuntu" in family:
-        return UBUNTU
-    if family & {"fedora", "rhel", "centos"}:
-        return FEDORA
-    return DEBIAN
+def convention(platform: Platform | None = None) -> KeyPair:
+    """The pair the distribution's DKMS signs with (this system's by default)."""
+    pair = (platform or system_identity.read().platform).key_pair
+    return KeyPair(pair.key, pair.cert, pair.name, pair.enroll)
 
 
-def resolve(
-    key: str | Path | None = None, cert: str | Path | None = None, distro_id: str | None = None, like: str | None = None
-) -> KeyPair:
+def resolve(key: str | Path | None = None, cert: str | Path | None = None, platform: Platform | None = None) -> KeyPair:
     """--key/--cert when given (both or neither), else the convention of the distro (this one's by default)."""
     if (key is None) != (cert is None):
         raise UsageError("--key and --cert go together", "give both, or neither to use the distro's DKMS key")
     if key is None:
-        return distro_convention(distro_id, like)
+        return convention(platform)
     return KeyPair(Path(key).absolute(), Path(cert).absolute(), "given")
 
 
@@ -223,16 +208,19 @@ def enrollment(cert: Path) -> str:
     return f"unknown ({_first_line(text) or 'mokutil said nothing'})"
 
 
-def enroll_command(cert: Path, convention: str = "debian", root: Path = Path("/")) -> list[str]:
-    """Ubuntu enrolls its MOK with update-secureboot-policy (shim-signed), which runs mokutil --import on
-    /var/lib/shim-signed/mok/MOK.der and asks for the one-time password through debconf; everywhere else, and
+def enroll_command(cert: Path, pair: KeyPair | None = None, root: Path = Path("/")) -> list[str]:
+    """How `cert` is queued: the pair's own enroll program for the pair's own certificate when `root` has it
+    (Ubuntu's update-secureboot-policy, from shim-signed, runs mokutil --import on
+    /var/lib/shim-signed/mok/MOK.der and asks for the one-time password through debconf); everywhere else, and
     for any other certificate, mokutil --import itself."""
-    if convention == "ubuntu" and Path(cert) == UBUNTU.cert and _program_in(root, UPDATE_SECUREBOOT_POLICY):
-        return [UPDATE_SECUREBOOT_POLICY, "--enroll-key"]
+    wrapper = _ENROLL_WRAPPERS.get(pair.enroll) if pair else None
+    if wrapper and Path(cert) == pair.cert and _program_in(root, pair.enroll):
+        return wrapper
     return ["mokutil", "--import", str(cert)]
 
 
-UPDATE_SECUREBOOT_POLICY = "update-secureboot-policy"
+# Enroll programs other than mokutil, by name, and how they queue the distribution's own certificate.
+_ENROLL_WRAPPERS = {"update-secureboot-policy": ["update-secureboot-policy", "--enroll-key"]}
 
 
 def _program_in(root: Path, name: str) -> bool:
@@ -248,13 +236,13 @@ REBOOT_STEPS = (
 )
 
 
-def enroll(cert: Path, convention: str = "debian") -> None:
+def enroll(cert: Path, pair: KeyPair | None = None) -> None:
     """Queue the certificate (enroll_command: it asks for a one-time password on the terminal)."""
     if not cert.is_file():
         raise HostError(f"certificate {cert} does not exist", "run `rdna1-kmgr keys generate` first")
     if runner.which("mokutil") is None:
         raise HostError("mokutil is not installed", "install it (apt install mokutil)")
-    command = enroll_command(cert, convention)
+    command = enroll_command(cert, pair)
     # On the terminal: mokutil (or debconf, for update-secureboot-policy) prompts for the password.
     code = runner.interactive(command)
     if code != 0:

@@ -16,12 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import distro
-
 from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.core.errors import HostError, SourceError, UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.core.paths import cache_dir
+from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.source import apt_sources, cache_entry
 
 LISTS_MAX_AGE = 24 * 3600  # seconds; the archive changes daily at most for what we fetch
@@ -58,7 +57,7 @@ class PrivateArchive:
         if not _SUITE.match(suite):
             raise UsageError(f"invalid suite name {suite!r}", "a suite looks like bookworm or noble-updates")
         self.suite = suite
-        self.codename = codename or distro.codename() or suite.partition("-")[0]
+        self.codename = codename or system_identity.read().codename or suite.partition("-")[0]
         self.root = cache_dir() / "apt" / suite
         self._updated = False
         self._entry: apt_sources.SourceEntry | None = None

@@ -2,8 +2,8 @@
 
 A kernel installed on the host (/boot/vmlinuz-KREL with /lib/modules/KREL/kernel) is used as it is.
 Otherwise, with the user's consent, the distro's image package is downloaded and unpacked with
-`dpkg-deb -x` into cache_dir()/kernels/KREL (Ubuntu's image and modules packages together: see
-image_packages); it is never installed (installing an image package runs
+`dpkg-deb -x` into cache_dir()/kernels/KREL (the packages the platform's record names: Ubuntu's image and
+modules packages together); it is never installed (installing an image package runs
 boot-loader and initramfs hooks on the host).
 
 How the modules reach the guest: virtme-ng finds a kernel's modules by walking up from the image path to
@@ -24,6 +24,7 @@ from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host.platform import Platform
 from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.source import apt_sources, cache_entry
 from rdna1_kmgr.source.debian_archive import PrivateArchive
@@ -73,10 +74,12 @@ def locate(release: str, fetch: bool = False) -> GuestKernel:
     if _complete(cached):
         return cached
     if not fetch:
+        packages = image_packages(release, system_identity.read().platform)
         raise HostError(
             f"kernel {release} is neither installed on this host nor in the cache ({cached.root})",
-            f"run again with --yes to download {' '.join(image_packages(release))} into the cache (unpacked "
-            "there, not installed)",
+            f"run again with --yes to download {' '.join(packages)} into the cache (unpacked there, not installed)"
+            if packages
+            else "install it on this host",
         )
     return fetch_image(release)
 
@@ -91,7 +94,13 @@ def fetch_image(release: str) -> GuestKernel:
         if _complete(cached):
             return cached
         system = system_identity.read()
-        image, *modules = image_packages(release, system.family)
+        packages = image_packages(release, system.platform)
+        if not packages:
+            raise HostError(
+                f"fetching kernel {release}'s image is not supported on {system.platform.name}",
+                "fetching a kernel image needs a Debian-based host; install the kernel on this host instead",
+            )
+        image, *modules = packages
         deb = _download(image, _suites(system))
         debs = [deb] + [_download(package, _suites(system), required=False) for package in modules]
         with cache_entry.staging(kernels, release) as tmp:
@@ -124,22 +133,23 @@ def _merge_usr(tree: Path, release: str) -> None:
         (tree / "lib").symlink_to("usr/lib")
 
 
-def image_packages(release: str, family: str = "debian") -> list[str]:
-    """The distro's packages that together hold kernel `release`'s image and modules, the image's first.
-
-    Debian: one package, linux-image-KREL. Ubuntu splits it: linux-image-unsigned-KREL (the image without
-    the Secure Boot signature, which a VM does not need), linux-modules-KREL and linux-modules-extra-KREL
-    (the rest of the drivers; not every flavour has it)."""
-    if family == "ubuntu":
-        return [f"linux-image-unsigned-{release}", f"linux-modules-{release}", f"linux-modules-extra-{release}"]
-    return [f"linux-image-{release}"]
+def image_packages(release: str, platform: Platform) -> list[str]:
+    """The distro's packages that together hold kernel `release`'s image and modules, the image's first, as
+    the platform's record names them (Debian: one package, linux-image-KREL; Ubuntu splits it); none where
+    images are not fetched."""
+    return platform.guest_image_packages(release)
 
 
 def _suites(system: system_identity.SystemIdentity) -> tuple[tuple[str, str | None], ...]:
-    """(suite, release codename) pairs to search, most likely first."""
-    if system.family == "ubuntu":
+    """(suite, release codename) pairs to search, most likely first: the release's own suites where the
+    distribution's archive is one of its releases (Ubuntu's), else Debian's."""
+    if system.platform.kernel_source in _RELEASE_ARCHIVES:
         return tuple((suite, system.codename) for suite in apt_sources.system_suites(system.codename))
     return tuple((suite, None) for suite in DEBIAN_SUITES)
+
+
+# Kernel source kinds whose images come from the suites of the system's own release.
+_RELEASE_ARCHIVES = {"ubuntu-archive"}
 
 
 def _download(package: str, suites, required: bool = True) -> Path | None:

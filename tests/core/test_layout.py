@@ -146,3 +146,63 @@ def test_every_stage_says_what_it_takes_and_leaves():
     for folder in sorted({p.parent for p in modules() if stage_of(p)}):
         doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
         assert doc and len(doc) > 80, f"{folder.name}/__init__.py needs a docstring: what it takes, leaves, keeps"
+
+
+# Distribution names a stage would branch on; host/ (platform.py and platforms.toml) alone knows them.
+DISTRIBUTION_NAMES = {"debian", "ubuntu", "fedora", "arch", "rhel", "centos"}
+
+
+def distribution_tests(source: str) -> list[int]:
+    """Lines comparing something to a distribution's name (==, !=, in, not in a literal name or a literal
+    set, tuple or list of them), or intersecting with a literal set of them."""
+
+    def names_in(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in DISTRIBUTION_NAMES
+        if isinstance(node, ast.Set | ast.Tuple | ast.List):
+            return any(names_in(element) for element in node.elts)
+        return False
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            equality = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
+            if any(isinstance(op, equality) for op in node.ops) and any(
+                names_in(side) for side in (node.left, *node.comparators)
+            ):
+                found.append(node.lineno)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+            if names_in(node.left) or names_in(node.right):
+                found.append(node.lineno)
+    return found
+
+
+def test_only_host_knows_the_distributions():
+    """The stages pick a distribution's way by the names its Platform record holds (host/platform.py), never
+    by reading the distribution themselves or testing its name."""
+    reads = [
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in modules()
+        if stage_of(path) != "host"
+        for name in imported_modules(path)
+        if name == "distro" or name.startswith("distro.")
+    ]
+    assert reads == []
+    tests = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in modules()
+        if stage_of(path) != "host"
+        for line in distribution_tests(path.read_text())
+    ]
+    assert tests == []
+
+
+def test_the_distribution_check_sees_what_it_forbids():
+    source = (
+        'if system.family == "ubuntu": pass\n'
+        'if distro_id in ("fedora", "rhel"): pass\n'
+        'if "arch" != name: pass\n'
+        'family = ids & {"debian", "ubuntu"}\n'
+        'if tool == "dracut" or kind in {"debian-archive"}: pass\n'
+    )
+    assert distribution_tests(source) == [1, 2, 3, 4]

@@ -18,7 +18,7 @@ from dkms_helpers import installed_release, kbuild, make_keys, sign_file_for
 
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
-from rdna1_kmgr.host import host_facts
+from rdna1_kmgr.host import host_facts, platform
 from rdna1_kmgr.modbuild import module_checks, signing
 
 
@@ -81,14 +81,37 @@ def test_a_key_others_can_read_is_refused(tmp_path):
 def test_key_and_cert_go_together_and_conventions_follow_the_distro(tmp_path):
     with pytest.raises(UsageError, match="--key and --cert go together"):
         signing.resolve(key=tmp_path / "k")
-    assert signing.distro_convention("debian", "") == signing.DEBIAN
-    assert signing.distro_convention("ubuntu", "debian") == signing.UBUNTU
-    assert signing.distro_convention("pop", "ubuntu debian") == signing.UBUNTU
-    assert signing.distro_convention("fedora", "") == signing.FEDORA  # akmods' key (written, not proven)
-    assert signing.FEDORA.key == Path("/etc/pki/akmods/private/private_key.priv")
-    assert signing.distro_convention("arch", "") == signing.DEBIAN  # DKMS's own default
-    assert signing.DEBIAN.key == Path("/var/lib/dkms/mok.key")
-    assert signing.UBUNTU.cert == Path("/var/lib/shim-signed/mok/MOK.der")
+    # The paths each distribution's DKMS (or shim-signed, or akmods) documents for its MOK.
+    debian = (Path("/var/lib/dkms/mok.key"), Path("/var/lib/dkms/mok.pub"), "debian")
+    expected = {
+        "debian": debian,
+        "ubuntu": (Path("/var/lib/shim-signed/mok/MOK.priv"), Path("/var/lib/shim-signed/mok/MOK.der"), "ubuntu"),
+        "fedora": (  # akmods' key (written, not proven)
+            Path("/etc/pki/akmods/private/private_key.priv"),
+            Path("/etc/pki/akmods/certs/public_key.der"),
+            "fedora",
+        ),
+        "arch": debian,  # DKMS's own default
+    }
+    for name, (key, cert, convention) in expected.items():
+        pair = signing.resolve(platform=platform.named(name))
+        assert (pair.key, pair.cert, pair.convention) == (key, cert, convention), name
+    unknown = signing.convention(platform.for_identity("gentoo", ""))  # DKMS's own default, no error
+    assert (unknown.key, unknown.cert, unknown.convention) == debian
+    given = signing.resolve(tmp_path / "k", tmp_path / "c", platform.named("ubuntu"))
+    assert (given.key, given.cert, given.convention) == (tmp_path / "k", tmp_path / "c", "given")
+
+
+def test_ubuntus_own_certificate_is_enrolled_with_its_wrapper_when_the_root_has_it(tmp_path):
+    ubuntu = signing.convention(platform.named("ubuntu"))
+    assert signing.enroll_command(ubuntu.cert, ubuntu, tmp_path) == ["mokutil", "--import", str(ubuntu.cert)]
+    (tmp_path / "usr/sbin").mkdir(parents=True)
+    (tmp_path / "usr/sbin/update-secureboot-policy").write_text("#!/bin/sh\n")
+    assert signing.enroll_command(ubuntu.cert, ubuntu, tmp_path) == ["update-secureboot-policy", "--enroll-key"]
+    other = tmp_path / "other.der"
+    assert signing.enroll_command(other, ubuntu, tmp_path) == ["mokutil", "--import", str(other)]
+    debian = signing.convention(platform.named("debian"))
+    assert signing.enroll_command(debian.cert, debian, tmp_path) == ["mokutil", "--import", str(debian.cert)]
 
 
 def test_ensure_makes_the_convention_pair_only_when_both_halves_are_missing(tmp_path):

@@ -27,7 +27,7 @@ def test_ubuntu_version_signature_is_parsed():
 def test_ubuntu_sysroot_is_identified(tmp_path):
     root = ubuntu_sysroot(tmp_path, "6.8.0-48-generic", "6.8.0-48.48", "6.8.12")
     system = system_identity.read(root)
-    assert (system.family, system.codename, system.running_release) == ("ubuntu", "noble", "6.8.0-48-generic")
+    assert (system.platform.name, system.codename, system.running_release) == ("ubuntu", "noble", "6.8.0-48-generic")
     kernel = ubuntu_source.ubuntu_kernel("6.8.0-48-generic", system)
     assert kernel == ubuntu_source.UbuntuKernel("6.8.0-48-generic", "6.8.0-48.48", "6.8.12", None)
     assert kernel.source_packages == ["linux-source-6.8.0"]
