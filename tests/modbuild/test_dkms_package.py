@@ -7,6 +7,7 @@ with the installed DKMS against the installed headers, in DKMS trees under tmp_p
 import importlib.machinery
 import importlib.util
 import os
+import shutil
 import subprocess
 import time
 from importlib import resources
@@ -188,6 +189,27 @@ def test_kbuild_sync_keeps_unchanged_timestamps_and_dates_changes_now(tmp_path):
     assert kbuild.sync(reverted, tree) == (0, 1, 0)
     assert (tree / "a/y.c").read_text() == "y"
     assert (tree / "a/y.c").stat().st_mtime >= before - 1
+
+
+def test_kbuild_sync_links_untouched_files_to_the_package_source_so_the_source_is_on_disk_once(tmp_path):
+    """Issue 27: the kbuild tree shares its unpatched files with the package source (which is hard-linked to the
+    tool's unpacked source), not with DKMS's `cp -a` copy, which DKMS deletes after the build: one copy on disk.
+    A file the series patched is DKMS's patched copy."""
+    kbuild = load_kbuild_script()
+    source = tmp_path / "usr-src/rdna1-amdgpu-1"
+    (source / "a").mkdir(parents=True)
+    (source / "a/x.c").write_text("x")
+    (source / "a/y.c").write_text("y")
+    build = tmp_path / "build"
+    shutil.copytree(source, build)  # DKMS: cp -a (copytree keeps the times as cp -a does)
+    (build / "a/y.c").write_text("y patched")  # DKMS applied the series: new content, written now
+    tree = tmp_path / "kbuild"
+    assert kbuild.sync(build, tree, source) == (2, 0, 0)
+    assert (tree / "a/x.c").stat().st_ino == (source / "a/x.c").stat().st_ino  # the one copy
+    assert (tree / "a/y.c").stat().st_ino == (build / "a/y.c").stat().st_ino  # the patched file
+    assert (tree / "a/y.c").read_text() == "y patched"
+    shutil.rmtree(build)  # DKMS removes its build directory after the build
+    assert (tree / "a/x.c").stat().st_nlink == 2 and (tree / "a/y.c").read_text() == "y patched"
 
 
 # --- assembly ---------------------------------------------------------------------------------------
