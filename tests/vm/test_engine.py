@@ -492,6 +492,21 @@ def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(
     assert [p.name for p in (tmp_path / "kernels").iterdir() if not p.name.startswith(".")] == [headers_61]
     assert dpkg_status(package) == before  # unpacked, never installed
     assert guest_kernel.locate(headers_61) == kernel  # found again without fetching
+    # Issue 27: what a guest loads stays, nothing else, and the .deb goes once unpacked. amdgpu's dependencies
+    # as its own modinfo names them; virtme-ng's initramfs modules as virtme-ng itself lists them.
+    from virtme import virtmods
+
+    kept = {p.name.split(".ko")[0].replace("-", "_") for p in kernel.modules.rglob("*.ko*")}
+    amdgpu = next(kernel.modules.rglob("amdgpu.ko*"))
+    depends = subprocess.run(["modinfo", "-F", "depends", str(amdgpu)], capture_output=True, text=True).stdout
+    assert {d.replace("-", "_") for d in depends.strip().split(",")} <= kept
+    for alias in virtmods.MODALIASES:
+        shown = subprocess.run(
+            ["modprobe", "-d", str(kernel.root), "-S", headers_61, "--show-depends", alias], capture_output=True
+        )
+        assert shown.returncode == 0, (alias, shown.stderr)
+    assert len(kept) < 100  # of the ~4000 modules Debian's image package holds
+    assert not list((persistent_cache / "debs").glob(f"{package}_*.deb"))
 
 
 def test_an_invalid_kernel_release_is_refused():
