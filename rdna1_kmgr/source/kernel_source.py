@@ -179,8 +179,15 @@ def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
         if suite
         else debian_source_for(debian_version)
     )
-    deb = PrivateArchive(found.suite).download(found.package, found.version)
-    return unpack_amd_subset(deb)
+    return unpack_download(PrivateArchive(found.suite).download(found.package, found.version))
+
+
+def unpack_download(download: Path) -> Path:
+    """Unpack the amd subset of a file the tool downloaded into its cache, then delete the file: the unpacked
+    tree is all later work reads (a linux-source .deb is 140 MB)."""
+    tree = unpack_amd_subset(download)
+    download.unlink(missing_ok=True)
+    return tree
 
 
 def fetch_kernel_source(krel: str) -> Path:

@@ -31,7 +31,7 @@ from rdna1_kmgr.source.kernel_source import (
     UBUNTU_ABI_VERSION,
     require_version,
     source_origin,
-    unpack_amd_subset,
+    unpack_download,
 )
 
 # uname -r of an Ubuntu kernel: 6.8.0-48-generic, 6.8.0-1015-lowlatency-64k.
@@ -125,8 +125,7 @@ def fetch_source(kernel: UbuntuKernel, codename: str) -> tuple[Path, SourcePacka
         found = SourcePackage(origin["package"], kernel.version, "(cached)")
     else:
         found = find_source(kernel, codename)
-        deb = PrivateArchive(found.suite, codename).download(found.package, found.version)
-        tree = unpack_amd_subset(deb)
+        tree = unpack_download(PrivateArchive(found.suite, codename).download(found.package, found.version))
     require_version(tree, kernel.upstream or kernel.version)
     return tree, found
 

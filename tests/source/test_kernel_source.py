@@ -457,6 +457,8 @@ def test_real_debian_61_source(real_source_61, persistent_cache, monkeypatch):
         lambda *args, **kwargs: pytest.fail("the cached source was downloaded again"),
     )
     assert kernel_source.fetch_debian_source(origin["debian_version"]) == real_source_61
+    # Issue 27: once unpacked, the downloaded .deb is gone (only the unpacked amd subset stays on disk).
+    assert not list((persistent_cache / "debs").glob(f"linux-source-6.1_{origin['debian_version']}_*.deb"))
 
 
 def test_fetch_kernel_source_of_an_installed_debian_kernel(real_source_61, persistent_cache):
