@@ -173,6 +173,9 @@ def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
     """The unpacked amd subset of Debian's source for a kernel version, downloaded and unpacked once."""
     tree = cache_dir() / "src" / check_debian_version(debian_version)
     if (tree / ORIGIN_FILE).is_file():
+        # A .deb an earlier rdna1-kmgr kept after unpacking it: only disk.
+        for kept in (cache_dir() / "debs").glob(f"linux-source-*_{debian_version}_all.deb"):
+            kept.unlink(missing_ok=True)
         return tree
     found = (
         DebianSource(_source_package_of(debian_version), debian_version, suite)
