@@ -11,6 +11,7 @@ module index and initramfs back for a kernel that is gone. Instead, each of thes
     modprobe.d /etc/modprobe.d/rdna1-kmgr.conf rewritten for the kernels still installed (removed after the last)
     journal    closed with a `kernel-removed` record and moved to the history; its backups are dropped
     kbuild     the kernel's persistent kbuild tree under /var/cache/rdna1-kmgr/kbuild/
+    guest      the kernel's image and modules vm-test unpacked under /var/cache/rdna1-kmgr/kernels/
     records    follow/<KREL>.json, its pending marker, and the VM verdicts recorded for KREL
 """
 
@@ -27,7 +28,7 @@ from rdna1_kmgr.install import modprobe_conf
 from rdna1_kmgr.install.journal import Journal, locked, remove_created_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.vm import verdict
+from rdna1_kmgr.vm import guest_kernel, verdict
 
 
 def _dkms_entries(kernel: str, trees: dkms.Trees) -> list:
@@ -100,6 +101,9 @@ def plan(kernel: str) -> list[str]:
     kbuild = dkms.kbuild_root(dkms.PACKAGE_NAME) / kernel
     if kbuild.exists():
         lines.append(f"  remove the kbuild tree {kbuild}")
+    guest = guest_kernel.cached_root(kernel)
+    if guest.exists():
+        lines.append(f"  remove the guest kernel {guest}")
     lines += [f"  remove the VM verdict {path}" for path in _verdicts_for(kernel)]
     if follow_record.read(kernel) or kernel in follow_record.pending():
         lines.append(f"  remove the follow record of {kernel}")
@@ -139,6 +143,10 @@ def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
         if kbuild.exists():
             shutil.rmtree(kbuild)
             said.append(f"removed the kbuild tree {kbuild}")
+        guest = guest_kernel.cached_root(kernel)
+        if guest.exists():
+            shutil.rmtree(guest)
+            said.append(f"removed the guest kernel {guest}")
         for path in _verdicts_for(kernel):
             path.unlink()
             said.append(f"removed the VM verdict {path}")

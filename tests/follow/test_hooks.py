@@ -226,12 +226,18 @@ def test_the_postrm_hook_forgets_a_removed_kernel(host):
     host.opt_in()
     host.run_parts("postinst.d", NEW)
     assert host.record(NEW) is not None
+    # vm-test unpacked the kernel's image and modules into the cache (issue 27: they go with the kernel too)
+    guest = Path(host.env["RDNA1_KMGR_CACHE"]) / "kernels" / NEW
+    (guest / "boot").mkdir(parents=True)
+    (guest / "boot" / f"vmlinuz-{NEW}").write_bytes(b"image")
     dry = host.cli("follow", "--kernel", NEW, "--removed", "--dry-run")
     assert dry.returncode == 0 and f"remove the follow record of {NEW}" in dry.stdout
-    assert host.record(NEW) is not None
+    assert f"remove the guest kernel {guest}" in dry.stdout
+    assert host.record(NEW) is not None and guest.is_dir()
     proc, _ = host.run_parts("postrm.d", NEW)
     assert proc.returncode == 0, proc.stderr
     assert host.record(NEW) is None and host.pending == []
+    assert not guest.exists()
 
 
 def test_bad_input_is_one_line_and_the_hook_form_never_fails(host):
