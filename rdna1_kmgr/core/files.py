@@ -66,6 +66,14 @@ def move_into_place(made: Path, path: Path) -> None:
     fsync_dir(path.parent)
 
 
+def link_in_place(original: Path, path: Path) -> None:
+    """Make `path` a hard link to `original` (same file system) in one rename. For a tree still being staged:
+    no fsync here, its publish_tree makes it durable."""
+    temporary = path.with_name(f".{path.name}.link")
+    os.link(original, temporary)
+    os.replace(temporary, path)
+
+
 def publish_tree(staged: Path, final: Path, keep_existing: bool = False) -> Path:
     """Rename a finished tree into place. keep_existing: a tree another process published first wins (the
     cache's entries are the same whoever made them); otherwise the old tree is removed first."""

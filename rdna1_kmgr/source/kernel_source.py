@@ -8,6 +8,7 @@ an already unpacked tree used where it is. Unpacked subsets live in cache_dir()/
 """
 
 import bz2
+import filecmp
 import hashlib
 import io
 import json
@@ -30,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
-from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.core.files import link_in_place, sha256_file
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import Progress
 from rdna1_kmgr.source import cache_entry
@@ -250,8 +251,30 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
             else:
                 origin["sha256"] = sha256_file(archive)
                 name = f"{version}+{key}"
+            share_unchanged_files(tree, dest_root)
             (tree / ORIGIN_FILE).write_text(json.dumps(origin, indent=2, sort_keys=True) + "\n")
             return cache_entry.publish(tree, dest_root / name)
+
+
+def share_unchanged_files(tree: Path, dest_root: Path) -> int:
+    """Hard-link each file of a freshly unpacked tree to the same file (same path, same bytes) of a tree unpacked
+    before: two point releases' amd subsets are the same 400 MB but for a few files (6.1.0-55 and -56 are both
+    Linux 6.1.192), and are kept once. Safe because the cache's trees are only ever read: a DKMS package and a
+    kbuild tree link or copy from them, nothing writes into them. Returns the bytes now shared."""
+    siblings = sorted((p for p in dest_root.iterdir() if (p / ORIGIN_FILE).is_file()), reverse=True)
+    shared = 0
+    for path in tree.rglob("*"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        relative, size = path.relative_to(tree), path.stat().st_size
+        for sibling in siblings:
+            twin = sibling / relative
+            if twin.is_file() and not twin.is_symlink() and twin.stat().st_size == size:
+                if filecmp.cmp(path, twin, shallow=False):
+                    link_in_place(twin, path)
+                    shared += size
+                    break
+    return shared
 
 
 def source_origin(tree: Path) -> dict | None:

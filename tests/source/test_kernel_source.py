@@ -6,6 +6,7 @@ them from a local HTTP server; the real ones unpack Debian's linux-source-6.1 (s
 
 import hashlib
 import http.server
+import shutil
 import subprocess
 import threading
 from functools import partial
@@ -218,6 +219,29 @@ def test_a_second_unpack_reuses_the_tree(tmp_path, cache, capsys):
     assert kernel_source.unpack_amd_subset(tarball) == first
     assert (first / "Makefile").stat().st_mtime_ns == stamp
     assert "unpacking" not in capsys.readouterr().err
+
+
+def test_a_point_release_source_shares_its_unchanged_files_with_the_one_unpacked_before(tmp_path, cache):
+    """Issue 27: the same file in two releases' trees is one file on disk (a hard link), a changed one is not."""
+    older = kernel_source.unpack_amd_subset(make_tarball(tmp_path, "6.1.998"))
+    stage = tmp_path / "stage-newer"
+    write_tree(stage / "linux-6.1.999", "6.1.999")
+    changed = stage / "linux-6.1.999" / AMD / "amdgpu/gmc_v10_0.c"
+    changed.write_text(changed.read_text() + "/* changed in the point release */\n")
+    tarball = tmp_path / "linux-6.1.999.tar.xz"
+    subprocess.run(["tar", "-c", "-J", "-f", str(tarball), "-C", str(stage), "linux-6.1.999"], check=True)
+    newer = kernel_source.unpack_amd_subset(tarball)
+    same = AMD + "/include/amd_shared.h"
+    assert (newer / same).stat().st_ino == (older / same).stat().st_ino
+    assert (newer / same).read_bytes() == (older / same).read_bytes()
+    edited = AMD + "/amdgpu/gmc_v10_0.c"
+    assert (newer / edited).stat().st_ino != (older / edited).stat().st_ino
+    assert (newer / edited).read_text().endswith("/* changed in the point release */\n")
+    assert kernel_source.kernel_version(newer) == Version("6.1.999")  # the Makefiles differ: not shared
+    assert (newer / "Makefile").stat().st_ino != (older / "Makefile").stat().st_ino
+    content = (older / same).read_bytes()
+    shutil.rmtree(older)  # the older kernel's source goes: the newer's files stay whole
+    assert (newer / same).read_bytes() == content
 
 
 def test_an_rc_tarball_unpacks_under_its_pre_release_version(tmp_path, cache):
