@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
-from rdna1_kmgr.core.files import sha256_file
+from rdna1_kmgr.core.files import sha256_file, write_json
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import Progress
 from rdna1_kmgr.source import cache_entry
@@ -240,7 +240,7 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
             else:
                 origin["sha256"] = sha256_file(archive)
                 name = f"{version}+{key}"
-            (tree / ORIGIN_FILE).write_text(json.dumps(origin, indent=2, sort_keys=True) + "\n")
+            write_json(tree / ORIGIN_FILE, origin, indent=2, sort_keys=True)
             return cache_entry.publish(tree, dest_root / name)
 
 

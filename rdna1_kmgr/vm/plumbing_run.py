@@ -8,7 +8,6 @@ inside a guest with an emulated IOMMU.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.core.files import write_json
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.host import sysfs
 from rdna1_kmgr.vm import engine, guest_kernel, plumbing_guest, vfio
@@ -105,7 +105,7 @@ def run_plumbing(
     }
     record = logs / f"{stem}.json"
     result["record"] = str(record)
-    record.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_json(record, result, indent=2, sort_keys=True)
     report(f"verdict {result['verdict']}: {result['reason']} (record {record})")
     return result
 

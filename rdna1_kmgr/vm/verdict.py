@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rdna1_kmgr.core.files import make_dirs, sha256_file, write_atomic
+from rdna1_kmgr.core.files import make_dirs, sha256_file, write_json
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.modbuild import module_elf
 
@@ -589,7 +589,7 @@ def write(record: Record) -> Path:
     path = record_path(record.module_sha256)
     make_dirs(path.parent)
     record.record = str(path)
-    write_atomic(path, (json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n").encode())
+    write_json(path, record.to_json(), indent=2, sort_keys=True)
     return path
 
 

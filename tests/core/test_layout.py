@@ -115,6 +115,38 @@ def test_only_core_files_writes_files_atomically():
     assert len(renames(PACKAGE / "core" / "files.py")) == 4  # the check sees what it forbids
 
 
+def json_writes(path: Path) -> list[str]:
+    """Where a module hands write_atomic a json.dumps(...) of its own (the shape write_json replaced)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name != "write_atomic":
+            continue
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        if any(
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr == "dumps"
+            and isinstance(inner.func.value, ast.Name)
+            and inner.func.value.id == "json"
+            for argument in arguments
+            for inner in ast.walk(argument)
+        ):
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    return found
+
+
+def test_json_files_are_written_by_write_json():
+    """One write_json (core/files.py): the records' indent, key order and closing newline in one place."""
+    files = PACKAGE / "core" / "files.py"
+    found = [where for path in modules() if path != files for where in json_writes(path)]
+    assert found == []
+    assert len(json_writes(files)) == 1  # the check sees what it forbids
+
+
 def test_no_stage_has_an_import_cycle():
     """Modules of a stage import each other one way (a cycle means a concept cut in two by the line cap)."""
     graph = {}
