@@ -19,11 +19,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import cache_entry, runner
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import write_json
 from rdna1_kmgr.core.paths import cache_dir
-from rdna1_kmgr.source import cache_entry
 from rdna1_kmgr.source.kernel_source import AMD_SUBSET, ORIGIN_FILE, kernel_version, unpack_amd_subset
 
 # uname -r of a Fedora kernel: 6.11.4-301.fc41.x86_64

@@ -28,12 +28,11 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import cache_entry, runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import sha256_file, write_json
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import Progress
-from rdna1_kmgr.source import cache_entry
 from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
 
 # What of the kernel tree an out-of-tree amdgpu build and the patch renderer read.
