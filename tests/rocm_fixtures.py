@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import _using_test_cache
 
-from rdna1_kmgr.source import cache_entry, debian_archive
+from rdna1_kmgr.core import cache_entry
+from rdna1_kmgr.source import debian_archive
 
 SUITE = "sid"
 # Package names as Debian sid has them (apt-cache search rocblas|miopen|amdhip|hipblaslt); the soname

@@ -1,6 +1,6 @@
 """Small file facts, and the one place files are written atomically: every record, system file and published
-tree of the tool goes through write_atomic, move_into_place or publish_tree (tests/core/test_layout.py holds
-the rest of the package to it).
+tree of the tool goes through write_atomic, move_into_place or publish_tree, and every JSON file through
+write_json (tests/core/test_layout.py holds the rest of the package to it).
 
 Atomic: a reader sees the old file or the new one, whole. Durable: once the call returns, a power cut keeps
 the new one (file and directory fsynced) -- the journal's promise that a step starts only once its backup and
@@ -8,6 +8,7 @@ intent are on disk rests on it."""
 
 import errno
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -57,6 +58,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
+
+
+def write_json(path: Path, value, indent: int | None = None, sort_keys: bool = False) -> None:
+    """Replace `path` with `value` as JSON and a closing newline, through write_atomic. indent and sort_keys are
+    json.dumps's: each kind of record keeps the layout its files already have on disk."""
+    write_atomic(path, (json.dumps(value, indent=indent, sort_keys=sort_keys) + "\n").encode())
 
 
 def move_into_place(made: Path, path: Path) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import HostError
-from rdna1_kmgr.core.files import make_dirs, write_atomic
+from rdna1_kmgr.core.files import make_dirs, write_atomic, write_json
 from rdna1_kmgr.experiment.cell_run import HostResult
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
@@ -193,9 +193,8 @@ def write(folder: Path, results: list[HostResult], best: HostResult | None, cont
     }
     page = html_page(rows, f"rdna1-kmgr experiment {record['time']}", lines)
     write_atomic(folder / "table.html", page.encode())
-    data = (json.dumps(record, indent=1) + "\n").encode()
-    write_atomic(folder / "record.json", data)
-    write_atomic(experiments_dir() / LATEST, data)
+    write_json(folder / "record.json", record, indent=1)
+    write_json(experiments_dir() / LATEST, record, indent=1)
     return record
 
 
@@ -335,7 +334,7 @@ def write_kernel_record(plan, events: list[dict], why: str) -> dict:
         folder / "table.html",
         html_page(rows, f"rdna1-kmgr experiment, kernel cells {record['time']}", lines + [""] + said).encode(),
     )
-    write_atomic(folder / "record.json", (json.dumps(record, indent=1) + "\n").encode())
+    write_json(folder / "record.json", record, indent=1)
     return record
 
 

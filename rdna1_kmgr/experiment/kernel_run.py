@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.core.files import make_dirs, write_atomic
+from rdna1_kmgr.core.files import make_dirs, write_json
 from rdna1_kmgr.experiment import answer, apply, boot_cells, cell_run, host_cells, host_run, owner_python
 from rdna1_kmgr.experiment.kernel_cells import InstalledBuild, KernelCell
 from rdna1_kmgr.experiment.kernel_cells import select as select_kernel_cells
@@ -184,7 +184,7 @@ def progress(plan: Plan) -> list[dict]:
 
 def _record_event(plan: Plan, **event) -> None:
     events = progress(plan) + [{"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **event}]
-    write_atomic(Path(plan.folder) / "progress.json", (json.dumps(events, indent=1) + "\n").encode())
+    write_json(Path(plan.folder) / "progress.json", events, indent=1)
 
 
 def finished_cells(events: list[dict]) -> dict[str, dict]:
@@ -267,10 +267,10 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
     )
     with locked("experiment kernel"):
         make_dirs(folder)
-        write_atomic(folder / "plan.json", (json.dumps(plan.to_json(), indent=1) + "\n").encode())
+        write_json(folder / "plan.json", plan.to_json(), indent=1)
         journal = ExperimentJournal()
         journal.begin("experiment-kernel", folder=str(folder), cells=[c.name for c in kernel_cells])
-        write_atomic(experiments_dir() / CURRENT, (json.dumps({"folder": str(folder)}) + "\n").encode())
+        write_json(experiments_dir() / CURRENT, {"folder": str(folder)})
         boot_cells.install(root, journal, kernel_cells[0])
         _record_event(plan, cell=kernel_cells[0].name, event="armed")
     say(
@@ -383,7 +383,7 @@ def end(plan: Plan, root: TargetRoot, why: str, say: Callable[[str], None]) -> d
                 say(f"rdna1-kmgr experiment: {line}")
         boot_cells.daemon_reload(root)
         record = answer.write_kernel_record(plan, progress(plan), why)
-        write_atomic(experiments_dir() / LATEST, (json.dumps(record, indent=1) + "\n").encode())
+        write_json(experiments_dir() / LATEST, record, indent=1)
         (experiments_dir() / CURRENT).unlink(missing_ok=True)
     for line in record["table"] + [""] + record["answer"] + [f"table: {record['html']}"]:
         say(line)

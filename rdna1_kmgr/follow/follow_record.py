@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.files import make_dirs, write_atomic
+from rdna1_kmgr.core.files import make_dirs, write_json
 from rdna1_kmgr.core.paths import state_dir
 
 STATES = ("pending", "running", "patched", "stock")
@@ -63,7 +63,7 @@ def write(kernel: str, state: str, **fields) -> dict:
         **fields,
     }
     make_dirs(follow_dir())
-    write_atomic(_record_path(kernel), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    write_json(_record_path(kernel), record, indent=2, sort_keys=True)
     marker = pending_dir() / record["kernel"]
     if state in ("pending", "running"):
         make_dirs(pending_dir())

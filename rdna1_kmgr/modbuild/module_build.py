@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.core import progress, runner, user_input
+from rdna1_kmgr.core import cache_entry, progress, runner, user_input
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.core.paths import cache_dir, log_dir
@@ -32,7 +32,7 @@ from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.patch_series import render
-from rdna1_kmgr.source import cache_entry, distro_source, kernel_source
+from rdna1_kmgr.source import distro_source, kernel_source
 
 AMD_TREE = "drivers/gpu/drm/amd"
 # A patch line declaring a module parameter: the series' rdna1_* parameters must be in the module.

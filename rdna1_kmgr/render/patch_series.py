@@ -18,7 +18,6 @@ series renders; OUT is then replaced in one rename.
 
 import difflib
 import hashlib
-import json
 import re
 import shutil
 import tempfile
@@ -30,7 +29,7 @@ import jinja2
 
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core.errors import SourceError, UsageError
-from rdna1_kmgr.core.files import publish_tree
+from rdna1_kmgr.core.files import publish_tree, write_json
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, RDNA1_IDS, format_id
 from rdna1_kmgr.render import name_check, quirk_catalog
 from rdna1_kmgr.source import c_anchors
@@ -366,7 +365,7 @@ def render(source_root: Path, out: Path, quirk_ids: list[str] | None = None, dev
         for patch in patches:
             (staging / patch.name).write_bytes(patch.data)
         (staging / "series").write_text("".join(p.name + "\n" for p in patches))
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_json(staging / "manifest.json", manifest, indent=2, sort_keys=True)
         publish_tree(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

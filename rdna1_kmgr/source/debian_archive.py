@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core import progress, runner
+from rdna1_kmgr.core import cache_entry, progress, runner
 from rdna1_kmgr.core.errors import HostError, SourceError, UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.source import apt_sources, cache_entry
+from rdna1_kmgr.source import apt_sources
 
 LISTS_MAX_AGE = 24 * 3600  # seconds; the archive changes daily at most for what we fetch
 

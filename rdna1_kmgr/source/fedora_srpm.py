@@ -13,17 +13,16 @@ run (no Fedora archive is reachable from this machine).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import cache_entry, runner
 from rdna1_kmgr.core.errors import SourceError, UsageError
+from rdna1_kmgr.core.files import write_json
 from rdna1_kmgr.core.paths import cache_dir
-from rdna1_kmgr.source import cache_entry
 from rdna1_kmgr.source.kernel_source import AMD_SUBSET, ORIGIN_FILE, kernel_version, unpack_amd_subset
 
 # uname -r of a Fedora kernel: 6.11.4-301.fc41.x86_64
@@ -101,7 +100,7 @@ def unpack_srpm(srpm: Path, dest_root: Path | None = None) -> Path:
                 "patched_files": applied,
                 "subset": list(AMD_SUBSET),
             }
-            (tree / ORIGIN_FILE).write_text(json.dumps(origin, indent=2, sort_keys=True) + "\n")
+            write_json(tree / ORIGIN_FILE, origin, indent=2, sort_keys=True)
             return cache_entry.publish(tree, dest_root / key)
 
 

@@ -29,12 +29,11 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import runner, user_input
+from rdna1_kmgr.core import cache_entry, runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
-from rdna1_kmgr.core.files import link_in_place, sha256_file
+from rdna1_kmgr.core.files import link_in_place, sha256_file, write_json
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import Progress
-from rdna1_kmgr.source import cache_entry
 from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
 
 # What of the kernel tree an out-of-tree amdgpu build and the patch renderer read.
@@ -252,7 +251,7 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
                 origin["sha256"] = sha256_file(archive)
                 name = f"{version}+{key}"
             share_unchanged_files(tree, dest_root)
-            (tree / ORIGIN_FILE).write_text(json.dumps(origin, indent=2, sort_keys=True) + "\n")
+            write_json(tree / ORIGIN_FILE, origin, indent=2, sort_keys=True)
             return cache_entry.publish(tree, dest_root / name)
 
 

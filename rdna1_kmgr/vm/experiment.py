@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core.files import make_dirs, write_atomic
+from rdna1_kmgr.core.files import make_dirs, write_json
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import profiles as profile_data
@@ -249,9 +249,8 @@ def write_record(results: list[CellResult], best: CellResult | None, context: di
     folder = experiments_dir()
     make_dirs(folder)
     path = folder / f"{time.strftime('%Y%m%dT%H%M%S')}.json"
-    data = (json.dumps(record, indent=1) + "\n").encode()
     for target in (path, folder / "latest.json"):
-        write_atomic(target, data)
+        write_json(target, record, indent=1)
     return path
 
 

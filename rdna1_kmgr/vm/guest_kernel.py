@@ -20,13 +20,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core import progress, runner, user_input
+from rdna1_kmgr.core import cache_entry, progress, runner, user_input
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.platform import Platform
 from rdna1_kmgr.modbuild import module_elf
-from rdna1_kmgr.source import apt_sources, cache_entry
+from rdna1_kmgr.source import apt_sources
 from rdna1_kmgr.source.debian_archive import PrivateArchive
 from rdna1_kmgr.source.kernel_source import DEBIAN_SUITES
 

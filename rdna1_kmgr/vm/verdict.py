@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from rdna1_kmgr.core.files import make_dirs, sha256_file, write_atomic
+from rdna1_kmgr.core.files import make_dirs, sha256_file, write_json
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.modbuild import module_elf
 
@@ -621,7 +621,7 @@ def store(record: Record, path: Path | None = None) -> Record:
     path = path or record_path(record.module_sha256)
     make_dirs(path.parent)
     stored = replace(record, record=str(path))
-    write_atomic(path, (json.dumps(stored.to_json(), indent=2, sort_keys=True) + "\n").encode())
+    write_json(path, stored.to_json(), indent=2, sort_keys=True)
     return stored
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.files import fsync_dir, make_dirs, write_atomic
+from rdna1_kmgr.core.files import fsync_dir, make_dirs, write_json
 from rdna1_kmgr.core.paths import state_dir
 
 RUN_ENV = "RDNA1_KMGR_VFIO_RUN"  # set in the VM's environment; names the run whose devices it holds
@@ -52,7 +52,7 @@ def write(binding: Binding) -> Path:
     """Store the record durably: file fsynced, then renamed into place, then the folder fsynced."""
     path = path_of(binding.bdf)
     make_dirs(path.parent)
-    write_atomic(path, json.dumps(binding.to_json(), indent=1, sort_keys=True).encode())
+    write_json(path, binding.to_json(), indent=1, sort_keys=True)
     return path
 
 

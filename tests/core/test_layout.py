@@ -79,7 +79,18 @@ def test_only_the_runner_starts_programs():
         for name in imported_modules(path)
         if name in starters or name.startswith(("subprocess.", "sh."))
     ]
-    assert found == ["core/runner.py: subprocess"]
+    # the runner, and the start it makes through sh (core/sh_program.py), which the runner alone uses
+    assert sorted(found) == [
+        "core/runner.py: subprocess",
+        "core/sh_program.py: sh",
+        "core/sh_program.py: subprocess",
+    ]
+    users = [
+        str(path.relative_to(PACKAGE))
+        for path in modules()
+        if {"rdna1_kmgr.core.sh_program", "rdna1_kmgr.core.sh_program.start"} & imported_names(path)
+    ]
+    assert users == ["core/runner.py"]
     calls = [
         str(path.relative_to(PACKAGE))
         for path in modules()
@@ -113,6 +124,38 @@ def test_only_core_files_writes_files_atomically():
     found = [where for path in modules() for where in renames(path) if path != PACKAGE / "core" / "files.py"]
     assert found == []
     assert len(renames(PACKAGE / "core" / "files.py")) == 5  # the check sees what it forbids
+
+
+def json_writes(path: Path) -> list[str]:
+    """Where a module hands write_atomic a json.dumps(...) of its own (the shape write_json replaced)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name != "write_atomic":
+            continue
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        if any(
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr == "dumps"
+            and isinstance(inner.func.value, ast.Name)
+            and inner.func.value.id == "json"
+            for argument in arguments
+            for inner in ast.walk(argument)
+        ):
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    return found
+
+
+def test_json_files_are_written_by_write_json():
+    """One write_json (core/files.py): the records' indent, key order and closing newline in one place."""
+    files = PACKAGE / "core" / "files.py"
+    found = [where for path in modules() if path != files for where in json_writes(path)]
+    assert found == []
+    assert len(json_writes(files)) == 1  # the check sees what it forbids
 
 
 def test_no_stage_has_an_import_cycle():

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import persistent_cache_root
 
+from rdna1_kmgr.core import cache_entry
 from rdna1_kmgr.render.patch_series import render
-from rdna1_kmgr.source import cache_entry, kernel_source
+from rdna1_kmgr.source import kernel_source
 
 AMD = "drivers/gpu/drm/amd"
 CHECKPATCH_FILES = ("checkpatch.pl", "spelling.txt", "const_structs.checkpatch")

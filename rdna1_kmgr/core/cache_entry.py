@@ -3,7 +3,8 @@
 An entry is built in a temporary sibling directory (same file system, so the final rename is atomic) and
 renamed into place only when it is whole. Whatever goes wrong, an interrupt included, the sibling is removed.
 A lock per entry makes a second process wait for the first instead of doing the same long work twice;
-several test sessions and commands share one cache.
+several test sessions and commands share one cache. The lock is the cache's, not the source stage's: the guest
+kernels (vm/guest_kernel) and the kbuild trees a build fills (modbuild/module_build) are entries too.
 """
 
 import fcntl
