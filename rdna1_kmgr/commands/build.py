@@ -91,18 +91,18 @@ def build(
         return
     result = run(request, confirm=_confirm_install)
     if as_json:
-        emit_json(result)
+        emit_json(result.to_json())
         return
-    verb = "reused" if result["reused"] else f"built in {result['seconds']} s"
-    click.echo(f"{result['module']} ({verb})")
-    click.echo(f"  kernel {result['kernel']}, package {result['package']}/{result['package_version']}")
-    click.echo(f"  signed by {result['signer']!r}, verified against {result['certificate']}")
+    verb = "reused" if result.reused else f"built in {result.seconds} s"
+    click.echo(f"{result.module} ({verb})")
+    click.echo(f"  kernel {result.kernel}, package {result.package}/{result.package_version}")
+    click.echo(f"  signed by {result.signer!r}, verified against {result.certificate}")
     click.echo(
-        f"  quirks {' '.join(result['quirks'])}; devices {' '.join(result['devices'])}; "
-        f"parameters {' '.join(result['parameters'])}"
+        f"  quirks {' '.join(result.quirks)}; devices {' '.join(result.devices)}; "
+        f"parameters {' '.join(result.parameters)}"
     )
-    click.echo(f"  sha256 {result['sha256']}")
-    for old in result["removed_versions"]:
-        click.echo(f"  removed the older build {result['package']}/{old}")
-    for old in result["kept_installed_versions"]:
-        click.echo(f"  kept {result['package']}/{old}: it is installed (`rdna1-kmgr install` replaces it)")
+    click.echo(f"  sha256 {result.sha256}")
+    for old in result.removed_versions:
+        click.echo(f"  removed the older build {result.package}/{old}")
+    for old in result.kept_installed_versions:
+        click.echo(f"  kept {result.package}/{old}: it is installed (`rdna1-kmgr install` replaces it)")

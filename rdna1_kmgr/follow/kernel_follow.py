@@ -281,10 +281,7 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         story.say(f"rendered {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]})")
     with _stage("build", story):
         built = module_build.run(request, stream=story)
-        story.say(
-            f"{'reused' if built['reused'] else 'built'} {built['package']}/{built['package_version']}: "
-            f"{built['module']}"
-        )
+        story.say(f"{'reused' if built.reused else 'built'} {built.package}/{built.package_version}: {built.module}")
     with _stage("vm-test", story):
         module = built_module.for_kernel(kernel)
         record = verdict.passing_record(module.path, kernel)
@@ -308,12 +305,12 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         for line in result.get("next_boot", []):
             story.say(line)
     return {
-        "package": built["package"],
-        "package_version": built["package_version"],
-        "module_sha256": built["sha256"],
+        "package": built.package,
+        "package_version": built.package_version,
+        "module_sha256": built.sha256,
         "verdict": record.verdict,
         "verdict_record": str(verdict.record_path(record.module_sha256)),
-        "quirks": built["quirks"],
+        "quirks": list(built.quirks),
     }
 
 

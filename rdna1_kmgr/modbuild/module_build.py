@@ -31,6 +31,7 @@ from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild.build_result import BuildResult
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.source import cache_entry, distro_source, kernel_source
 
@@ -411,8 +412,8 @@ def run(
     request: BuildRequest,
     confirm: Callable[[prerequisites.InstallPlan], bool] | None = None,
     stream: TextIO | None = None,
-) -> dict:
-    """Everything `rdna1-kmgr build` does; returns the JSON result."""
+) -> BuildResult:
+    """Everything `rdna1-kmgr build` does; what it built."""
     stream = stream if stream is not None else progress.current_stream()
     started = time.monotonic()
     system = system_identity.read()
@@ -432,7 +433,7 @@ def _run(
     confirm,
     stream: TextIO,
     started: float,
-) -> dict:
+) -> BuildResult:
     prerequisites.ensure_prerequisites(kernel.release, yes=request.yes, no_install=request.no_install, confirm=confirm)
     if kernel.package_version is None:  # the headers may have come with the prerequisites
         kernel = Kernel(kernel.release, *distro_source.kernel_package(kernel.release, system)[:1], kernel.note)
@@ -472,31 +473,31 @@ def _run(
             stream=stream,
         )
     cert = signing.certificate_info(keys.cert)
-    return {
-        "kernel": kernel.release,
-        "kernel_version": manifest["kernel_version"],
-        "kernel_package_version": kernel.package_version,
-        "note": kernel.note,
-        "source": str(tree),
-        "source_package": origin,
-        "package": package.name,
-        "package_version": package.version,
-        "package_source": str(package.source_dir(dkms.Trees.from_env())),
-        "module": str(built.module),
-        "sha256": built.report.sha256,
-        "vermagic": built.report.vermagic.strip(),
-        "signer": built.report.signer,
-        "certificate": str(keys.cert),
-        "certificate_sha1": cert.sha1_fingerprint,
-        "signing_key": str(keys.key),
-        "parameters": list(built.report.parameters),
-        "quirks": quirk_ids,
-        "devices": [format_id(d) for d in devices],
-        "patchset_sha256": manifest["patchset_sha256"],
-        "reused": built.reused,
-        "compiled_objects": built.compiled,
-        "log": str(built.log) if built.log else None,
-        "removed_versions": built.removed,
-        "kept_installed_versions": built.kept,
-        "seconds": round(time.monotonic() - started, 1),
-    }
+    return BuildResult(
+        kernel=kernel.release,
+        kernel_version=manifest["kernel_version"],
+        kernel_package_version=kernel.package_version,
+        note=kernel.note,
+        source=str(tree),
+        source_package=origin,
+        package=package.name,
+        package_version=package.version,
+        package_source=str(package.source_dir(dkms.Trees.from_env())),
+        module=str(built.module),
+        sha256=built.report.sha256,
+        vermagic=built.report.vermagic.strip(),
+        signer=built.report.signer,
+        certificate=str(keys.cert),
+        certificate_sha1=cert.sha1_fingerprint,
+        signing_key=str(keys.key),
+        parameters=tuple(built.report.parameters),
+        quirks=tuple(quirk_ids),
+        devices=tuple(format_id(d) for d in devices),
+        patchset_sha256=manifest["patchset_sha256"],
+        reused=built.reused,
+        compiled_objects=built.compiled,
+        log=str(built.log) if built.log else None,
+        removed_versions=tuple(built.removed),
+        kept_installed_versions=tuple(built.kept),
+        seconds=round(time.monotonic() - started, 1),
+    )
