@@ -24,7 +24,6 @@ what happened, and the exit status is 0.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import tempfile
 import time
@@ -45,6 +44,7 @@ from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import build_plan, built_module, module_build
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.vm import engine, verdict
 
@@ -99,17 +99,16 @@ def current_install(exclude: str | None = None) -> Installed | None:
     package = dkms.Package(begin["package"], begin["version"])
     manifest_path = package.source_dir(trees) / dkms.MANIFEST_NAME
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as err:
+        manifest = Manifest.read(manifest_path)
+    except (OSError, KmgrError) as err:
+        why = err.what if isinstance(err, KmgrError) else str(err)
         raise HostError(
-            f"the render manifest of the installed {package.ref} ({manifest_path}) is unreadable: {err}",
+            f"the render manifest of the installed {package.ref} ({manifest_path}) is unreadable: {why}",
             f"rebuild and reinstall it for {kernel}, or give the quirks to `rdna1-kmgr build`",
         ) from None
-    # what the owner asked the build for (None: the default, every quirk that fits the kernel); a manifest from
-    # before that was recorded names the quirks it carried
-    asked = manifest["asked_quirks"] if "asked_quirks" in manifest else manifest.get("quirks", [])
-    quirks = [q["id"] if isinstance(q, dict) else q for q in asked or []]
-    devices = [int(d, 16) for d in manifest.get("devices", [])]
+    # what the owner asked the build for (None: the default, every quirk that fits the kernel)
+    quirks = list(manifest.asked_quirks or ())
+    devices = [int(d, 16) for d in manifest.devices]
     return Installed(kernel, package, trees, quirks, devices)
 
 
@@ -278,7 +277,7 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         story.say(f"source {tree}")
     with _stage("render", story), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-follow-") as tmp:
         manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
-        story.say(f"rendered {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]})")
+        story.say(f"rendered {len(manifest.patches)} patches (patch set {manifest.patchset_sha256[:12]})")
     with _stage("build", story):
         built = module_build.run(request, stream=story)
         story.say(f"{'reused' if built.reused else 'built'} {built.package}/{built.package_version}: {built.module}")

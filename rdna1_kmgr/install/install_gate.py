@@ -19,6 +19,7 @@ from rdna1_kmgr.install import modprobe_conf
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_checks, signing
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.vm import verdict
 
 
@@ -40,7 +41,7 @@ class Candidate:
     module: Path  # in the DKMS tree
     sha256: str
     parameters: dict[str, str]  # written to /etc/modprobe.d
-    manifest: dict | None = None  # the render's manifest: which quirks the build carries, which it left out
+    manifest: Manifest | None = None  # the render's manifest: which quirks the build carries, which it left out
 
     @property
     def module_name(self) -> str:

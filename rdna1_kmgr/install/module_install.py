@@ -58,6 +58,7 @@ from rdna1_kmgr.modbuild import built_module, module_checks, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.render import quirk_catalog
+from rdna1_kmgr.render.manifest import Manifest
 
 MODPROBE_CONF = modprobe_conf.NAME
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "boot-guard", "verify")
@@ -78,24 +79,15 @@ DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
 ESCAPE_PARAMETER = modprobe_conf.ESCAPE_PARAMETER
 
 
-def module_parameters(manifest: dict | None) -> dict[str, str]:
+def module_parameters(manifest: Manifest | None) -> dict[str, str]:
     """The parameters the build was rendered for: its default mask (the bits with no known harm)."""
-    mask = (manifest or {}).get("quirks_mask")
-    return {"rdna1_quirks": f"0x{mask:x}"} if isinstance(mask, int) else {}
+    mask = manifest.quirks_mask if manifest else None
+    return {"rdna1_quirks": f"0x{mask:x}"} if mask is not None else {}
 
 
-def carried_bits(manifest: dict | None) -> int | None:
-    """The rdna1_quirks bits the build carries (every bit of its quirks, on by default or not), or None when the
-    manifest does not say: a build rendered before the manifest listed them carried its default mask only."""
-    manifest = manifest or {}
-    if isinstance(manifest.get("all_bits_mask"), int):
-        return manifest["all_bits_mask"]
-    return manifest["quirks_mask"] if isinstance(manifest.get("quirks_mask"), int) else None
-
-
-def _left_out_bits(manifest: dict | None, extra: int) -> list[str]:
+def _left_out_bits(manifest: Manifest | None, extra: int) -> list[str]:
     """`<bit id> (0xN): left out of this build: <why>` for the bits of `extra` whose quirk render left out."""
-    left_out = {q.get("id"): q.get("why", "") for q in (manifest or {}).get("left_out") or ()}
+    left_out = {q.id: q.why for q in manifest.left_out} if manifest else {}
     found = []
     for quirk in quirk_catalog.load_quirks().values():
         for bit in quirk.bits:
@@ -115,7 +107,7 @@ def with_quirks(candidate: Candidate, mask: int | None) -> Candidate:
             "--quirks needs a build with the rdna1_quirks parameter",
             "this build's manifest names no quirks; rebuild it",
         )
-    carried = carried_bits(candidate.manifest)
+    carried = candidate.manifest.carried_mask if candidate.manifest else None
     if carried is None:
         carried = int(candidate.parameters["rdna1_quirks"], 16)
     extra = mask & ~carried

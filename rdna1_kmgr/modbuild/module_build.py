@@ -32,6 +32,7 @@ from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild.build_result import BuildResult
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.source import cache_entry, distro_source, kernel_source
 
@@ -381,9 +382,9 @@ class BuildRequest:
     debug_info: bool = False  # compile with the kernel config's -g (default: KCFLAGS=-g0)
 
 
-def package_for(manifest: dict, debug_info: bool) -> dkms.Package:
+def package_for(manifest: Manifest, debug_info: bool) -> dkms.Package:
     """The DKMS package a rendered series goes into."""
-    version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"], debug_info)
+    version = dkms.package_version(manifest.kernel_version, manifest.patchset_sha256, debug_info)
     return dkms.Package(dkms.PACKAGE_NAME, version, debug_info=debug_info)
 
 
@@ -447,17 +448,17 @@ def _run(
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
-        for left in manifest["left_out"]:
-            stream.write(f"rdna1-kmgr: quirk {left['id']} left out: {left['why']}\n")
+        for left in manifest.left_out:
+            stream.write(f"rdna1-kmgr: quirk {left.id} left out: {left.why}\n")
         # what the driver tree could not show, confirmed against the headers before the long compile
-        if compile_probes.confirm(kernel.release, manifest.get("kernel_names", {})):
+        if compile_probes.confirm(kernel.release, manifest.kernel_names):
             stream.write(
                 f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
-                f"{' '.join(sorted(manifest['kernel_names']))}\n"
+                f"{' '.join(sorted(manifest.kernel_names))}\n"
             )
         package = package_for(manifest, request.debug_info)
-        devices = [int(d, 16) for d in manifest["devices"]]
-        quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
+        devices = [int(d, 16) for d in manifest.devices]
+        quirk_ids = manifest.quirk_ids
         built = build_package(
             package,
             kernel.release,
@@ -468,14 +469,14 @@ def _run(
             devices,
             series_parameters(series),
             jobs=request.jobs,
-            description=f"amdgpu of Linux {manifest['kernel_version']} with the RDNA1 quirks "
-            f"{' '.join(quirk_ids)} for {' '.join(manifest['devices'])}",
+            description=f"amdgpu of Linux {manifest.kernel_version} with the RDNA1 quirks "
+            f"{' '.join(quirk_ids)} for {' '.join(manifest.devices)}",
             stream=stream,
         )
     cert = signing.certificate_info(keys.cert)
     return BuildResult(
         kernel=kernel.release,
-        kernel_version=manifest["kernel_version"],
+        kernel_version=manifest.kernel_version,
         kernel_package_version=kernel.package_version,
         note=kernel.note,
         source=str(tree),
@@ -493,7 +494,7 @@ def _run(
         parameters=tuple(built.report.parameters),
         quirks=tuple(quirk_ids),
         devices=tuple(format_id(d) for d in devices),
-        patchset_sha256=manifest["patchset_sha256"],
+        patchset_sha256=manifest.patchset_sha256,
         reused=built.reused,
         compiled_objects=built.compiled,
         log=str(built.log) if built.log else None,

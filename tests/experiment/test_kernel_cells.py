@@ -17,6 +17,7 @@ from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.experiment import boot_cells, kernel_cells, kernel_run
 from rdna1_kmgr.experiment.kernel_cells import InstalledBuild
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.render.manifest import Manifest
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 
@@ -210,13 +211,16 @@ def test_quirk_cells_read_the_build_the_journal_installed(state, monkeypatch):
     params.mkdir(parents=True)
     (params / "rdna1_quirks").write_text("16\n")
     # a 6.12 render manifest's bits (cwsr-size on by default, crat-mem opt-in); two builds, the journal's is the 2nd
-    manifest = {
-        "quirks_mask": 0x10,
-        "all_bits_mask": 0x12,
-        "bits": [{"id": "cwsr-size", "default": True}, {"id": "crat-mem", "default": False}],
-    }
+    manifest = Manifest.from_json(
+        {
+            "quirks_mask": 0x10,
+            "all_bits_mask": 0x12,
+            "bits": [{"id": "cwsr-size", "default": True}, {"id": "crat-mem", "default": False}],
+        }
+    )
+    old = Manifest.from_json({"quirks_mask": 0, "all_bits_mask": 0x2})
     builds = [
-        {"version": "6.12.95+pold", "quirks": status.build_quirks({"quirks_mask": 0, "all_bits_mask": 0x2})},
+        {"version": "6.12.95+pold", "quirks": status.build_quirks(old)},
         {"version": "6.12.95+pnew", "quirks": status.build_quirks(manifest)},
     ]
     kernels = [

@@ -12,17 +12,18 @@ from rdna1_kmgr.follow.status import build_quirks, quirks_lines
 from rdna1_kmgr.install.install_gate import Candidate
 from rdna1_kmgr.install.module_install import module_parameters, with_quirks
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render_series
 
 
-def manifest_of_6_1(tmp_path) -> dict:
+def manifest_of_6_1(tmp_path) -> Manifest:
     """The manifest `render` writes for a 6.1-shaped tree: crat-mem and coarse-mtype carried (opt-in, off by
     default), cwsr-size (bit 4, 0x10) left out."""
     _, manifest = render_series(make_tree(tmp_path / "linux"))
     return manifest
 
 
-def candidate(manifest: dict) -> Candidate:
+def candidate(manifest: Manifest) -> Candidate:
     return Candidate(
         dkms.Package(dkms.PACKAGE_NAME, "6.1.192+p0"),
         "6.1.0-56-amd64",
@@ -35,7 +36,7 @@ def candidate(manifest: dict) -> Candidate:
 
 def test_every_bit_the_build_carries_may_be_switched_on_though_none_is_on_by_default(tmp_path):
     manifest = manifest_of_6_1(tmp_path)
-    assert manifest["quirks_mask"] == 0 and manifest["all_bits_mask"] == 0xE
+    assert manifest.quirks_mask == 0 and manifest.all_bits_mask == 0xE
     assert with_quirks(candidate(manifest), 0xE).parameters["rdna1_quirks"] == "0xe"
     assert with_quirks(candidate(manifest), 0x4).parameters["rdna1_quirks"] == "0x4"
 
@@ -55,7 +56,7 @@ def test_a_bit_of_a_left_out_quirk_is_refused_in_one_line_naming_it_and_why(tmp_
 
 
 def test_a_build_from_before_the_manifest_listed_every_bit_is_checked_against_its_default_mask():
-    old = {"quirks_mask": 3}
+    old = Manifest.from_json({"quirks_mask": 3})
     assert with_quirks(candidate(old), 0x2).parameters["rdna1_quirks"] == "0x2"
     with pytest.raises(UsageError):
         with_quirks(candidate(old), 0x4)
