@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.render.quirk_mask import LIMIT, QuirkMask
 
 SCHEMA = 1
 
@@ -53,10 +54,10 @@ class Manifest:
     # the same; a manifest from before it was recorded reads as the quirks it carried
     asked_quirks: tuple[str, ...] | None = None
     bits: tuple[QuirkBit, ...] = ()
-    quirks_mask: int | None = None  # what the module applies on a listed board when rdna1_quirks is not given
+    quirks_mask: QuirkMask | None = None  # what the module applies on a listed board when rdna1_quirks is not given
     # the bits on by default; a manifest from before it was recorded reads as every quirk it carried
     active_by_default: tuple[str, ...] | None = None
-    all_bits_mask: int | None = None  # every bit the build carries
+    all_bits_mask: QuirkMask | None = None  # every bit the build carries
     kernel_names: Mapping[str, str] = field(default_factory=dict)  # macros taken on trust; build probes them
     selftest_cases: int | None = None
     series: tuple[str, ...] = ()  # the patch names in the order they apply
@@ -72,7 +73,7 @@ class Manifest:
         return [q.id for q in self.quirks]
 
     @property
-    def carried_mask(self) -> int | None:
+    def carried_mask(self) -> QuirkMask | None:
         """Every rdna1_quirks bit the build carries (on by default or not), or None when the manifest does not
         say: a build rendered before the manifest listed them carried its default mask only."""
         return self.all_bits_mask if self.all_bits_mask is not None else self.quirks_mask
@@ -89,9 +90,9 @@ class Manifest:
             "left_out": [{"id": q.id, "why": q.why} for q in self.left_out],
             "asked_quirks": list(self.asked_quirks) if self.asked_quirks is not None else None,
             "bits": [{"bit": b.bit, "id": b.id, "title": b.title, "default": b.default} for b in self.bits],
-            "quirks_mask": self.quirks_mask,
+            "quirks_mask": _bits(self.quirks_mask),
             "active_by_default": list(self.active_by_default) if self.active_by_default is not None else None,
-            "all_bits_mask": self.all_bits_mask,
+            "all_bits_mask": _bits(self.all_bits_mask),
             "kernel_names": dict(self.kernel_names),
             "selftest_cases": self.selftest_cases,
             "series": list(self.series),
@@ -130,9 +131,9 @@ class Manifest:
                 for b in _list(data.get("bits"))
                 if isinstance(b, Mapping)
             ),
-            quirks_mask=_int(data.get("quirks_mask")),
+            quirks_mask=_mask(data.get("quirks_mask")),
             active_by_default=None if active is None else _strs(active),
-            all_bits_mask=_int(data.get("all_bits_mask")),
+            all_bits_mask=_mask(data.get("all_bits_mask")),
             kernel_names={str(k): str(v) for k, v in _mapping(data.get("kernel_names")).items()},
             selftest_cases=_int(data.get("selftest_cases")),
             series=_strs(data.get("series")),
@@ -179,6 +180,15 @@ def _strs(value) -> tuple[str, ...]:
 
 def _str(value) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _mask(value) -> QuirkMask | None:
+    bits = _int(value)
+    return QuirkMask(bits) if bits is not None and 0 <= bits < LIMIT else None
+
+
+def _bits(mask: QuirkMask | None) -> int | None:
+    return mask.bits if mask is not None else None
 
 
 def _int(value) -> int | None:

@@ -33,6 +33,7 @@ from rdna1_kmgr.core.files import publish_tree
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, RDNA1_IDS, format_id
 from rdna1_kmgr.render import name_check, quirk_catalog
 from rdna1_kmgr.render.manifest import LeftOut, Manifest, QuirkBit, RenderedQuirk
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.source import c_anchors
 from rdna1_kmgr.source.kernel_source import kernel_version
 
@@ -294,9 +295,9 @@ def render_series(
         left_out=tuple(LeftOut(q.id, why) for q, why in left_out),
         asked_quirks=tuple(quirk_ids) if quirk_ids else None,
         bits=tuple(QuirkBit(b.bit, b.id, b.title, b.default) for b in bits),
-        quirks_mask=context["default_bits"],
+        quirks_mask=QuirkMask(context["default_bits"]),
         active_by_default=tuple(b.id for b in bits if b.default),
-        all_bits_mask=context["all_bits"],
+        all_bits_mask=QuirkMask(context["all_bits"]),
         kernel_names=core.kernel_names,
         selftest_cases=count_selftest_cases(core_files[f"{AMDGPU}/amdgpu_rdna1.c"]),
         series=tuple(p.name for p in patches),

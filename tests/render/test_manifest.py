@@ -10,6 +10,7 @@ from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.modbuild import built_module
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 # The keys of manifest.json as render wrote them before the manifest was typed (patch_series.py, 0.x).
 KEYS_BEFORE = {
@@ -65,7 +66,7 @@ def test_a_manifest_without_schema_from_before_the_typed_one_reads_as_schema_1()
     assert manifest.quirk_ids == ["crat-mem", "coarse-mtype"]
     assert manifest.asked_quirks == ("crat-mem", "coarse-mtype")  # it carried what was asked
     assert manifest.active_by_default == ("crat-mem", "coarse-mtype")  # it loaded every quirk on
-    assert manifest.carried_mask == 3 and manifest.selftest_cases == 4
+    assert manifest.carried_mask == QuirkMask(3) and manifest.selftest_cases == 4
     assert Manifest.from_json({"asked_quirks": None, "quirks": ["crat-mem"]}).asked_quirks is None
     assert Manifest.from_json({"selftest_cases": []}).selftest_cases is None  # a wrong type reads as unknown
 
