@@ -166,9 +166,9 @@ def build_quirks(manifest: Manifest | None) -> dict | None:
         return None
     return {
         "carried": [b.id for b in manifest.bits],
-        "mask": manifest.carried_mask.bits if manifest.carried_mask else None,
+        "mask": manifest.carried_mask.bits if manifest.carried_mask is not None else None,
         "default": [b.id for b in manifest.bits if b.default],
-        "default_mask": manifest.quirks_mask.bits if manifest.quirks_mask else None,
+        "default_mask": manifest.quirks_mask.bits if manifest.quirks_mask is not None else None,
         "left_out": [{"id": q.id, "why": q.why} for q in manifest.left_out],
     }
 
