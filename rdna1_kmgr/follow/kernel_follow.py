@@ -170,7 +170,8 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     installed = current_install(exclude=kernel)
     if installed is None:
         return [f"nothing to do for {kernel}: no kernel has an rdna1-kmgr install (follow acts once one has)"]
-    request = _build_request(kernel, installed, source)
+    target = module_build.resolve_kernel(kernel, "planning a build", system=system_identity.read())
+    request = _build_request(target, installed, source)
     lines = [
         f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
         f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"
@@ -188,7 +189,7 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     return lines
 
 
-def _build_request(kernel: str, installed: Installed, source: str | None) -> module_build.BuildRequest:
+def _build_request(kernel: module_build.Kernel, installed: Installed, source: str | None) -> module_build.BuildRequest:
     return module_build.BuildRequest(
         kernel=kernel,
         source=source,
@@ -263,7 +264,6 @@ def _stage(name: str, story: Story):
 
 def _stages(kernel: str, installed: Installed, source: str | None, story: Story) -> dict:
     root = TargetRoot.from_env()
-    request = _build_request(kernel, installed, source)
     with _stage("image", story):
         if not (root.modules_dir(kernel) / "kernel").is_dir():
             raise HostError(
@@ -273,6 +273,7 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
     with _stage("source", story):
         system = system_identity.read()
         target = module_build.resolve_kernel(kernel, system=system)
+        request = _build_request(target, installed, source)
         tree, _origin = module_build.source_tree(request, target, system)
         story.say(f"source {tree}")
     with _stage("render", story), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-follow-") as tmp:

@@ -25,7 +25,6 @@ from rdna1_kmgr.modbuild.module_build import (
     ccache_env,
     default_jobs,
     package_for,
-    resolve_kernel,
     series_parameters,
     source_tree,
 )
@@ -38,7 +37,7 @@ def plan(request: BuildRequest) -> dict:
     """{"plan": the steps as lines, "kernel", "source", "signing", "render", "system"}."""
     root = user_input.existing_dir(request.sysroot, "sysroot") if request.sysroot else Path("/")
     system = system_identity.read(root)
-    kernel = resolve_kernel(request.kernel, "planning a build", system=system)
+    kernel = request.kernel
     keys = signing.resolve(request.key, request.cert, system.distro_id, " ".join(system.like))
     trees = dkms.Trees.from_env()
     jobs = request.jobs or default_jobs()

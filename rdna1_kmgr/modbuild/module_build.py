@@ -368,7 +368,7 @@ def _remove_older(package: dkms.Package, kernel: str, trees: dkms.Trees) -> tupl
 
 @dataclass
 class BuildRequest:
-    kernel: str | None = None
+    kernel: Kernel  # resolved once, where the command is given (resolve_kernel); nothing below validates it again
     source: str | None = None
     sha256: str | None = None
     quirks: list[str] | None = None
@@ -418,7 +418,7 @@ def run(
     stream = stream if stream is not None else progress.current_stream()
     started = time.monotonic()
     system = system_identity.read()
-    kernel = resolve_kernel(request.kernel, system=system)
+    kernel = request.kernel
     if kernel.note:
         stream.write(f"rdna1-kmgr: {kernel.note}\n")
     keys = signing.resolve(request.key, request.cert, system.distro_id, " ".join(system.like))
