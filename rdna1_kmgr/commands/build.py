@@ -1,14 +1,16 @@
 """`rdna1-kmgr build`: render, DKMS-build, sign and verify amdgpu for one kernel."""
 
 import sys
+from pathlib import Path
 
 import click
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.modbuild.build_plan import plan
-from rdna1_kmgr.modbuild.module_build import BuildRequest, default_jobs, run
+from rdna1_kmgr.modbuild.module_build import BuildRequest, default_jobs, resolve_kernel, run
 
 
 def _confirm_install(plan_) -> bool:
@@ -68,8 +70,11 @@ def build(
         raise UsageError("--sysroot is for --dry-run", "a build is for this machine's kernels: drop --sysroot")
     if sha256 and not source:
         raise UsageError("--sha256 needs --source", "give the tarball it is the hash of")
+    # the one place the kernel is decided (and --kernel checked); a dry run decides it for the --sysroot system
+    system = system_identity.read(user_input.existing_dir(sysroot, "sysroot") if sysroot else Path("/"))
+    target = resolve_kernel(kernel, "planning a build" if dry_run else "building", system=system)
     request = BuildRequest(
-        kernel=user_input.kernel_release(kernel) if kernel is not None else None,
+        kernel=target,
         source=source,
         sha256=sha256,
         quirks=list(quirks) or None,
@@ -91,18 +96,18 @@ def build(
         return
     result = run(request, confirm=_confirm_install)
     if as_json:
-        emit_json(result)
+        emit_json(result.to_json())
         return
-    verb = "reused" if result["reused"] else f"built in {result['seconds']} s"
-    click.echo(f"{result['module']} ({verb})")
-    click.echo(f"  kernel {result['kernel']}, package {result['package']}/{result['package_version']}")
-    click.echo(f"  signed by {result['signer']!r}, verified against {result['certificate']}")
+    verb = "reused" if result.reused else f"built in {result.seconds} s"
+    click.echo(f"{result.module} ({verb})")
+    click.echo(f"  kernel {result.kernel}, package {result.package}/{result.package_version}")
+    click.echo(f"  signed by {result.signer!r}, verified against {result.certificate}")
     click.echo(
-        f"  quirks {' '.join(result['quirks'])}; devices {' '.join(result['devices'])}; "
-        f"parameters {' '.join(result['parameters'])}"
+        f"  quirks {' '.join(result.quirks)}; devices {' '.join(result.devices)}; "
+        f"parameters {' '.join(result.parameters)}"
     )
-    click.echo(f"  sha256 {result['sha256']}")
-    for old in result["removed_versions"]:
-        click.echo(f"  removed the older build {result['package']}/{old}")
-    for old in result["kept_installed_versions"]:
-        click.echo(f"  kept {result['package']}/{old}: it is installed (`rdna1-kmgr install` replaces it)")
+    click.echo(f"  sha256 {result.sha256}")
+    for old in result.removed_versions:
+        click.echo(f"  removed the older build {result.package}/{old}")
+    for old in result.kept_installed_versions:
+        click.echo(f"  kept {result.package}/{old}: it is installed (`rdna1-kmgr install` replaces it)")

@@ -8,6 +8,7 @@ from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.module_install import InstallRequest, run
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 
 def confirm_plan(question: str):
@@ -65,7 +66,7 @@ def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm
         skip_vm_check=skip_vm_check,
         cert=cert,
         dry_run=dry_run,
-        quirks=user_input.quirk_mask(quirks) if quirks is not None else None,
+        quirks=QuirkMask.parse(quirks) if quirks is not None else None,
         confirm_after=confirm_after,
         confirm_target=confirm_target,
     )

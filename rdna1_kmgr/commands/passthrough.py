@@ -44,9 +44,9 @@ def plumbing_mode(gpu, kernel, accel, timeout, fetch, force, accept_reset_risk, 
 
 def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, workload):
     """The full GPU run of a build (builds.BuiltModule): its record, written; exit 5 is vm-test's, on a fail."""
-    manifest = built.manifest or {}
     # the bits the module turns on by itself (it is loaded without rdna1_quirks); older manifests: every quirk
-    quirks = manifest.get("active_by_default", [q["id"] for q in manifest["quirks"]] if "quirks" in manifest else None)
+    active = built.manifest.active_by_default if built.manifest else None
+    quirks = list(active) if active is not None else None
     return passthrough.run_gpu(
         gpu,
         built.path,

@@ -37,17 +37,17 @@ def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, .
     ids = [user_input.pci_device_id(d) for d in devices]
     manifest = render_series(src, Path(out), list(quirks), ids)
     if as_json:
-        emit_json(manifest)
+        emit_json(manifest.to_json())
         return
-    click.echo(f"Linux {manifest['kernel_version']}: {len(manifest['series'])} patches in {Path(out).resolve()}")
-    for name in manifest["series"]:
+    click.echo(f"Linux {manifest.kernel_version}: {len(manifest.series)} patches in {Path(out).resolve()}")
+    for name in manifest.series:
         click.echo(f"  {name}")
-    click.echo(f"devices: {' '.join(manifest['devices'])}; self-test cases: {manifest['selftest_cases']}")
-    for left in manifest["left_out"]:
-        click.echo(f"quirk {left['id']} left out: {left['why']}")
-    for q in manifest["quirks"]:
-        click.echo(f"quirk {q['id']}: variant {q['variant']}, because this tree's")
-        for fact in q["facts"]:
+    click.echo(f"devices: {' '.join(manifest.devices)}; self-test cases: {manifest.selftest_cases}")
+    for left in manifest.left_out:
+        click.echo(f"quirk {left.id} left out: {left.why}")
+    for q in manifest.quirks:
+        click.echo(f"quirk {q.id}: variant {q.variant}, because this tree's")
+        for fact in q.facts:
             click.echo(f"    {fact}")
     click.echo(f"apply with: for p in $(cat {out}/series); do patch -p1 -d {src} < {out}/$p; done")
 

@@ -60,14 +60,3 @@ def existing_dir(value: str | Path, what: str) -> Path:
     if not path.is_dir():
         raise UsageError(f"{what} {str(path)!r} is not a directory", "check the path")
     return path.resolve()
-
-
-def quirk_mask(value: str) -> int:
-    """An rdna1_quirks mask: 0x3, 3 or 0b11."""
-    try:
-        mask = int(value, 0)
-    except ValueError:
-        mask = -1
-    if not 0 <= mask < 1 << 31:
-        raise UsageError(f"invalid quirk mask {value!r}", "give a number such as 0x1 (see `rdna1-kmgr quirks`)")
-    return mask

@@ -17,6 +17,7 @@ from pathlib import Path
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic, write_json
 from rdna1_kmgr.experiment.cell_run import HostResult
+from rdna1_kmgr.render.quirk_mask import KERNEL_PREFIX
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
 from rdna1_kmgr.vm.experiment import CellResult, experiments_dir  # the VFIO matrix's records live there too
@@ -296,7 +297,7 @@ def kernel_recommendation(plan, rows: list[Row], why: str) -> list[str]:
     lines.append(f"smallest change that passes: kernel cell {cell.name} ({cell.parameter}) with {best.cell}")
     how = (
         "install --quirks: the installed build with that mask, journaled"
-        if cell.parameter.startswith("amdgpu.rdna1_quirks=")
+        if cell.parameter.startswith(KERNEL_PREFIX)
         else "on every boot's command line through GRUB, journaled"
     )
     lines.append(f"  sudo rdna1-kmgr experiment apply --kernel-cell {cell.name}   # {how}")

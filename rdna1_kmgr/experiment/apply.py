@@ -7,6 +7,7 @@ from __future__ import annotations
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
 from rdna1_kmgr.vm.experiment import experiments_dir
@@ -53,8 +54,9 @@ def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
         names = ", ".join(dict.fromkeys(r["kernel"] for r in passing)) or "none"
         raise UsageError(f"kernel cell {cell_name!r} did not pass in the last experiment", f"passing cells: {names}")
     word = cells[chosen]["parameter"]
-    if word.startswith("amdgpu.rdna1_quirks="):
-        done = module_install.run(module_install.InstallRequest(quirks=int(word.split("=", 1)[1], 0), dry_run=dry_run))
+    mask = QuirkMask.from_kernel_parameter(word)
+    if mask is not None:
+        done = module_install.run(module_install.InstallRequest(quirks=mask, dry_run=dry_run))
         return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done}
     return {
         "kernel_cell": chosen,

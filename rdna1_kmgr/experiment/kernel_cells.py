@@ -14,6 +14,7 @@ from importlib import resources
 
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.render import quirk_catalog
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 # One word: amdgpu's own parameter syntax, nothing GRUB or the shell could read otherwise.
 _PARAMETER = re.compile(r"amdgpu\.[a-z0-9_]+=(0x[0-9a-f]+|-?[0-9]+)")
@@ -43,8 +44,8 @@ class KernelCell:
 class InstalledBuild:
     """The bits of the patched build installed for the running kernel (from its render manifest)."""
 
-    default_mask: int
-    carried_mask: int
+    default_mask: QuirkMask
+    carried_mask: QuirkMask
 
 
 def stock_cells() -> list[KernelCell]:
@@ -60,7 +61,7 @@ def quirk_cells(build: InstalledBuild | None) -> list[KernelCell]:
         return []
     names = {1 << bit.bit: bit.id for quirk in quirk_catalog.load_quirks().values() for bit in quirk.bits}
     cells = []
-    if build.default_mask:
+    if build.default_mask.bits:
         cells.append(
             KernelCell(
                 "quirks-off",
@@ -69,12 +70,12 @@ def quirk_cells(build: InstalledBuild | None) -> list[KernelCell]:
             )
         )
     for value in sorted(names):
-        if build.carried_mask & value and not build.default_mask & value:
-            mask = build.default_mask | value
+        if build.carried_mask.bits & value and not build.default_mask.bits & value:
+            mask = QuirkMask(build.default_mask.bits | value)
             cells.append(
                 KernelCell(
                     f"quirks+{names[value]}",
-                    f"amdgpu.rdna1_quirks=0x{mask:x}",
+                    mask.kernel_parameter,
                     f"the installed build's default quirks plus {names[value]} (opt-in)",
                 )
             )

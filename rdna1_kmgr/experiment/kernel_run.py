@@ -34,6 +34,7 @@ from rdna1_kmgr.install import boot_guard, rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.vm import cell_outcomes
 from rdna1_kmgr.vm.experiment import experiments_dir
 
@@ -156,7 +157,7 @@ def installed_build(root: TargetRoot) -> InstalledBuild | None:
                 and isinstance(quirks.get("mask"), int)
                 and isinstance(quirks.get("default_mask"), int)
             ):
-                return InstalledBuild(quirks["default_mask"], quirks["mask"])
+                return InstalledBuild(QuirkMask(quirks["default_mask"]), QuirkMask(quirks["mask"]))
     return None
 
 

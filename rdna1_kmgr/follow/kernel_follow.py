@@ -24,7 +24,6 @@ what happened, and the exit status is 0.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import tempfile
 import time
@@ -45,6 +44,7 @@ from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import build_plan, built_module, module_build
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.vm import engine, verdict
 
@@ -99,17 +99,16 @@ def current_install(exclude: str | None = None) -> Installed | None:
     package = dkms.Package(begin["package"], begin["version"])
     manifest_path = package.source_dir(trees) / dkms.MANIFEST_NAME
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as err:
+        manifest = Manifest.read(manifest_path)
+    except (OSError, KmgrError) as err:
+        why = err.what if isinstance(err, KmgrError) else str(err)
         raise HostError(
-            f"the render manifest of the installed {package.ref} ({manifest_path}) is unreadable: {err}",
+            f"the render manifest of the installed {package.ref} ({manifest_path}) is unreadable: {why}",
             f"rebuild and reinstall it for {kernel}, or give the quirks to `rdna1-kmgr build`",
         ) from None
-    # what the owner asked the build for (None: the default, every quirk that fits the kernel); a manifest from
-    # before that was recorded names the quirks it carried
-    asked = manifest["asked_quirks"] if "asked_quirks" in manifest else manifest.get("quirks", [])
-    quirks = [q["id"] if isinstance(q, dict) else q for q in asked or []]
-    devices = [int(d, 16) for d in manifest.get("devices", [])]
+    # what the owner asked the build for (None: the default, every quirk that fits the kernel)
+    quirks = list(manifest.asked_quirks or ())
+    devices = [int(d, 16) for d in manifest.devices]
     return Installed(kernel, package, trees, quirks, devices)
 
 
@@ -171,7 +170,8 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     installed = current_install(exclude=kernel)
     if installed is None:
         return [f"nothing to do for {kernel}: no kernel has an rdna1-kmgr install (follow acts once one has)"]
-    request = _build_request(kernel, installed, source)
+    target = module_build.resolve_kernel(kernel, "planning a build", system=system_identity.read())
+    request = _build_request(target, installed, source)
     lines = [
         f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
         f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"
@@ -189,7 +189,7 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     return lines
 
 
-def _build_request(kernel: str, installed: Installed, source: str | None) -> module_build.BuildRequest:
+def _build_request(kernel: module_build.Kernel, installed: Installed, source: str | None) -> module_build.BuildRequest:
     return module_build.BuildRequest(
         kernel=kernel,
         source=source,
@@ -264,7 +264,6 @@ def _stage(name: str, story: Story):
 
 def _stages(kernel: str, installed: Installed, source: str | None, story: Story) -> dict:
     root = TargetRoot.from_env()
-    request = _build_request(kernel, installed, source)
     with _stage("image", story):
         if not (root.modules_dir(kernel) / "kernel").is_dir():
             raise HostError(
@@ -274,17 +273,15 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
     with _stage("source", story):
         system = system_identity.read()
         target = module_build.resolve_kernel(kernel, system=system)
+        request = _build_request(target, installed, source)
         tree, _origin = module_build.source_tree(request, target, system)
         story.say(f"source {tree}")
     with _stage("render", story), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-follow-") as tmp:
         manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
-        story.say(f"rendered {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]})")
+        story.say(f"rendered {len(manifest.patches)} patches (patch set {manifest.patchset_sha256[:12]})")
     with _stage("build", story):
         built = module_build.run(request, stream=story)
-        story.say(
-            f"{'reused' if built['reused'] else 'built'} {built['package']}/{built['package_version']}: "
-            f"{built['module']}"
-        )
+        story.say(f"{'reused' if built.reused else 'built'} {built.package}/{built.package_version}: {built.module}")
     with _stage("vm-test", story):
         module = built_module.for_kernel(kernel)
         record = verdict.passing_record(module.path, kernel)
@@ -308,12 +305,12 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         for line in result.get("next_boot", []):
             story.say(line)
     return {
-        "package": built["package"],
-        "package_version": built["package_version"],
-        "module_sha256": built["sha256"],
+        "package": built.package,
+        "package_version": built.package_version,
+        "module_sha256": built.sha256,
         "verdict": record.verdict,
         "verdict_record": str(verdict.record_path(record.module_sha256)),
-        "quirks": built["quirks"],
+        "quirks": list(built.quirks),
     }
 
 

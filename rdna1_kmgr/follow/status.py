@@ -12,7 +12,6 @@ command line and in effect in the loaded module; and, for the running kernel, wh
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -23,10 +22,11 @@ from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.install import boot_guard, user_profile
 from rdna1_kmgr.install.journal import Journal
-from rdna1_kmgr.install.module_install import MODPROBE_CONF, carried_bits, resolved_module
+from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build, module_checks, module_elf, signing
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.vm import verdict
 
 MODULE = "amdgpu"
@@ -152,25 +152,24 @@ def _builds(entries: list, kernel: str, trees: dkms.Trees) -> list[dict]:
     return builds
 
 
-def _manifest_of(package: dkms.Package, trees: dkms.Trees) -> dict | None:
+def _manifest_of(package: dkms.Package, trees: dkms.Trees) -> Manifest | None:
     try:
-        return json.loads((package.source_dir(trees) / dkms.MANIFEST_NAME).read_text())
-    except (OSError, ValueError):
-        return None
+        return Manifest.read(package.source_dir(trees) / dkms.MANIFEST_NAME)
+    except (OSError, KmgrError):
+        return None  # status reads what it can; install and follow say what is wrong with it
 
 
-def build_quirks(manifest: dict | None) -> dict | None:
+def build_quirks(manifest: Manifest | None) -> dict | None:
     """What a build carries, from its render manifest: the rdna1_quirks bits `install --quirks` may switch on,
     those on by default, and the quirks render left out with why (None: no manifest)."""
-    if not manifest:
+    if manifest is None:
         return None
-    bits = [b for b in manifest.get("bits") or () if isinstance(b, dict)]
     return {
-        "carried": [b.get("id") for b in bits],
-        "mask": carried_bits(manifest),
-        "default": [b.get("id") for b in bits if b.get("default")],
-        "default_mask": manifest.get("quirks_mask"),
-        "left_out": [{"id": q.get("id"), "why": q.get("why")} for q in manifest.get("left_out") or ()],
+        "carried": [b.id for b in manifest.bits],
+        "mask": manifest.carried_mask.bits if manifest.carried_mask is not None else None,
+        "default": [b.id for b in manifest.bits if b.default],
+        "default_mask": manifest.quirks_mask.bits if manifest.quirks_mask is not None else None,
+        "left_out": [{"id": q.id, "why": q.why} for q in manifest.left_out],
     }
 
 

@@ -39,6 +39,7 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 STATE = "rdna1_kmgr"
 MASK = "rdna1_kmgr_mask"
@@ -85,24 +86,24 @@ GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX \\${rdna1_kmgr_args}"
 
 @dataclass(frozen=True)
 class Settings:
-    mask: int
+    mask: QuirkMask
     confirm_after: int = CONFIRM_AFTER
     target: str = "multi-user.target"
 
 
 def settings(
-    root: TargetRoot, mask: str | None, confirm_after: int, target: str | None
+    root: TargetRoot, mask: QuirkMask | None, confirm_after: int, target: str | None
 ) -> tuple[Settings | None, str | None]:
-    """The guard an install sets up for a build with quirk mask `mask` ("0x3"), or why there is none."""
+    """The guard an install sets up for a build with quirk mask `mask`, or why there is none."""
     if confirm_after < 0:
         raise UsageError(f"--confirm-after {confirm_after} is negative", "give seconds, 0 or more")
     target = target or default_target(root)
     if target not in TARGETS:
         raise UsageError(f"--confirm-target {target!r} is not one the guard knows", f"use one of: {', '.join(TARGETS)}")
-    why = unavailable(root) or (None if mask else "the build's manifest names no quirk mask")
+    why = unavailable(root) or (None if mask is not None else "the build's manifest names no quirk mask")
     if why:
         return None, why
-    return Settings(int(mask, 0), confirm_after, target), None
+    return Settings(mask, confirm_after, target), None
 
 
 def grubenv(root: TargetRoot) -> Path:
@@ -231,7 +232,7 @@ def editenv(root: TargetRoot, *args: str) -> list[str]:
 
 def arm_commands(root: TargetRoot, settings: Settings) -> list[list[str]]:
     """After the files: GRUB's configuration regenerated, the first trial armed."""
-    return [["update-grub"], editenv(root, "set", f"{STATE}=trial", f"{MASK}=0x{settings.mask:x}")]
+    return [["update-grub"], editenv(root, "set", f"{STATE}=trial", f"{MASK}={settings.mask}")]
 
 
 def undo_commands(root: TargetRoot) -> list[list[str]]:
@@ -364,7 +365,8 @@ def confirm(root: TargetRoot, auto: bool = False, target: str | None = None, dry
             "`rdna1-kmgr retry` makes the next boot a trial; confirm during that boot",
         )
     if auto:
-        problems = check_good(root, env.get(MASK), target or "multi-user.target")
+        mask = QuirkMask.parse(env[MASK]) if env.get(MASK) else None
+        problems = check_good(root, mask, target or "multi-user.target")
         if problems:
             return (
                 "rdna1-kmgr: this trial boot does not confirm ("
@@ -378,13 +380,13 @@ def confirm(root: TargetRoot, auto: bool = False, target: str | None = None, dry
     return "rdna1-kmgr: trial boot confirmed: later boots run the RDNA1 amdgpu quirks on"
 
 
-def check_good(root: TargetRoot, mask: str | None, target: str) -> list[str]:
+def check_good(root: TargetRoot, mask: QuirkMask | None, target: str) -> list[str]:
     """What keeps this boot from counting as good (empty: it is good)."""
     problems = []
     params = root.sys_module / "amdgpu/parameters/rdna1_quirks"
     if not params.is_file():
         problems.append("amdgpu is not loaded with rdna1_quirks")
-    elif mask is not None and int(params.read_text().strip(), 0) != int(mask, 0):
+    elif mask is not None and int(params.read_text().strip(), 0) != mask.bits:
         problems.append(f"amdgpu runs rdna1_quirks={params.read_text().strip()}, not {mask}")
     result = runner.run(["systemctl", "is-active", target], check=False)
     if result.stdout.strip() != "active":

@@ -19,6 +19,8 @@ from rdna1_kmgr.install import modprobe_conf
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_checks, signing
+from rdna1_kmgr.render.manifest import Manifest
+from rdna1_kmgr.render.quirk_mask import PARAMETER, QuirkMask
 from rdna1_kmgr.vm import verdict
 
 
@@ -39,12 +41,17 @@ class Candidate:
     kernel: str
     module: Path  # in the DKMS tree
     sha256: str
-    parameters: dict[str, str]  # written to /etc/modprobe.d
-    manifest: dict | None = None  # the render's manifest: which quirks the build carries, which it left out
+    quirks: QuirkMask | None  # rdna1_quirks for /etc/modprobe.d or GRUB (None: a build without the parameter)
+    manifest: Manifest | None = None  # the render's manifest: which quirks the build carries, which it left out
 
     @property
     def module_name(self) -> str:
         return self.package.module.name
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """The module's parameters as the journal and modprobe.d take them."""
+        return {PARAMETER: str(self.quirks)} if self.quirks is not None else {}
 
 
 @dataclass

@@ -59,6 +59,8 @@ from rdna1_kmgr.modbuild import built_module, module_checks, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.render import quirk_catalog
+from rdna1_kmgr.render.manifest import Manifest
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 MODPROBE_CONF = modprobe_conf.NAME
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "boot-guard", "verify")
@@ -79,59 +81,49 @@ DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
 ESCAPE_PARAMETER = modprobe_conf.ESCAPE_PARAMETER
 
 
-def module_parameters(manifest: dict | None) -> dict[str, str]:
-    """The parameters the build was rendered for: its default mask (the bits with no known harm)."""
-    mask = (manifest or {}).get("quirks_mask")
-    return {"rdna1_quirks": f"0x{mask:x}"} if isinstance(mask, int) else {}
+def default_quirks(manifest: Manifest | None) -> QuirkMask | None:
+    """The mask the build was rendered for: its default (the bits with no known harm)."""
+    return manifest.quirks_mask if manifest else None
 
 
-def carried_bits(manifest: dict | None) -> int | None:
-    """The rdna1_quirks bits the build carries (every bit of its quirks, on by default or not), or None when the
-    manifest does not say: a build rendered before the manifest listed them carried its default mask only."""
-    manifest = manifest or {}
-    if isinstance(manifest.get("all_bits_mask"), int):
-        return manifest["all_bits_mask"]
-    return manifest["quirks_mask"] if isinstance(manifest.get("quirks_mask"), int) else None
-
-
-def _left_out_bits(manifest: dict | None, extra: int) -> list[str]:
+def _left_out_bits(manifest: Manifest | None, extra: QuirkMask) -> list[str]:
     """`<bit id> (0xN): left out of this build: <why>` for the bits of `extra` whose quirk render left out."""
-    left_out = {q.get("id"): q.get("why", "") for q in (manifest or {}).get("left_out") or ()}
+    left_out = {q.id: q.why for q in manifest.left_out} if manifest else {}
     found = []
     for quirk in quirk_catalog.load_quirks().values():
         for bit in quirk.bits:
-            if extra & (1 << bit.bit) and quirk.id in left_out:
-                found.append(f"{bit.id} (0x{1 << bit.bit:x}) was left out of this build: {left_out[quirk.id]}")
+            if extra.bits & (1 << bit.bit) and quirk.id in left_out:
+                found.append(f"{bit.id} ({QuirkMask(1 << bit.bit)}) was left out of this build: {left_out[quirk.id]}")
     return found
 
 
-def with_quirks(candidate: Candidate, mask: int | None) -> Candidate:
+def with_quirks(candidate: Candidate, mask: QuirkMask | None) -> Candidate:
     """The candidate with rdna1_quirks=mask in modprobe.d; the mask may only hold quirks the build carries.
     A bit of a quirk the render left out (nothing to fix on this kernel, or an opt-in quirk that fits no
     variant) is refused in one line saying which and why."""
     if mask is None:
         return candidate
-    if candidate.parameters.get("rdna1_quirks") is None:
+    if candidate.quirks is None:
         raise UsageError(
             "--quirks needs a build with the rdna1_quirks parameter",
             "this build's manifest names no quirks; rebuild it",
         )
-    carried = carried_bits(candidate.manifest)
-    if carried is None:
-        carried = int(candidate.parameters["rdna1_quirks"], 16)
-    extra = mask & ~carried
-    if mask < 0 or extra:
-        left_out = _left_out_bits(candidate.manifest, extra) if mask >= 0 else []
+    carried = candidate.manifest.carried_mask if candidate.manifest else None
+    if carried is None:  # a build rendered before the manifest listed every bit carried its default only
+        carried = candidate.quirks
+    extra = mask.outside(carried)
+    if extra.bits:
+        left_out = _left_out_bits(candidate.manifest, extra)
         if left_out:
             raise UsageError(
-                f"--quirks 0x{mask:x}: {left_out[0]}",
-                f"give a mask within the bits this build carries (0x{carried:x}); `rdna1-kmgr status` " "lists them",
+                f"--quirks {mask}: {left_out[0]}",
+                f"give a mask within the bits this build carries ({carried}); `rdna1-kmgr status` lists them",
             )
         raise UsageError(
-            f"--quirks 0x{mask:x} has bits the build lacks (0x{extra:x}); it carries 0x{carried:x}",
+            f"--quirks {mask} has bits the build lacks ({extra}); it carries {carried}",
             "give a mask within the build's quirks (see `rdna1-kmgr quirks`)",
         )
-    return dataclasses.replace(candidate, parameters={**candidate.parameters, "rdna1_quirks": f"0x{mask:x}"})
+    return dataclasses.replace(candidate, quirks=mask)
 
 
 def find_candidate(kernel: str, trees: dkms.Trees) -> Candidate:
@@ -145,7 +137,7 @@ def find_candidate(kernel: str, trees: dkms.Trees) -> Candidate:
         ) from None
     package = dkms.Package(dkms.PACKAGE_NAME, built.package_version)
     return Candidate(
-        package, kernel, built.path, sha256_file(built.path), module_parameters(built.manifest), built.manifest
+        package, kernel, built.path, sha256_file(built.path), default_quirks(built.manifest), built.manifest
     )
 
 
@@ -335,7 +327,7 @@ def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
         undo={"kind": "boot-guard", "after": boot_guard.undo_commands(root)},
         text=[f"    {' '.join(c)}" for c in commands]
         + [
-            f"    the first boot is a trial with rdna1_quirks=0x{guard.mask:x}; it confirms itself after "
+            f"    the first boot is a trial with {guard.mask.parameter}; it confirms itself after "
             f"{guard.confirm_after} s with {guard.target} reached, or the next boots run rdna1_quirks=0"
         ],
     )
@@ -406,7 +398,7 @@ class InstallRequest:
     skip_vm_check: bool = False
     cert: str | None = None
     dry_run: bool = False
-    quirks: int | None = None  # rdna1_quirks to write instead of all the build's quirks (the experiment's pick)
+    quirks: QuirkMask | None = None  # rdna1_quirks to write instead of all the build's quirks (the experiment's pick)
     confirm_after: int = boot_guard.CONFIRM_AFTER  # seconds a trial boot must be up before it confirms itself
     confirm_target: str | None = None  # the systemd target it must reach (default: the machine's default target)
 
@@ -561,9 +553,7 @@ def guard_settings(
     candidate: Candidate, root: TargetRoot, request: InstallRequest
 ) -> tuple[boot_guard.Settings | None, str | None]:
     """The boot guard this install sets up, or why there is none."""
-    return boot_guard.settings(
-        root, candidate.parameters.get("rdna1_quirks"), request.confirm_after, request.confirm_target
-    )
+    return boot_guard.settings(root, candidate.quirks, request.confirm_after, request.confirm_target)
 
 
 def _roll_back_failed(journal: Journal, step: str, err: BaseException, stream: TextIO) -> None:
@@ -595,7 +585,7 @@ def next_boot_text(
     params = " ".join(f"{k}={v}" for k, v in sorted(candidate.parameters.items())) or "its default parameters"
     source = f"({root.modprobe_dir / MODPROBE_CONF})"
     if guard is not None:
-        params, source = f"rdna1_quirks=0x{guard.mask:x}", "(from the kernel command line GRUB's boot guard writes)"
+        params, source = guard.mask.parameter, "(from the kernel command line GRUB's boot guard writes)"
     carried = verified.get("initramfs_module")
     where = (
         "from the initramfs"

@@ -25,7 +25,6 @@ from rdna1_kmgr.modbuild.module_build import (
     ccache_env,
     default_jobs,
     package_for,
-    resolve_kernel,
     series_parameters,
     source_tree,
 )
@@ -38,7 +37,7 @@ def plan(request: BuildRequest) -> dict:
     """{"plan": the steps as lines, "kernel", "source", "signing", "render", "system"}."""
     root = user_input.existing_dir(request.sysroot, "sysroot") if request.sysroot else Path("/")
     system = system_identity.read(root)
-    kernel = resolve_kernel(request.kernel, "planning a build", system=system)
+    kernel = request.kernel
     keys = signing.resolve(request.key, request.cert, system.platform)
     trees = dkms.Trees.from_env()
     jobs = request.jobs or default_jobs()
@@ -83,27 +82,27 @@ def plan(request: BuildRequest) -> dict:
         touched = check_applies(tree, Path(tmp) / "series")
     package = package_for(manifest, request.debug_info)
     result["render"] = {
-        "kernel_version": manifest["kernel_version"],
-        "patches": len(manifest["patches"]),
-        "patchset_sha256": manifest["patchset_sha256"],
-        "devices": manifest["devices"],
+        "kernel_version": manifest.kernel_version,
+        "patches": len(manifest.patches),
+        "patchset_sha256": manifest.patchset_sha256,
+        "devices": list(manifest.devices),
         "applies": True,
         "files": touched,
         "package": package.ref,
     }
     lines.append(
-        f"render {len(manifest['patches'])} patches (patch set {manifest['patchset_sha256'][:12]}) "
-        f"for devices {' '.join(manifest['devices'])}; they apply with patch -p1 ({len(touched)} files)"
+        f"render {len(manifest.patches)} patches (patch set {manifest.patchset_sha256[:12]}) "
+        f"for devices {' '.join(manifest.devices)}; they apply with patch -p1 ({len(touched)} files)"
     )
-    if manifest.get("kernel_names") and system.on_host:
+    if manifest.kernel_names and system.on_host:
         lines.append(
             f"compile probe against {compile_probes.headers_dir(kernel.release)}: "
-            f"{' '.join(sorted(manifest['kernel_names']))} defined"
+            f"{' '.join(sorted(manifest.kernel_names))} defined"
         )
     lines += _dkms_steps(package, kernel, trees, jobs, system, request.debug_info)
     lines.append(
         f"verify vermagic {kernel.release}, the signature against {keys.cert} (openssl), "
-        f"parameters {' '.join(params)}, aliases for {' '.join(manifest['devices'])}"
+        f"parameters {' '.join(params)}, aliases for {' '.join(manifest.devices)}"
     )
     return result
 

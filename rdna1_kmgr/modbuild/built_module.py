@@ -7,12 +7,12 @@ Commands that take over from `build` (vm-test, install) find both here instead o
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import BuildError, UsageError
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.render.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -20,12 +20,11 @@ class BuiltModule:
     path: Path
     kernel: str | None
     package_version: str | None
-    manifest: dict | None  # the render's manifest.json, when known
+    manifest: Manifest | None  # the render's manifest.json, when known
 
     @property
     def selftest_cases(self) -> int | None:
-        value = (self.manifest or {}).get("selftest_cases")
-        return value if isinstance(value, int) else None
+        return self.manifest.selftest_cases if self.manifest else None
 
 
 def for_kernel(kernel: str, trees: dkms.Trees | None = None) -> BuiltModule:
@@ -70,10 +69,8 @@ def for_path(path: Path, manifest: Path | None = None, trees: dkms.Trees | None 
     return BuiltModule(path, kernel, version, _manifest(manifest) if manifest else None)
 
 
-def _manifest(path: Path) -> dict | None:
+def _manifest(path: Path) -> Manifest | None:
     try:
-        return json.loads(Path(path).read_text())
+        return Manifest.read(path)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as err:
-        raise UsageError(f"unreadable manifest {path}: {err}", "give the manifest.json of the render") from None

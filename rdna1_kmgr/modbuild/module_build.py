@@ -31,6 +31,8 @@ from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild.build_result import BuildResult
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.source import distro_source, kernel_source
 
@@ -376,7 +378,7 @@ def _remove_older(package: dkms.Package, kernel: str, trees: dkms.Trees) -> tupl
 
 @dataclass
 class BuildRequest:
-    kernel: str | None = None
+    kernel: Kernel  # resolved once, where the command is given (resolve_kernel); nothing below validates it again
     source: str | None = None
     sha256: str | None = None
     quirks: list[str] | None = None
@@ -390,9 +392,9 @@ class BuildRequest:
     debug_info: bool = False  # compile with the kernel config's -g (default: KCFLAGS=-g0)
 
 
-def package_for(manifest: dict, debug_info: bool) -> dkms.Package:
+def package_for(manifest: Manifest, debug_info: bool) -> dkms.Package:
     """The DKMS package a rendered series goes into."""
-    version = dkms.package_version(manifest["kernel_version"], manifest["patchset_sha256"], debug_info)
+    version = dkms.package_version(manifest.kernel_version, manifest.patchset_sha256, debug_info)
     return dkms.Package(dkms.PACKAGE_NAME, version, debug_info=debug_info)
 
 
@@ -421,12 +423,12 @@ def run(
     request: BuildRequest,
     confirm: Callable[[prerequisites.InstallPlan], bool] | None = None,
     stream: TextIO | None = None,
-) -> dict:
-    """Everything `rdna1-kmgr build` does; returns the JSON result."""
+) -> BuildResult:
+    """Everything `rdna1-kmgr build` does; what it built."""
     stream = stream if stream is not None else progress.current_stream()
     started = time.monotonic()
     system = system_identity.read()
-    kernel = resolve_kernel(request.kernel, system=system)
+    kernel = request.kernel
     if kernel.note:
         stream.write(f"rdna1-kmgr: {kernel.note}\n")
     keys = signing.resolve(request.key, request.cert, system.platform)
@@ -442,7 +444,7 @@ def _run(
     confirm,
     stream: TextIO,
     started: float,
-) -> dict:
+) -> BuildResult:
     prerequisites.ensure_prerequisites(kernel.release, yes=request.yes, no_install=request.no_install, confirm=confirm)
     if kernel.package_version is None:  # the headers may have come with the prerequisites
         kernel = Kernel(kernel.release, *distro_source.kernel_package(kernel.release, system)[:1], kernel.note)
@@ -456,17 +458,17 @@ def _run(
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
         manifest = render(tree, series, request.quirks, request.devices)
-        for left in manifest["left_out"]:
-            stream.write(f"rdna1-kmgr: quirk {left['id']} left out: {left['why']}\n")
+        for left in manifest.left_out:
+            stream.write(f"rdna1-kmgr: quirk {left.id} left out: {left.why}\n")
         # what the driver tree could not show, confirmed against the headers before the long compile
-        if compile_probes.confirm(kernel.release, manifest.get("kernel_names", {})):
+        if compile_probes.confirm(kernel.release, manifest.kernel_names):
             stream.write(
                 f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
-                f"{' '.join(sorted(manifest['kernel_names']))}\n"
+                f"{' '.join(sorted(manifest.kernel_names))}\n"
             )
         package = package_for(manifest, request.debug_info)
-        devices = [int(d, 16) for d in manifest["devices"]]
-        quirk_ids = [q["id"] if isinstance(q, dict) else q for q in manifest["quirks"]]
+        devices = [int(d, 16) for d in manifest.devices]
+        quirk_ids = manifest.quirk_ids
         built = build_package(
             package,
             kernel.release,
@@ -477,36 +479,36 @@ def _run(
             devices,
             series_parameters(series),
             jobs=request.jobs,
-            description=f"amdgpu of Linux {manifest['kernel_version']} with the RDNA1 quirks "
-            f"{' '.join(quirk_ids)} for {' '.join(manifest['devices'])}",
+            description=f"amdgpu of Linux {manifest.kernel_version} with the RDNA1 quirks "
+            f"{' '.join(quirk_ids)} for {' '.join(manifest.devices)}",
             stream=stream,
         )
     cert = signing.certificate_info(keys.cert)
-    return {
-        "kernel": kernel.release,
-        "kernel_version": manifest["kernel_version"],
-        "kernel_package_version": kernel.package_version,
-        "note": kernel.note,
-        "source": str(tree),
-        "source_package": origin,
-        "package": package.name,
-        "package_version": package.version,
-        "package_source": str(package.source_dir(dkms.Trees.from_env())),
-        "module": str(built.module),
-        "sha256": built.report.sha256,
-        "vermagic": built.report.vermagic.strip(),
-        "signer": built.report.signer,
-        "certificate": str(keys.cert),
-        "certificate_sha1": cert.sha1_fingerprint,
-        "signing_key": str(keys.key),
-        "parameters": list(built.report.parameters),
-        "quirks": quirk_ids,
-        "devices": [format_id(d) for d in devices],
-        "patchset_sha256": manifest["patchset_sha256"],
-        "reused": built.reused,
-        "compiled_objects": built.compiled,
-        "log": str(built.log) if built.log else None,
-        "removed_versions": built.removed,
-        "kept_installed_versions": built.kept,
-        "seconds": round(time.monotonic() - started, 1),
-    }
+    return BuildResult(
+        kernel=kernel.release,
+        kernel_version=manifest.kernel_version,
+        kernel_package_version=kernel.package_version,
+        note=kernel.note,
+        source=str(tree),
+        source_package=origin,
+        package=package.name,
+        package_version=package.version,
+        package_source=str(package.source_dir(dkms.Trees.from_env())),
+        module=str(built.module),
+        sha256=built.report.sha256,
+        vermagic=built.report.vermagic.strip(),
+        signer=built.report.signer,
+        certificate=str(keys.cert),
+        certificate_sha1=cert.sha1_fingerprint,
+        signing_key=str(keys.key),
+        parameters=tuple(built.report.parameters),
+        quirks=tuple(quirk_ids),
+        devices=tuple(format_id(d) for d in devices),
+        patchset_sha256=manifest.patchset_sha256,
+        reused=built.reused,
+        compiled_objects=built.compiled,
+        log=str(built.log) if built.log else None,
+        removed_versions=tuple(built.removed),
+        kept_installed_versions=tuple(built.kept),
+        seconds=round(time.monotonic() - started, 1),
+    )

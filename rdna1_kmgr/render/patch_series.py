@@ -5,7 +5,7 @@ OUT/NNNN-<name>.patch       a header saying what the patch changes and why, then
 OUT/manifest.json           kernel version, quirks with their variants and the facts that chose them, their
                             rdna1_quirks bits (all, and the default mask the module applies when the
                             parameter is not given), devices, the kernel-header macros `build` must
-                            confirm, sha256 of every patch
+                            confirm, sha256 of every patch, its schema (render/manifest.py)
 
 Each quirk's variant is the one whose facts hold on this very tree (source_facts.py); the version number
 is only reported. Files are read and patched as bytes (decoded with surrogateescape, no newline
@@ -32,6 +32,8 @@ from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import publish_tree, write_json
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, RDNA1_IDS, format_id
 from rdna1_kmgr.render import name_check, quirk_catalog
+from rdna1_kmgr.render.manifest import LeftOut, Manifest, QuirkBit, RenderedQuirk
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.source import c_anchors
 from rdna1_kmgr.source.kernel_source import kernel_version
 
@@ -226,7 +228,9 @@ def _core_files(env, quirks, variants, context) -> dict[str, str]:
     return files
 
 
-def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices: list[int] | None = None):
+def render_series(
+    source_root: Path, quirk_ids: list[str] | None = None, devices: list[int] | None = None
+) -> tuple[list[Patch], Manifest]:
     """The series for a source, in memory: (patches, manifest)."""
     version = kernel_version(source_root)
     if version < quirk_catalog.OLDEST_KERNEL:
@@ -275,31 +279,28 @@ def render_series(source_root: Path, quirk_ids: list[str] | None = None, devices
     added += [name_check.Added(rel, text) for rel, text in core_files.items()]
     name_check.check(name_check.TreeNames.scan(source_root), added, core_files, core.kernel_names)
 
-    manifest = dict(
+    manifest = Manifest(
         kernel_version=str(version),
         renderer_version=__version__,
-        devices=[format_id(d) for d in devices],
-        quirks=[
-            dict(
-                id=q.id,
-                bits=[b.id for b in q.bits],
-                variant=variants[q.id].id,
-                facts=[str(f) for f in variants[q.id].facts],
+        devices=tuple(format_id(d) for d in devices),
+        quirks=tuple(
+            RenderedQuirk(
+                q.id,
+                tuple(b.id for b in q.bits),
+                variants[q.id].id,
+                tuple(str(f) for f in variants[q.id].facts),
             )
             for q in quirks
-        ],
-        # quirks of the catalog this kernel does not get, each with why (one line); what was asked for
-        # (None: the default, every quirk that fits), so that `follow` asks a new kernel the same
-        left_out=[dict(id=q.id, why=why) for q, why in left_out],
-        asked_quirks=list(quirk_ids) if quirk_ids else None,
-        bits=[dict(bit=b.bit, id=b.id, title=b.title, default=b.default) for b in bits],
-        # what the module applies on a listed board when rdna1_quirks is not given
-        quirks_mask=context["default_bits"],
-        active_by_default=[b.id for b in bits if b.default],
-        all_bits_mask=context["all_bits"],
-        kernel_names=core.kernel_names,  # macros taken on trust from the kernel's headers; build probes them
+        ),
+        left_out=tuple(LeftOut(q.id, why) for q, why in left_out),
+        asked_quirks=tuple(quirk_ids) if quirk_ids else None,
+        bits=tuple(QuirkBit(b.bit, b.id, b.title, b.default) for b in bits),
+        quirks_mask=QuirkMask(context["default_bits"]),
+        active_by_default=tuple(b.id for b in bits if b.default),
+        all_bits_mask=QuirkMask(context["all_bits"]),
+        kernel_names=core.kernel_names,
         selftest_cases=count_selftest_cases(core_files[f"{AMDGPU}/amdgpu_rdna1.c"]),
-        series=[p.name for p in patches],
+        series=tuple(p.name for p in patches),
         patches={p.name: p.sha256 for p in patches},
         patchset_sha256=hashlib.sha256("".join(p.sha256 for p in patches).encode()).hexdigest(),
     )
@@ -353,7 +354,9 @@ def _vars_of(edit_set: quirk_catalog.EditSet, variants: dict) -> dict:
     return variant.vars if variant else {}
 
 
-def render(source_root: Path, out: Path, quirk_ids: list[str] | None = None, devices: list[int] | None = None) -> dict:
+def render(
+    source_root: Path, out: Path, quirk_ids: list[str] | None = None, devices: list[int] | None = None
+) -> Manifest:
     """Render the series for source_root into out (replacing an earlier render there); the manifest."""
     patches, manifest = render_series(source_root, quirk_ids, devices)
     out = out.resolve()
@@ -365,7 +368,7 @@ def render(source_root: Path, out: Path, quirk_ids: list[str] | None = None, dev
         for patch in patches:
             (staging / patch.name).write_bytes(patch.data)
         (staging / "series").write_text("".join(p.name + "\n" for p in patches))
-        write_json(staging / "manifest.json", manifest, indent=2, sort_keys=True)
+        write_json(staging / "manifest.json", manifest.to_json(), indent=2, sort_keys=True)
         publish_tree(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

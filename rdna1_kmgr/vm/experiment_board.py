@@ -43,7 +43,7 @@ def invoking_home() -> Path | None:
 def built_cells(built: BuiltModule) -> list[experiment.Cell]:
     """The matrix over the quirks the build carries (all the catalog's when its manifest does not say)."""
     catalog = quirk_catalog.load_quirks()
-    carried = {q["id"] for q in (built.manifest or {}).get("quirks", [])} or set(catalog)
+    carried = set(built.manifest.quirk_ids if built.manifest else ()) or set(catalog)
     return experiment.cells({k: q for k, q in catalog.items() if k in carried})
 
 

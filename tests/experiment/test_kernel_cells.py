@@ -17,6 +17,8 @@ from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.experiment import boot_cells, kernel_cells, kernel_run
 from rdna1_kmgr.experiment.kernel_cells import InstalledBuild
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.render.manifest import Manifest
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 
@@ -34,7 +36,7 @@ def test_stock_cells_are_one_amdgpu_word_each():
 def test_quirk_cells_come_from_the_installed_builds_bits():
     # A 6.12 build: cwsr-size (0x10) on by default; crat-mem (0x2) and coarse-mtype's two classes (0x4, 0x8)
     # carried, opt-in (README's table).
-    cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(0x10, 0x1E))}
+    cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(QuirkMask(0x10), QuirkMask(0x1E)))}
     assert cells == {
         "quirks-off": "amdgpu.rdna1_quirks=0",
         "quirks+crat-mem": "amdgpu.rdna1_quirks=0x12",
@@ -42,7 +44,7 @@ def test_quirk_cells_come_from_the_installed_builds_bits():
         "quirks+coarse-mtype-host": "amdgpu.rdna1_quirks=0x18",
     }
     # a 6.1 build carries no default bit: no "off" cell, each opt-in bit alone
-    cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(0, 0x2))}
+    cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(QuirkMask(0), QuirkMask(0x2)))}
     assert cells == {"quirks+crat-mem": "amdgpu.rdna1_quirks=0x2"}
 
 
@@ -210,20 +212,23 @@ def test_quirk_cells_read_the_build_the_journal_installed(state, monkeypatch):
     params.mkdir(parents=True)
     (params / "rdna1_quirks").write_text("16\n")
     # a 6.12 render manifest's bits (cwsr-size on by default, crat-mem opt-in); two builds, the journal's is the 2nd
-    manifest = {
-        "quirks_mask": 0x10,
-        "all_bits_mask": 0x12,
-        "bits": [{"id": "cwsr-size", "default": True}, {"id": "crat-mem", "default": False}],
-    }
+    manifest = Manifest.from_json(
+        {
+            "quirks_mask": 0x10,
+            "all_bits_mask": 0x12,
+            "bits": [{"id": "cwsr-size", "default": True}, {"id": "crat-mem", "default": False}],
+        }
+    )
+    old = Manifest.from_json({"quirks_mask": 0, "all_bits_mask": 0x2})
     builds = [
-        {"version": "6.12.95+pold", "quirks": status.build_quirks({"quirks_mask": 0, "all_bits_mask": 0x2})},
+        {"version": "6.12.95+pold", "quirks": status.build_quirks(old)},
         {"version": "6.12.95+pnew", "quirks": status.build_quirks(manifest)},
     ]
     kernels = [
         {"kernel": "6.12.95+deb12-amd64", "running": True, "journal": {"version": "6.12.95+pnew"}, "built": builds}
     ]
     monkeypatch.setattr(status, "run", lambda: {"kernels": kernels})
-    assert kernel_run.installed_build(TargetRoot(root)) == InstalledBuild(0x10, 0x12)
+    assert kernel_run.installed_build(TargetRoot(root)) == InstalledBuild(QuirkMask(0x10), QuirkMask(0x12))
 
 
 def test_bad_input_is_said_before_the_machine_is_looked_at(state):

@@ -11,6 +11,7 @@ import pytest
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 
@@ -81,7 +82,7 @@ def test_boot_guard_confirm_target_follows_the_default_target(tmp_path):
 def test_boot_guard_grub_script_consumes_the_trial_before_the_kernel_runs(tmp_path):
     """The generated GRUB code: `trial` is rewritten to `trying` and saved before a kernel line uses the mask;
     anything but `confirmed` after that means quirks off."""
-    files = boot_guard.files(TargetRoot(tmp_path), boot_guard.Settings(mask=3))
+    files = boot_guard.files(TargetRoot(tmp_path), boot_guard.Settings(mask=QuirkMask(3)))
     script = files[tmp_path / boot_guard.GRUB_SCRIPT]
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     trial = out.index('= "trial"')

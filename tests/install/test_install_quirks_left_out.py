@@ -10,55 +10,57 @@ from fake_kernel import make_tree
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.follow.status import build_quirks, quirks_lines
 from rdna1_kmgr.install.install_gate import Candidate
-from rdna1_kmgr.install.module_install import module_parameters, with_quirks
+from rdna1_kmgr.install.module_install import default_quirks, with_quirks
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render_series
+from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 
-def manifest_of_6_1(tmp_path) -> dict:
+def manifest_of_6_1(tmp_path) -> Manifest:
     """The manifest `render` writes for a 6.1-shaped tree: crat-mem and coarse-mtype carried (opt-in, off by
     default), cwsr-size (bit 4, 0x10) left out."""
     _, manifest = render_series(make_tree(tmp_path / "linux"))
     return manifest
 
 
-def candidate(manifest: dict) -> Candidate:
+def candidate(manifest: Manifest) -> Candidate:
     return Candidate(
         dkms.Package(dkms.PACKAGE_NAME, "6.1.192+p0"),
         "6.1.0-56-amd64",
         Path("/nonexistent/amdgpu.ko"),
         "0" * 64,
-        module_parameters(manifest),
+        default_quirks(manifest),
         manifest,
     )
 
 
 def test_every_bit_the_build_carries_may_be_switched_on_though_none_is_on_by_default(tmp_path):
     manifest = manifest_of_6_1(tmp_path)
-    assert manifest["quirks_mask"] == 0 and manifest["all_bits_mask"] == 0xE
-    assert with_quirks(candidate(manifest), 0xE).parameters["rdna1_quirks"] == "0xe"
-    assert with_quirks(candidate(manifest), 0x4).parameters["rdna1_quirks"] == "0x4"
+    assert manifest.quirks_mask == QuirkMask(0) and manifest.all_bits_mask == QuirkMask(0xE)
+    assert with_quirks(candidate(manifest), QuirkMask(0xE)).parameters["rdna1_quirks"] == "0xe"
+    assert with_quirks(candidate(manifest), QuirkMask(0x4)).parameters["rdna1_quirks"] == "0x4"
 
 
 def test_a_bit_of_a_left_out_quirk_is_refused_in_one_line_naming_it_and_why(tmp_path):
     manifest = manifest_of_6_1(tmp_path)
     with pytest.raises(UsageError) as err:
-        with_quirks(candidate(manifest), 0x12)
+        with_quirks(candidate(manifest), QuirkMask(0x12))
     line = err.value.what
     assert "\n" not in line
     assert line.startswith("--quirks 0x12: cwsr-size (0x10) was left out of this build: nothing to fix on this kernel")
     assert "kfd_queue" in line
     # a bit no quirk of the catalog has: the plain refusal, with what the build carries
     with pytest.raises(UsageError) as err:
-        with_quirks(candidate(manifest), 0x100)
+        with_quirks(candidate(manifest), QuirkMask(0x100))
     assert err.value.what == "--quirks 0x100 has bits the build lacks (0x100); it carries 0xe"
 
 
 def test_a_build_from_before_the_manifest_listed_every_bit_is_checked_against_its_default_mask():
-    old = {"quirks_mask": 3}
-    assert with_quirks(candidate(old), 0x2).parameters["rdna1_quirks"] == "0x2"
+    old = Manifest.from_json({"quirks_mask": 3})
+    assert with_quirks(candidate(old), QuirkMask(0x2)).parameters["rdna1_quirks"] == "0x2"
     with pytest.raises(UsageError):
-        with_quirks(candidate(old), 0x4)
+        with_quirks(candidate(old), QuirkMask(0x4))
 
 
 def test_status_says_what_the_build_carries_and_what_it_left_out(tmp_path):

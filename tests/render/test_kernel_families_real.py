@@ -156,7 +156,7 @@ def render_family(request, tmp_path, family):
     tree = derived_tree(source, tmp_path / "linux", changes)
     out = tmp_path / "out"
     manifest = render(tree, out, asked or None)
-    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == variants
+    assert {q.id: q.variant for q in manifest.quirks} == variants
     return source, tree, out, manifest
 
 
@@ -185,9 +185,9 @@ def test_each_refused_family_renders_applies_and_passes_checkpatch(request, tmp_
     else:
         assert not [p for p in (tree / AMD).rglob("*.[ch]") if b"PCI_VENDOR_ID_ATI" in p.read_bytes()]
         assert "pdev->vendor != PCI_VENDOR_ID_ATI" in core
-        assert manifest["kernel_names"]["PCI_VENDOR_ID_ATI"] == "linux/pci_ids.h"
+        assert manifest.kernel_names["PCI_VENDOR_ID_ATI"] == "linux/pci_ids.h"
     script = checkpatch_of(source)
-    for name in manifest["series"]:
+    for name in manifest.series:
         assert checkpatch(script, out / name, "--no-signoff", "--strict") == [], name
 
 
@@ -225,9 +225,9 @@ def test_debian_5_10_renders_and_applies(real_source_510, tmp_path):
     KFD has no kfd_queue.c (no CWSR size check)."""
     out = tmp_path / "out"
     manifest = render(real_source_510, out)
-    assert manifest["kernel_version"].startswith("5.10.")
-    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {"crat-mem": "kgd", "coarse-mtype": "kfd-picks-mtype"}
-    assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"]
+    assert manifest.kernel_version.startswith("5.10.")
+    assert {q.id: q.variant for q in manifest.quirks} == {"crat-mem": "kgd", "coarse-mtype": "kfd-picks-mtype"}
+    assert [q.id for q in manifest.left_out] == ["cwsr-size"]
     patched = patched_copy(real_source_510, out, tmp_path / "patched")
     pte = (patched / GPUVM).read_text()
     assert (
@@ -240,4 +240,4 @@ def test_debian_5_10_renders_and_applies(real_source_510, tmp_path):
     assert "ctx->adev->dev = &ctx->pdev->dev;" in core and "ctx->adev->dev = NULL;" in core
     assert "EXT_COHERENT" not in code_of(added_code(out))  # comments may name it, the code may not
     # both opt-in quirks asked for by id fit too
-    assert render(real_source_510, tmp_path / "asked", ["crat-mem", "coarse-mtype"])["left_out"] == []
+    assert render(real_source_510, tmp_path / "asked", ["crat-mem", "coarse-mtype"]).left_out == ()

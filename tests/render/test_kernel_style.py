@@ -76,7 +76,7 @@ def test_every_patch_passes_the_kernel_s_own_checkpatch(request, tmp_path, fixtu
     script = checkpatch_of(source)
     out = tmp_path / "out"
     manifest = render(source, out)
-    for name in manifest["series"]:
+    for name in manifest.series:
         # No error and no warning at all; the only thing left out is the sign-off (see the README).
         assert checkpatch(script, out / name, "--no-signoff") == [], name
         # nor a CHECK of --strict (what drm maintainers run)

@@ -39,8 +39,8 @@ def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_min
     source = request.getfixturevalue(fixture)
     before = (source / AMD / "amdgpu/gmc_v10_0.c").read_bytes()
     manifest = render(source, tmp_path / "out")
-    assert manifest["kernel_version"].startswith(major_minor + ".")
-    assert {q["id"]: q["variant"] for q in manifest["quirks"]}["coarse-mtype"] == variant
+    assert manifest.kernel_version.startswith(major_minor + ".")
+    assert {q.id: q.variant for q in manifest.quirks}["coarse-mtype"] == variant
 
     tree = patched_copy(source, tmp_path / "out", tmp_path / "linux")
     gmc = (tree / AMD / "amdgpu/gmc_v10_0.c").read_text()
@@ -60,9 +60,9 @@ def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_min
     # such check, so there is nothing to fix and the quirk is left out, not refused
     queue = (tree / AMD / "amdkfd/kfd_queue.c").read_text()
     if major_minor == "6.1":
-        assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"] and "rdna1" not in queue
+        assert [q.id for q in manifest.left_out] == ["cwsr-size"] and "rdna1" not in queue
     else:
-        assert {q["id"]: q["variant"] for q in manifest["quirks"]}["cwsr-size"] == "exact-size"
+        assert {q.id: q.variant for q in manifest.quirks}["cwsr-size"] == "exact-size"
         assert re.search(
             r"\ttotal_cwsr_size = amdgpu_rdna1_cwsr_size\(pdd, topo_dev, properties, vm,\n"
             r"\t+ *total_cwsr_size\);\n\n"
@@ -161,8 +161,8 @@ def test_real_driver_under_an_older_version_number_gets_the_variant_of_its_code(
 
     tree = derived_tree(real_source_612, tmp_path / "linux", {"Makefile": as_5_14})
     manifest = render(tree, tmp_path / "out")
-    assert manifest["kernel_version"].startswith("5.14.")
-    assert {q["id"]: q["variant"] for q in manifest["quirks"]} == {
+    assert manifest.kernel_version.startswith("5.14.")
+    assert {q.id: q.variant for q in manifest.quirks} == {
         "coarse-mtype": "gmc-picks-mtype",
         "crat-mem": "largebar-debug-mask",
         "cwsr-size": "exact-size",

@@ -83,11 +83,12 @@ def broken_build(built: dict, template: str, line: str, replacement: str, vm_env
     monkeypatch.setenv("RDNA1_KMGR_CACHE", str(persistent_cache_root()))
     monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
 
-    broken = module_build.run(module_build.BuildRequest(kernel=built["kernel"], yes=True), stream=io.StringIO())
-    assert broken["sha256"] != built["sha256"]
+    kernel = module_build.resolve_kernel(built["kernel"])
+    broken = module_build.run(module_build.BuildRequest(kernel=kernel, yes=True), stream=io.StringIO())
+    assert broken.sha256 != built["sha256"]
     # the shared kbuild tree: the changed core and what links it, not the whole driver again
-    assert broken["compiled_objects"] <= 5, broken["compiled_objects"]
-    proc = rdna1_kmgr(["vm-test", "--module", broken["module"], "--json"], vm_env)
+    assert broken.compiled_objects <= 5, broken.compiled_objects
+    proc = rdna1_kmgr(["vm-test", "--module", broken.module, "--json"], vm_env)
     out = json.loads(proc.stdout)
     assert proc.returncode == 5 and out["verdict"] == "fail", out.get("reason")
     return out

@@ -1,0 +1,73 @@
+"""What `rdna1-kmgr build` made: the module, its package, its checks, and what the build cost.
+
+modbuild makes it (module_build.run); follow and the build command read its fields. The JSON shape
+(`build --json`, which scripts and the tests' build fixture read back) is formatted only at the edges,
+by to_json, and read back by from_json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+
+from rdna1_kmgr.core.errors import UsageError
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    kernel: str  # the release built for (uname -r style)
+    kernel_version: str  # the Linux version of the driver source rendered
+    kernel_package_version: str | None  # the distribution's version of that kernel
+    note: str | None  # said when the kernel was chosen for the owner
+    source: str  # the unpacked driver source tree
+    # where the source came from, in source/'s words ({"given": ...}, {"package", "version", "distro", ...})
+    source_package: Mapping[str, str | None]
+    package: str  # the DKMS package name
+    package_version: str
+    package_source: str  # /usr/src/<package>-<version>
+    module: str  # the built amdgpu.ko
+    sha256: str
+    vermagic: str
+    signer: str
+    certificate: str
+    certificate_sha1: str
+    signing_key: str
+    parameters: tuple[str, ...]  # the rdna1_* parameters the module has
+    quirks: tuple[str, ...]  # the quirk ids rendered in
+    devices: tuple[str, ...]  # 0x731F style
+    patchset_sha256: str
+    reused: bool
+    compiled_objects: int
+    log: str | None
+    removed_versions: tuple[str, ...]  # older builds removed for this kernel
+    kept_installed_versions: tuple[str, ...]  # older builds left because they are installed
+    seconds: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source_package", MappingProxyType(dict(self.source_package)))
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["source_package"] = dict(self.source_package)
+        for name in _LISTS:
+            out[name] = list(out[name])
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> BuildResult:
+        """A result printed by `build --json`; a wrong shape is one clear line."""
+        names = {f.name for f in fields(cls)}
+        missing = sorted(names - set(data)) if isinstance(data, Mapping) else []
+        if not isinstance(data, Mapping) or missing:
+            raise UsageError(
+                f"not a build result (missing {', '.join(missing) or 'everything'})",
+                "give the output of `rdna1-kmgr build --json`",
+            )
+        values = {name: data[name] for name in names}
+        for name in _LISTS:
+            values[name] = tuple(values[name])
+        return cls(**values)
+
+
+_LISTS = ("parameters", "quirks", "devices", "removed_versions", "kept_installed_versions")
