@@ -8,22 +8,13 @@ akmods) keeps the signing key, its default initramfs tool, and where its kernel 
 from pathlib import Path
 
 import pytest
+import ubuntu_fixtures
 
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.host import platform, system_identity
 from rdna1_kmgr.modbuild import prerequisites
 
-UBUNTU_NOBLE = """PRETTY_NAME="Ubuntu 24.04.1 LTS"
-NAME="Ubuntu"
-VERSION_ID="24.04"
-VERSION="24.04.1 LTS (Noble Numbat)"
-VERSION_CODENAME=noble
-ID=ubuntu
-ID_LIKE=debian
-HOME_URL="https://www.ubuntu.com/"
-UBUNTU_CODENAME=noble
-LOGO=ubuntu-logo
-"""
+UBUNTU_NOBLE = ubuntu_fixtures.OS_RELEASE  # Ubuntu 24.04's os-release, as the Ubuntu fixtures use it
 
 DEBIAN_BOOKWORM = """PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
 NAME="Debian GNU/Linux"
