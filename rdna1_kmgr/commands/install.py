@@ -4,10 +4,10 @@ import sys
 
 import click
 
-from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.module_install import InstallRequest, run
+from rdna1_kmgr.modbuild.module_build import resolve_kernel
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 
@@ -61,8 +61,11 @@ def confirm_plan(question: str):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm_target, yes, as_json):
     """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
+    resolved = resolve_kernel(kernel, "planning an install" if dry_run else "installing")
+    if resolved.note:
+        click.echo(f"rdna1-kmgr: {resolved.note}", err=True)
     request = InstallRequest(
-        kernel=user_input.kernel_release(kernel) if kernel is not None else None,
+        kernel=resolved,
         skip_vm_check=skip_vm_check,
         cert=cert,
         dry_run=dry_run,

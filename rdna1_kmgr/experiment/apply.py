@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
+from rdna1_kmgr.modbuild import module_build
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
@@ -56,7 +58,10 @@ def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
     word = cells[chosen]["parameter"]
     mask = QuirkMask.from_kernel_parameter(word)
     if mask is not None:
-        done = module_install.run(module_install.InstallRequest(quirks=mask, dry_run=dry_run))
+        kernel = module_build.resolve_kernel(None, "planning an install" if dry_run else "installing")
+        if kernel.note:
+            progress.say(kernel.note)
+        done = module_install.run(module_install.InstallRequest(kernel=kernel, quirks=mask, dry_run=dry_run))
         return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done}
     return {
         "kernel_cell": chosen,

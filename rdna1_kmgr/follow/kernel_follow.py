@@ -301,7 +301,7 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
             # An earlier follow-up of this kernel killed inside its install (a power cut, say): undo that first.
             story.say(f"an earlier install for {kernel} did not finish: rolling it back first")
             rollback.run(kernel, keep_build=True, stream=story)
-        result = module_install.run(module_install.InstallRequest(kernel=kernel), stream=story)
+        result = module_install.run(module_install.InstallRequest(kernel=target), stream=story)
         for line in result.get("next_boot", []):
             story.say(line)
     return {

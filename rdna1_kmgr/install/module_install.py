@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from rdna1_kmgr.core import progress, runner, user_input
+from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file, write_atomic
 from rdna1_kmgr.host import system_identity
@@ -57,7 +57,7 @@ from rdna1_kmgr.install.journal import (
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import built_module, module_checks, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild.module_build import resolve_kernel
+from rdna1_kmgr.modbuild.module_build import Kernel
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.quirk_mask import QuirkMask
@@ -394,7 +394,7 @@ def plan_lines(candidate: Candidate, gate: Gate, steps: list[Step], replacing: l
 
 @dataclass
 class InstallRequest:
-    kernel: str | None = None
+    kernel: Kernel | None = None  # resolved at the command edge (module_build.resolve_kernel); None: tests
     skip_vm_check: bool = False
     cert: str | None = None
     dry_run: bool = False
@@ -435,13 +435,10 @@ def run(
     trees = dkms.Trees.from_env()
     if candidate is not None:
         kernel = candidate.kernel
-    elif request.kernel is not None:
-        kernel = user_input.kernel_release(request.kernel)
     else:
-        resolved = resolve_kernel(None, "planning an install" if request.dry_run else "installing")
-        if resolved.note:
-            stream.write(f"rdna1-kmgr: {resolved.note}\n")
-        kernel = resolved.release
+        if request.kernel is None:
+            raise ValueError("InstallRequest.kernel is resolved at the command edge (module_build.resolve_kernel)")
+        kernel = request.kernel.release
     refuse_if_busy()
     journal = Journal(kernel)
     journal.state()  # a corrupted journal is refused before anything else
