@@ -90,6 +90,10 @@ class Settings:
     confirm_after: int = CONFIRM_AFTER
     target: str = "multi-user.target"
 
+    def to_json(self) -> dict:
+        """As the journal and install's result have always carried it: the mask as a number."""
+        return {"mask": self.mask.bits, "confirm_after": self.confirm_after, "target": self.target}
+
 
 def settings(
     root: TargetRoot, mask: QuirkMask | None, confirm_after: int, target: str | None

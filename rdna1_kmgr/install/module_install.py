@@ -484,7 +484,7 @@ def run(
         "module_sha256": candidate.sha256,
         "vm_check": gate.vm_check,
         "parameters": candidate.parameters,
-        "boot_guard": guard.__dict__ if guard else {"off": no_guard},
+        "boot_guard": guard.to_json() if guard else {"off": no_guard},
         "plan": lines,
     }
     if gate.vm_skipped:
@@ -516,7 +516,7 @@ def run(
             parameters=candidate.parameters,
             certificate=str(cert),
             root=str(root.path),
-            boot_guard=guard.__dict__ if guard else None,
+            boot_guard=guard.to_json() if guard else None,
             trees={"source": str(trees.source), "dkms": str(trees.dkms)},
         )
         with journal_programs.recorded(journal):
