@@ -84,10 +84,10 @@ def test_ubuntu_build_dry_run_names_the_source_package_its_version_and_the_mok(u
     rendered = result["render"]
     assert rendered["applies"] and rendered["patches"] >= 2 and rendered["kernel_version"] == h["upstream"]
     assert "drivers/gpu/drm/amd/amdgpu/gmc_v10_0.c" in rendered["files"]
-    # Downloaded with apt into the (test's) cache, unpacked there as the package's version.
+    # Downloaded with apt into the (test's) cache, unpacked there as the package's version, the .deb then deleted.
     tree = Path(source["tree"])
     assert tree == h["cache"] / "src" / h["version"]
-    assert (h["cache"] / "debs" / h["deb"].name).read_bytes() == h["deb"].read_bytes()
+    assert not (h["cache"] / "debs" / h["deb"].name).exists()  # unpacked, so deleted (issue 27)
     origin = kernel_source.source_origin(tree)
     assert origin["package"] == source["package"] and origin["debian_version"] == h["version"]
     assert origin["archive"] == h["deb"].name and origin["kernel_version"] == h["upstream"]

@@ -2,7 +2,8 @@
 kernel accepts every patch, and the objects the series touches compile with W=1 without a warning of their own.
 
 checkpatch.pl (with spelling.txt and const_structs.checkpatch beside it) is not in the unpacked amd subset; it
-is taken once from the very linux-source .deb the subset came from, into the persistent test cache.
+is taken once from the very linux-source .deb the subset came from (fetched again: the tool deletes the .deb once
+it has unpacked the subset), into the persistent test cache.
 """
 
 import os
@@ -12,11 +13,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import persistent_cache_root
+from conftest import _using_test_cache, persistent_cache_root
 
 from rdna1_kmgr.core import cache_entry
 from rdna1_kmgr.render.patch_series import render
 from rdna1_kmgr.source import kernel_source
+from rdna1_kmgr.source.debian_archive import PrivateArchive
 
 AMD = "drivers/gpu/drm/amd"
 CHECKPATCH_FILES = ("checkpatch.pl", "spelling.txt", "const_structs.checkpatch")
@@ -34,6 +36,10 @@ def checkpatch_of(source: Path) -> Path:
         return dest / "scripts/checkpatch.pl"
     with cache_entry.exclusive(dest.parent, dest.name), cache_entry.staging(dest.parent, dest.name) as staging:
         if not (dest / "scripts/checkpatch.pl").is_file():
+            if not deb.is_file():  # the tool deletes a source .deb once it is unpacked (issue 27): fetch it again
+                with _using_test_cache():
+                    found = kernel_source.debian_source_for(kernel_source.source_origin(source)["debian_version"])
+                    deb = PrivateArchive(found.suite).download(found.package, found.version)
             inner = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
             tarball = next(
                 n
@@ -57,6 +63,7 @@ def checkpatch_of(source: Path) -> Path:
                 check=True,
             )
             cache_entry.publish(staging, dest)
+            deb.unlink(missing_ok=True)  # checkpatch is kept; the 140 MB .deb is not
     return dest / "scripts/checkpatch.pl"
 
 
