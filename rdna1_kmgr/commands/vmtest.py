@@ -248,8 +248,9 @@ def emulated_mode(kernel, module_path, manifest, accel, timeout, fetch, as_json)
 def gpu_mode(gpu, kernel, module_path, manifest, accel, timeout, workload, fetch, force, accept_reset_risk, as_json):
     """The module in a guest that drives the passed-through board; its record, written; exit 5 on a fail."""
     _positive("--timeout", timeout)
-    # A host with no such board, or a bad address, is refused now, before a missing build could hide it.
-    passthrough.resolve_gpu(gpu)
+    # A host with no such board, a bad address or another device is refused now, before a missing build could
+    # hide it.
+    passthrough.require_rdna1(passthrough.resolve_gpu(gpu))
     built, release = find_build(kernel, module_path, manifest)
     record = run_gpu(gpu, built, release, accel, timeout, fetch, force, accept_reset_risk, workload)
     verdict_report(record, as_json)
@@ -258,7 +259,7 @@ def gpu_mode(gpu, kernel, module_path, manifest, accel, timeout, workload, fetch
 def matrix_mode(gpu, kernel, module_path, manifest, accel, cell_timeout, fetch, force, accept_reset_risk, as_json):
     """The experiment on the board: its table and record; exit 5 when no cell passed."""
     _positive("--cell-timeout", cell_timeout)
-    passthrough.resolve_gpu(gpu)
+    passthrough.require_rdna1(passthrough.resolve_gpu(gpu))
     built, release = find_build(kernel, module_path, manifest)
     experiment_report(
         experiment_board.run(gpu, built, release, accel, cell_timeout, fetch, force, accept_reset_risk), as_json

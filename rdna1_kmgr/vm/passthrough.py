@@ -94,16 +94,23 @@ def resolve_gpu(spec: str, sysroot: Path = Path("/")) -> str:
     return target.bdf
 
 
-def preflight(
-    bdf: str, plumbing_only: bool, force: bool = False, accept_reset_risk: bool = False, sysroot: Path = Path("/")
-) -> Preflight:
-    """Every refusal, in one-line errors, before anything is changed."""
+def require_rdna1(bdf: str, sysroot: Path = Path("/")) -> None:
+    """The GPU modes (the module test, the matrix) need an RDNA1 board at `bdf`: refused first, before a missing
+    build or anything else could hide that the board is the wrong one."""
     dev = sysfs.read_device(user_input.pci_address(bdf), sysroot)
-    if not plumbing_only and not is_rdna1(dev.vendor, dev.device):
+    if not is_rdna1(dev.vendor, dev.device):
         raise UsageError(
             f"{bdf} ({dev.vendor:04x}:{dev.device:04x}) is not an RDNA1 GPU",
             "the GPU test needs one; add --plumbing-only to test only the VFIO plumbing with it",
         )
+
+
+def preflight(
+    bdf: str, plumbing_only: bool, force: bool = False, accept_reset_risk: bool = False, sysroot: Path = Path("/")
+) -> Preflight:
+    """Every refusal, in one-line errors, before anything is changed."""
+    if not plumbing_only:
+        require_rdna1(bdf, sysroot)
     plan = vfio.plan_group(bdf, sysroot)
     forced = vfio.refuse_display(plan, force, sysroot)
     _refuse_journaled(plan)

@@ -377,6 +377,7 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
     events = []
     monkeypatch.setattr(passthrough, "require_root", lambda: None)
     monkeypatch.setattr(passthrough, "resolve_gpu", lambda spec: board.bdf)
+    monkeypatch.setattr(passthrough, "require_rdna1", lambda bdf, sysroot=None: None)  # the board is stubbed
     monkeypatch.setattr(passthrough, "preflight", lambda bdf, **kw: events.append(("preflight", bdf, kw)) or pre)
     monkeypatch.setattr(
         guest_kernel, "locate", lambda release, fetch=False: guest_kernel.GuestKernel(release, tmp_path, "host")
