@@ -14,13 +14,6 @@ anything left in the session, and returns only once none of it is running.
 
 Programs also die with the tool, even a SIGKILLed one (core/keeper.py says how). A journaled run hears of each
 program (`reporting_starts`) to record its ids; `stop_left_over` stops what a killed run left running.
-
-Every entry point starts its program through sh (core/sh_program.py: the fork, the exec of the argument list,
-the session, the parent death signal, environment and folder). What sh 2.x cannot carry stays here, on every
-entry point alike, and core/sh_program.py says where sh's documentation shows it: the pipes (the streams,
-`on_line`, the keeper's read ends, run_session's copy to the file), the time limit and the stop of the whole
-tree, and the interactive program's place in the terminal's process group. The keeper itself starts through
-subprocess: it is no program a caller asked for, and is not tracked, reported or tied to the tool's death.
 """
 
 from __future__ import annotations
@@ -43,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rdna1_kmgr.core import keeper, sh_program
+from rdna1_kmgr.core import keeper
 from rdna1_kmgr.core.errors import HostError, KmgrError
 
 log = logging.getLogger("rdna1_kmgr.runner")
@@ -147,20 +140,9 @@ def interactive(
     argv = [str(arg) for arg in argv]
     log.info("run (interactive): %s", shlex.join(argv))
     try:
-        proc = sh_program.start(argv, new_session=False)
+        code = subprocess.run(argv).returncode
     except OSError as err:
         raise error(f"{doing or argv[0]}: cannot run {argv[0]}: {err.strerror}", hint) from None
-    try:
-        code = proc.wait()
-    except BaseException:
-        # Ctrl-C reached the program too (one terminal, one process group): a moment to end on its own, as
-        # subprocess.run gives it, then it is killed
-        try:
-            proc.wait(timeout=0.25)
-        except subprocess.TimeoutExpired:
-            _signal_process(proc.pid, signal.SIGKILL)
-            proc.wait()
-        raise
     log.info("exit %d: %s", code, argv[0])
     return code
 
@@ -346,7 +328,7 @@ def run_session(
             raise
 
 
-def stop(proc: sh_program.Program) -> None:
+def stop(proc: subprocess.Popen) -> None:
     """SIGTERM to the process group, SIGKILL after a grace period, then sweep the session."""
     _signal_group(proc.pid, signal.SIGTERM)
     try:
@@ -389,12 +371,12 @@ _keeper_channel: socket.socket | None = None
 _live: dict[int, int] = {}  # session -> start time: this process's programs whose sessions still run
 
 
-def _popen(argv: list[str], **popen) -> sh_program.Program:
-    """Start argv (through sh) in a session of its own, tied to this process's life: its parent death signal,
-    the keeper, and whoever `reporting_starts` asked."""
+def _popen(argv: list[str], **popen) -> subprocess.Popen:
+    """Popen in a session of its own, tied to this process's life: its parent death signal, the keeper, and
+    whoever `reporting_starts` asked."""
     with _keeper_lock:
         _keeper_alive()  # before the program: a tool killed right after the fork still has its keeper
-    proc = sh_program.start(argv, new_session=True, preexec=keeper.dies_with(os.getpid()), **popen)
+    proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=keeper.dies_with(os.getpid()), **popen)
     started = Started(proc.pid, keeper.start_time(proc.pid) or 0, keeper.boot_id(), tuple(argv))
     _track(started.session, started.start_time, [f.fileno() for f in (proc.stdout, proc.stderr) if f is not None])
     try:
@@ -463,7 +445,7 @@ def _ended(session: int) -> None:
 # --- internals ---------------------------------------------------------------------------------------------
 
 
-def _start(argv: list[str], what: str, error: type[KmgrError], hint: str | None, **popen) -> sh_program.Program:
+def _start(argv: list[str], what: str, error: type[KmgrError], hint: str | None, **popen) -> subprocess.Popen:
     """Start argv in a session of its own (so stopping it stops its children); a missing program is `error`."""
     try:
         return _popen(argv, **popen)
@@ -474,7 +456,7 @@ def _start(argv: list[str], what: str, error: type[KmgrError], hint: str | None,
 class _Watchdog:
     """Stops a process (and its session) once `timeout` seconds have passed; None never fires."""
 
-    def __init__(self, proc: sh_program.Program, timeout: float | None):
+    def __init__(self, proc: subprocess.Popen, timeout: float | None):
         self.fired = False
         self._timer = None
         if timeout is not None:
@@ -482,7 +464,7 @@ class _Watchdog:
             self._timer.daemon = True
             self._timer.start()
 
-    def _fire(self, proc: sh_program.Program) -> None:
+    def _fire(self, proc: subprocess.Popen) -> None:
         self.fired = True
         stop(proc)
 
@@ -499,7 +481,7 @@ class _Watchdog:
 class _Ticker:
     """Calls `tick` every half second until the process ends (a clock on the progress line)."""
 
-    def __init__(self, proc: sh_program.Program, tick: Callable[[], None] | None):
+    def __init__(self, proc: subprocess.Popen, tick: Callable[[], None] | None):
         self._thread = None
         if tick is not None:
 
@@ -516,7 +498,7 @@ class _Ticker:
             self._thread.join()
 
 
-def _stream_lines(proc: sh_program.Program, input, on_line: Callable[[str], None]) -> tuple:
+def _stream_lines(proc: subprocess.Popen, input, on_line: Callable[[str], None]) -> tuple:
     """Feed `input`, hand each stdout line to on_line as it arrives, collect stderr on the side."""
     stderr_chunks: list = []
     reader = None
@@ -559,13 +541,6 @@ def _log_result(result: Result, elapsed: float) -> None:
         result.argv[0],
         f"\n{text[-_LOGGED_OUTPUT:]}" if text else "",
     )
-
-
-def _signal_process(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:
