@@ -61,6 +61,7 @@ def confirm_plan(question: str):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm_target, yes, as_json):
     """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
+    mask = QuirkMask.parse(quirks) if quirks is not None else None  # bad input first, before any lookup
     resolved = resolve_kernel(kernel, "planning an install" if dry_run else "installing")
     if resolved.note:
         click.echo(f"rdna1-kmgr: {resolved.note}", err=True)
@@ -69,7 +70,7 @@ def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm
         skip_vm_check=skip_vm_check,
         cert=cert,
         dry_run=dry_run,
-        quirks=QuirkMask.parse(quirks) if quirks is not None else None,
+        quirks=mask,
         confirm_after=confirm_after,
         confirm_target=confirm_target,
     )
