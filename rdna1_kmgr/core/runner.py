@@ -62,9 +62,22 @@ class Result:
         return last_line(self.stderr if self.stderr else self.stdout)
 
 
+# Debian and Ubuntu keep the system's programs (modinfo, depmod, dkms, mokutil) in the sbin folders, which a
+# normal user's PATH leaves out: `rdna1-kmgr status` without sudo must still find them.
+SYSTEM_PROGRAMS = "/usr/local/sbin:/usr/sbin:/sbin"
+
+
 def which(name: str) -> str | None:
-    """The program's path on PATH, or None."""
-    return shutil.which(name)
+    """The program's path on PATH (or in the system's sbin folders), or None."""
+    return shutil.which(name) or shutil.which(name, path=SYSTEM_PROGRAMS)
+
+
+def _located(argv: list[str], env: dict[str, str] | None) -> list[str]:
+    """argv with a bare program name that is not on PATH but in the system's sbin folders named by its path."""
+    if "/" in argv[0] or shutil.which(argv[0], path=(env or os.environ).get("PATH", os.defpath)):
+        return argv
+    found = shutil.which(argv[0], path=SYSTEM_PROGRAMS)
+    return [found, *argv[1:]] if found else argv
 
 
 def run(
@@ -140,7 +153,7 @@ def interactive(
     argv = [str(arg) for arg in argv]
     log.info("run (interactive): %s", shlex.join(argv))
     try:
-        code = subprocess.run(argv).returncode
+        code = subprocess.run(_located(argv, None)).returncode
     except OSError as err:
         raise error(f"{doing or argv[0]}: cannot run {argv[0]}: {err.strerror}", hint) from None
     log.info("exit %d: %s", code, argv[0])
@@ -376,6 +389,7 @@ def _popen(argv: list[str], **popen) -> subprocess.Popen:
     whoever `reporting_starts` asked."""
     with _keeper_lock:
         _keeper_alive()  # before the program: a tool killed right after the fork still has its keeper
+    argv = _located(argv, popen.get("env"))
     proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=keeper.dies_with(os.getpid()), **popen)
     started = Started(proc.pid, keeper.start_time(proc.pid) or 0, keeper.boot_id(), tuple(argv))
     _track(started.session, started.start_time, [f.fileno() for f in (proc.stdout, proc.stderr) if f is not None])

@@ -6,6 +6,7 @@ stderr line; a timeout stops the program and its children; streams feed and read
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +186,13 @@ def test_no_log_folder_means_no_log_written(tmp_path, monkeypatch):
         [str(cli), "detect"], check=True, capture_output=True, env={**os.environ, "RDNA1_KMGR_LOG": str(missing)}
     )
     assert not missing.exists()
+
+
+def test_a_system_program_is_found_off_a_normal_users_path():
+    """A normal user's PATH on Debian has no sbin folder; modinfo (kmod) lives in /usr/sbin. `status` without sudo
+    runs it (found in a newcomer's run: "cannot run modinfo")."""
+    if not Path("/usr/sbin/modinfo").exists() and not Path("/sbin/modinfo").exists():
+        pytest.skip("kmod's modinfo is not installed in an sbin folder")
+    result = runner.run(["modinfo", "--version"], env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+    assert result.ok and "kmod" in result.stdout
+    assert runner.which("modinfo") is not None
