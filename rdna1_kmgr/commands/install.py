@@ -7,7 +7,7 @@ import click
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.module_install import InstallRequest, run
-from rdna1_kmgr.modbuild.module_build import resolve_kernel
+from rdna1_kmgr.modbuild.module_build import kernel_to_install
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 
@@ -62,11 +62,8 @@ def confirm_plan(question: str):
 def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm_target, yes, as_json):
     """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
     mask = QuirkMask.parse(quirks) if quirks is not None else None  # bad input first, before any lookup
-    resolved = resolve_kernel(kernel, "planning an install" if dry_run else "installing")
-    if resolved.note:
-        click.echo(f"rdna1-kmgr: {resolved.note}", err=True)
     request = InstallRequest(
-        kernel=resolved,
+        kernel=kernel_to_install(kernel, dry_run),
         skip_vm_check=skip_vm_check,
         cert=cert,
         dry_run=dry_run,

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
@@ -58,9 +57,7 @@ def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
     word = cells[chosen]["parameter"]
     mask = QuirkMask.from_kernel_parameter(word)
     if mask is not None:
-        kernel = module_build.resolve_kernel(None, "planning an install" if dry_run else "installing")
-        if kernel.note:
-            progress.say(kernel.note)
+        kernel = module_build.kernel_to_install(None, dry_run)
         done = module_install.run(module_install.InstallRequest(kernel=kernel, quirks=mask, dry_run=dry_run))
         return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done}
     return {

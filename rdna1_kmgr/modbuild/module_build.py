@@ -115,6 +115,14 @@ def resolve_kernel(requested: str | None, doing: str = "building", system: Syste
     )
 
 
+def kernel_to_install(requested: str | None, dry_run: bool) -> Kernel:
+    """The kernel an install (or its plan) is for, resolved once where the command starts, its note said."""
+    kernel = resolve_kernel(requested, "planning an install" if dry_run else "installing")
+    if kernel.note:
+        progress.say(f"rdna1-kmgr: {kernel.note}")
+    return kernel
+
+
 # --- the package half --------------------------------------------------------------------------------
 
 
