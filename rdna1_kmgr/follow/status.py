@@ -305,6 +305,8 @@ def text_lines(result: dict) -> list[str]:
             f"boot guard    this boot: {guard['this_boot'] or 'not started by the guard'}; next boot: "
             f"{guard['next_boot']} (grubenv rdna1_kmgr={guard['state'] or 'unset'}, mask {guard['mask']})"
         )
+        if guard.get("loaded"):
+            lines.append(f"amdgpu        {guard['loaded']['says']}")
         lines.append(f"              {guard['message']}")
     if not result["kernels"]:
         lines.append("no kernel has an rdna1-kmgr build or install")

@@ -1,5 +1,5 @@
 """The boot guard: the first boot with the patched code active is a trial; if it never confirms, the boots
-after it run amdgpu with its quirks off (stock behaviour), by themselves.
+after it run the distribution's own amdgpu, by themselves.
 
 The decision is GRUB's, made before the kernel runs: Debian's initramfs loads amdgpu before the root file
 system is mounted, so nothing in user space can change the quirks of that boot any more. GRUB reads its
@@ -8,9 +8,15 @@ next_entry works) and puts `amdgpu.rdna1_quirks=` on every kernel command line; 
 and later, takes module parameters from there.
 
     grubenv rdna1_kmgr   trial      the next boot is a trial: GRUB writes `trying`, then boots with the mask
-                         trying     a trial started and never confirmed: boots with rdna1_quirks=0
+                         trying     a trial started and never confirmed: a fallback boot
                          confirmed  boots with the mask
-                         (unset)    as `trying`: the quirks stay off until `retry`
+                         refused    the kernel refused the rdna1-kmgr file in a boot (the boot-check wrote
+                                    it): fallback boots until `retry`
+                         (unset)    as `trying`: fallback boots until `retry`
+
+A fallback boot (`rdna1_kmgr.boot=fallback`) loads the distribution's own amdgpu file, in the initramfs and
+after it, and never opens the rdna1-kmgr one; a trial or confirmed boot whose rdna1-kmgr file the kernel refuses
+loads the distribution's in the same boot (install/stock_loader.py: a modprobe `install` rule).
     grubenv rdna1_kmgr_mask   the installed build's quirk mask
 
 What a boot is, user space reads from /proc/cmdline: `rdna1_kmgr.boot=trial|confirmed|fallback`.
@@ -20,8 +26,10 @@ variables):
 
     /etc/grub.d/01_rdna1-kmgr                the GRUB script above (after 00_header's load_env)
     /etc/default/grub.d/rdna1-kmgr.cfg       appends ${rdna1_kmgr_args} to GRUB_CMDLINE_LINUX
-    /etc/systemd/system/rdna1-kmgr-boot-check.service   every boot: on a fallback boot says so (console,
-                                             journal, /etc/issue.d: the login prompt, /run/motd.d)
+    /etc/systemd/system/rdna1-kmgr-boot-check.service   every boot: on a fallback boot, or one whose
+                                             rdna1-kmgr file the kernel refused, says so (console, journal,
+                                             /etc/issue.d: the login prompt, /run/motd.d); after a refusal it
+                                             writes `refused`, so later boots are fallback boots
     /etc/systemd/system/rdna1-kmgr-confirm.{timer,service}   a trial boot up for CONFIRM_AFTER seconds with
                                              the target reached and amdgpu loaded as installed confirms itself
     and the two `wants` links systemctl enable would make.
@@ -38,10 +46,12 @@ from pathlib import Path
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs
+from rdna1_kmgr.install import stock_loader
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 STATE = "rdna1_kmgr"
+REFUSED = "refused"  # the state after a boot whose rdna1-kmgr file the kernel refused
 MASK = "rdna1_kmgr_mask"
 BOOT_PARAMETER = "rdna1_kmgr.boot"
 CONFIRM_AFTER = 180  # seconds up before a trial boot confirms itself
@@ -62,7 +72,8 @@ _PROBE_FAILED = re.compile(r"amdgpu[ :].*(probe of \S+ failed with error|Fatal e
 _GRUB_SCRIPT = """\
 #!/bin/sh
 # Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. The RDNA1 boot guard: GRUB starts a trial
-# boot once (it writes `trying` before the kernel runs); until a trial confirms, boots run amdgpu's quirks off.
+# boot once (it writes `trying` before the kernel runs); until a trial confirms, boots are fallback boots
+# (the distribution's amdgpu; rdna1_quirks=0 too, should anything load the rdna1-kmgr file all the same).
 cat <<'EOF'
 if [ "${rdna1_kmgr}" = "trial" ]; then
   set rdna1_kmgr=trying
@@ -298,28 +309,42 @@ def describe(root: TargetRoot) -> dict:
     state = env.get(STATE)
     boot = this_boot(root)
     next_boot = {"trial": "trial (quirks on, once)", "confirmed": "quirks on"}.get(
-        state, "quirks off (stock behaviour)"
+        state, "fallback (the distribution's amdgpu)"
     )
+    amdgpu = stock_loader.loaded(root)
     return {
         "installed": True,
         "state": state,
         "mask": env.get(MASK),
         "this_boot": boot,
         "next_boot": next_boot,
-        "message": message(boot, state),
+        "loaded": {**amdgpu.to_json(), "says": amdgpu.describe()},
+        "message": message(boot, state, amdgpu),
     }
 
 
-def message(boot: str | None, state: str | None) -> str:
+def message(boot: str | None, state: str | None, amdgpu: stock_loader.LoadedAmdgpu | None = None) -> str:
+    if boot in ("trial", "confirmed") and amdgpu is not None and amdgpu.refused:
+        return (
+            "rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu this boot, so the distribution's amdgpu was "
+            f"loaded instead ({amdgpu.describe()}); the next boots load the distribution's amdgpu. Fix the cause "
+            "(`rdna1-kmgr keys status` if it is the signing key), then `rdna1-kmgr retry`."
+        )
+    if boot == "fallback" and state == REFUSED:
+        return (
+            "rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu in an earlier boot, so this boot runs the "
+            "distribution's amdgpu (`journalctl -k -b -1 | grep -e amdgpu -e rdna1-kmgr` shows why). Fix the cause, "
+            "then `rdna1-kmgr retry`; `rdna1-kmgr rollback` removes the patched driver."
+        )
     if boot == "fallback" and state == "trying":
         return (
             "rdna1-kmgr: the last trial boot with the RDNA1 amdgpu quirks did not confirm, so this boot runs "
-            "amdgpu with rdna1_quirks=0 (stock behaviour). `rdna1-kmgr retry` tries once more at the "
+            "the distribution's amdgpu. `rdna1-kmgr retry` tries once more at the "
             "next boot; `rdna1-kmgr rollback` removes the patched driver."
         )
     if boot == "fallback":
         return (
-            "rdna1-kmgr: this boot runs amdgpu with rdna1_quirks=0 (stock behaviour). "
+            "rdna1-kmgr: this boot runs the distribution's amdgpu. "
             "`rdna1-kmgr retry` makes the next boot a trial with the quirks on."
         )
     if boot == "trial" and state == "confirmed":
@@ -375,7 +400,7 @@ def confirm(root: TargetRoot, auto: bool = False, target: str | None = None, dry
             return (
                 "rdna1-kmgr: this trial boot does not confirm ("
                 + "; ".join(problems)
-                + "): the next boot runs amdgpu with rdna1_quirks=0"
+                + "): the next boot runs the distribution's amdgpu"
             )
     command = editenv(root, "set", f"{STATE}=confirmed")
     if dry_run:
@@ -405,14 +430,19 @@ def check_good(root: TargetRoot, mask: QuirkMask | None, target: str) -> list[st
 
 
 def boot_check(root: TargetRoot) -> str:
-    """At every boot: what kind of boot this is; on a fallback boot, said at the login prompt and in motd."""
+    """At every boot: what kind of boot this is; on a fallback boot, or one whose rdna1-kmgr file the kernel
+    refused, said at the login prompt and in motd. After a refusal the later boots are fallback boots."""
     if not installed(root):
         return "rdna1-kmgr: the boot guard is not installed"
     boot, state = this_boot(root), env_values(root).get(STATE)
-    text = message(boot, state)
+    amdgpu = stock_loader.loaded(root)
+    refused_now = boot in ("trial", "confirmed") and amdgpu.refused
+    if refused_now and state != REFUSED:
+        runner.run(editenv(root, "set", f"{STATE}={REFUSED}"), error=HostError, hint="check /boot/grub/grubenv")
+    text = message(boot, state, amdgpu)
     for rel in (ISSUE, MOTD):
         path = root.path / rel
-        if boot == "fallback":
+        if boot == "fallback" or refused_now:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text + "\n")
         else:

@@ -66,6 +66,13 @@ class InitramfsTool:
         """Where to unpack an image (None: the system's temporary folder)."""
         return None
 
+    def loader_hooks(self, loader: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+        """The files that put the stock-amdgpu loader (`/loader`, install/stock_loader.py) in this tool's images
+        and, where an image carries amdgpu, the distribution's amdgpu from `stock_dir` (under the kernel's
+        module folder) beside ours: path -> (content, mode). None here: a tool not supported yet is refused
+        before anything changes (require_supported)."""
+        return {}
+
     def require_supported(self) -> None:
         if not self.supported:
             raise HostError(
@@ -131,6 +138,31 @@ class InitramfsTools(InitramfsTool):
     def extract(self, image: Path, dest: Path) -> None:
         runner.run(["unmkinitramfs", str(image), str(dest)], timeout=300, doing=f"unmkinitramfs {image}")
 
+    def loader_hooks(self, loader: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+        # mkinitramfs runs the hooks after it copied the modules, so the hook sees whether amdgpu is in.
+        hook = f"""\
+#!/bin/sh
+# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. The initramfs gets rdna1-kmgr's amdgpu
+# loader (the program of the `install amdgpu` rule in /etc/modprobe.d) and, when it carries amdgpu, the
+# distribution's amdgpu file beside the rdna1-kmgr one: a fallback boot loads that one in early boot.
+PREREQ=""
+prereqs() {{ echo "$PREREQ"; }}
+case "$1" in
+prereqs) prereqs; exit 0 ;;
+esac
+. /usr/share/initramfs-tools/hook-functions
+copy_exec /{loader}
+copy_exec /sbin/insmod
+copy_exec /sbin/modinfo
+if [ -n "$(find -H "${{DESTDIR}}${{MODULESDIR}}" -name 'amdgpu.ko*' -print -quit)" ]; then
+\tfor file in "${{MODULESDIR}}"/{stock_dir}/amdgpu.ko*; do
+\t\t[ -f "$file" ] && copy_file module "$file"
+\tdone
+fi
+exit 0
+"""
+        return {self.root.path / "etc/initramfs-tools/hooks/rdna1-kmgr": (hook, 0o755)}
+
 
 class Dracut(InitramfsTool):
     """dracut: `dracut --force --kver KREL <image>`, listed and unpacked with its lsinitrd.
@@ -168,6 +200,34 @@ class Dracut(InitramfsTool):
             runner.run(command, cwd=dest, doing=f"lsinitrd --unpack {image}")
         else:
             runner.run(self._inside(["env", "-C", self._own(dest), *command]), doing=f"lsinitrd --unpack {image}")
+
+    def loader_hooks(self, loader: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+        # Written, not yet booted here: the boot tests run Debian's initramfs-tools.
+        module = f"""\
+#!/bin/bash
+# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. The image gets rdna1-kmgr's amdgpu loader
+# (the program of the `install amdgpu` rule in /etc/modprobe.d) and, when it carries amdgpu, the distribution's
+# amdgpu file beside the rdna1-kmgr one: a fallback boot loads that one in early boot.
+check() {{ return 0; }}
+depends() {{ return 0; }}
+install() {{
+    inst_multiple /{loader} insmod modinfo
+    if [[ -n "$(find -H "$initdir/lib/modules/$kernel" -name 'amdgpu.ko*' -print -quit)" ]]; then
+        local file
+        for file in "$srcmods"/{stock_dir}/amdgpu.ko*; do
+            [[ -f "$file" ]] && inst_simple "$file" "/lib/modules/$kernel/{stock_dir}/${{file##*/}}"
+        done
+    fi
+}}
+"""
+        return {
+            self.root.path / "usr/lib/dracut/modules.d/90rdna1-kmgr/module-setup.sh": (module, 0o755),
+            self.root.path / "etc/dracut.conf.d/rdna1-kmgr.conf": (
+                "# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it.\n"
+                'add_dracutmodules+=" rdna1-kmgr "\n',
+                0o644,
+            ),
+        }
 
     def scratch_parent(self) -> Path | None:
         if self.root.is_system:

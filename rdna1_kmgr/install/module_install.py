@@ -10,6 +10,9 @@ The steps, each journaled (intent and backups on disk first, then the step, then
     depmod         depmod KREL: the module index now resolves amdgpu to it
     modprobe-conf  /etc/modprobe.d/rdna1-kmgr.conf with the parameters the build was made for, written for
                    every installed kernel at once (modprobe_conf: the file is shared, the installs are not)
+    stock-loader   with the boot guard: a modprobe `install` rule and its program, so a fallback boot loads the
+                   distribution's amdgpu file and a refused rdna1-kmgr file is followed by it in the same boot
+                   (install/stock_loader.py), and the initramfs tool's hook that puts both in the image
     initramfs      the distribution's tool regenerates KREL's image (it copies modprobe.d, and amdgpu when the
                    image carries it)
     boot-guard     where GRUB boots the machine: the first boot is a trial, a boot that never confirms is followed
@@ -34,7 +37,7 @@ from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file, write_atomic
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback
+from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback, stock_loader
 from rdna1_kmgr.install.install_gate import (
     Candidate,
     Gate,
@@ -63,7 +66,7 @@ from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 MODPROBE_CONF = modprobe_conf.NAME
-STEPS = ("dkms-install", "depmod", "modprobe-conf", "initramfs", "boot-guard", "verify")
+STEPS = ("dkms-install", "depmod", "modprobe-conf", "stock-loader", "initramfs", "boot-guard", "verify")
 # What depmod writes (kmod 30); the package's modules.order, modules.builtin(.modinfo) are its inputs.
 DEPMOD_OUTPUTS = (
     "modules.alias",
@@ -286,8 +289,10 @@ def plan_steps(
             undo={"kind": "modprobe-conf", "path": str(conf), "kernel": kernel},
             text=[f"    {line}" for line in conf_text.splitlines() if not line.startswith("#")],
         ),
-        initramfs_step,
     ]
+    if guard is not None:
+        steps.append(loader_step(root, tool))
+    steps.append(initramfs_step)
     if guard is not None:
         steps.append(guard_step(root, guard))
     steps += [
@@ -306,6 +311,28 @@ def plan_steps(
         ),
     ]
     return steps
+
+
+def loader_step(root: TargetRoot, tool: initramfs.InitramfsTool) -> Step:
+    """The stock-amdgpu loader's rule and program, and the initramfs tool's hook; before the initramfs is made,
+    so the image carries them. Files only: rollback removes them and remakes the initramfs without them."""
+    wanted = {**stock_loader.files(root), **tool.loader_hooks(stock_loader.LOADER, stock_loader.STOCK_DIR)}
+    dirs = sorted({d for path in wanted for d in _parents_to_create(path.parent)}, key=lambda d: -len(d.parts))
+
+    def write() -> None:
+        for path, (text, mode) in wanted.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, text.encode(), mode)
+
+    return Step(
+        "stock-loader",
+        None,
+        list(wanted),
+        dirs,
+        write,
+        text=[f"    write {path}" for path in wanted]
+        + ["    a fallback boot, or one whose rdna1-kmgr amdgpu the kernel refuses, loads the distribution's amdgpu"],
+    )
 
 
 def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:

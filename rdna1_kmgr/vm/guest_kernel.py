@@ -152,7 +152,9 @@ def keep_guest_modules(tree: Path, release: str, wanted: tuple[str, ...] = GUEST
     keep: set[Path] = set()
     for name in wanted:
         shown = runner.run(
-            ["modprobe", "--dirname", str(tree), "--set-version", release, "--show-depends", name],
+            # --ignore-install: an `install` rule on this machine (rdna1-kmgr's own loader for amdgpu) would be
+            # shown instead of the files
+            ["modprobe", "--ignore-install", "--dirname", str(tree), "--set-version", release, "--show-depends", name],
             check=False,
             timeout=60,
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.install import boot_guard
+from rdna1_kmgr.install import boot_guard, stock_loader
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
@@ -49,9 +49,62 @@ def test_boot_guard_confirm_refuses_a_boot_that_is_no_trial(tmp_path):
 def test_boot_guard_fallback_boot_says_so_at_login(tmp_path):
     root = scratch(tmp_path, "ro amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback")
     said = boot_guard.boot_check(root)
-    assert "rdna1_quirks=0" in said and "retry" in said
+    assert "the distribution's amdgpu" in said and "retry" in said
     for rel in (boot_guard.ISSUE, boot_guard.MOTD):
         assert (tmp_path / rel).read_text().strip() == said
+
+
+def _kernel_log(root: Path, *messages: str) -> None:
+    """A /dev/kmsg fixture: one record a message, as the device gives them (priority,seq,usec,flags;text)."""
+    (root / "dev").mkdir(exist_ok=True)
+    (root / "dev/kmsg").write_text("".join(f"4,{n},{n * 1000},-;{m}\n" for n, m in enumerate(messages, 1)))
+
+
+def _amdgpu_loaded(root: Path, rdna1_kmgr_file: bool) -> None:
+    (root / "sys/module/amdgpu/parameters").mkdir(parents=True)
+    if rdna1_kmgr_file:
+        (root / "sys/module/amdgpu/parameters/rdna1_quirks").write_text("3\n")
+
+
+# What Debian's 6.1 kernel logs when lockdown refuses a module signed with a key it does not trust, then what
+# the loader writes (install/stock_loader.py's program).
+REFUSED_UNDER_LOCKDOWN = (
+    "Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7",
+    "rdna1-kmgr: the rdna1-kmgr amdgpu did not load (/lib/modules/6.1.0-56-amd64/updates/dkms/amdgpu.ko, "
+    "modprobe exit status 1)",
+    "rdna1-kmgr: loading the distribution's amdgpu "
+    "(/lib/modules/6.1.0-56-amd64/kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko): the kernel refused the "
+    "rdna1-kmgr file (its reason is in the lines before)",
+)
+
+
+def test_boot_guard_a_refused_file_turns_later_boots_into_fallback_boots(tmp_path, monkeypatch):
+    """A confirmed boot whose rdna1-kmgr file the kernel refused ran the distribution's amdgpu: the boot-check
+    says so with the kernel's reason, and writes `refused` so the next boots never try the file again."""
+    root = scratch(tmp_path, "ro amdgpu.rdna1_quirks=0x3 rdna1_kmgr.boot=confirmed")
+    _kernel_log(tmp_path, "amdgpu: something else", *REFUSED_UNDER_LOCKDOWN)
+    _amdgpu_loaded(tmp_path, rdna1_kmgr_file=False)
+    written = []
+    monkeypatch.setattr(boot_guard, "env_values", lambda root: {boot_guard.STATE: "confirmed"})
+    monkeypatch.setattr(boot_guard.runner, "run", lambda argv, **kw: written.append(argv))
+    said = boot_guard.boot_check(root)
+    assert written == [boot_guard.editenv(root, "set", "rdna1_kmgr=refused")]
+    assert "refused the rdna1-kmgr amdgpu this boot" in said and "unsigned module loading is restricted" in said
+    assert (tmp_path / boot_guard.ISSUE).read_text().strip() == said
+    # the boot after it: a fallback boot that says why
+    (tmp_path / "proc/cmdline").write_text("ro amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback\n")
+    monkeypatch.setattr(boot_guard, "env_values", lambda root: {boot_guard.STATE: "refused"})
+    assert "refused the rdna1-kmgr amdgpu in an earlier boot" in boot_guard.boot_check(root)
+    assert len(written) == 1
+
+
+def test_boot_guard_status_names_the_loaded_file(tmp_path):
+    root = scratch(tmp_path, "ro amdgpu.rdna1_quirks=0x3 rdna1_kmgr.boot=confirmed")
+    _kernel_log(tmp_path, "amdgpu: kernel modesetting enabled.")
+    assert stock_loader.loaded(root).describe() == "amdgpu is not loaded"
+    _amdgpu_loaded(tmp_path, rdna1_kmgr_file=True)
+    loaded = stock_loader.loaded(root)
+    assert loaded.which == "rdna1-kmgr" and not loaded.refused and loaded.refusal_lines == ()
 
 
 def test_boot_guard_commands_without_a_guard_are_one_clear_error(tmp_path):

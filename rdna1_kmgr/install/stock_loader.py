@@ -1,0 +1,166 @@
+"""The stock-amdgpu loader: a fallback boot never opens the rdna1-kmgr module file, and a boot whose rdna1-kmgr
+file the kernel refuses ends on the distribution's own amdgpu in that same boot.
+
+Switching the quirks off (`amdgpu.rdna1_quirks=0`) is no fallback when the file itself cannot load: a signing
+key the firmware no longer trusts, a symbol whose version the kernel does not export, an init that fails before
+any parameter matters. Every boot would try the same file again and the owner would have no display driver.
+
+How, with what every distribution has: a modprobe `install` rule. modprobe (the one in the initramfs, udev's
+libkmod, a later `modprobe amdgpu`) runs our program instead of loading amdgpu itself, with the module's
+options (those of modprobe.d and of the kernel command line) as arguments:
+
+    rdna1_kmgr.boot=fallback on /proc/cmdline   insmod the distribution's file (its dependencies first,
+                                                 by name); the rdna1-kmgr file is not opened
+    any other boot                               modprobe --ignore-install amdgpu (the index gives the
+                                                 rdna1-kmgr file); when the kernel refuses it, the
+                                                 distribution's file at once
+
+Why this and not another tool: depmod's search order and a second initramfs decide per kernel, not per boot,
+and after the root file system is mounted the installed module index would pick the rdna1-kmgr file again;
+a blacklist names a module, not a file. The rule is read in the initramfs (initramfs-tools and dracut copy
+modprobe.d) and after it, so one decision serves both; and it asks the kernel itself whether the file loads,
+so it covers causes nobody listed. The initramfs gets the program and, when it carries amdgpu, the
+distribution's amdgpu file beside ours (the initramfs tool's hook, install/initramfs.py).
+
+The program writes what it did to the kernel log with the prefix `rdna1-kmgr:` (MARK); `status` and the
+boot-check read it from there. It uses only sh, cat, uname and kmod's programs: the initramfs has no more.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdna1_kmgr.host import kmsg
+from rdna1_kmgr.install.target_root import TargetRoot
+
+LOADER = "usr/local/lib/rdna1-kmgr/amdgpu-loader"
+RULE = "etc/modprobe.d/rdna1-kmgr-loader.conf"
+MARK = "rdna1-kmgr: "
+STOCK_DIR = "kernel/drivers/gpu/drm/amd/amdgpu"
+# The loader's lines, as the kernel log keeps them (the program below writes them).
+FALLBACK_LOAD = "loading the distribution's amdgpu"
+REFUSED = "the rdna1-kmgr amdgpu did not load"
+# What the kernel says when it refuses a module file: about amdgpu by name (a symbol version or a symbol it
+# does not have, an init or probe that failed), or about a signature, where 6.1 names no module ("Loading of
+# module with unavailable key is rejected", lockdown's "unsigned module loading is restricted").
+_AMDGPU_REFUSAL = re.compile(
+    r"module verification failed|disagrees about version of symbol|Unknown symbol|probe of \S+ failed|"
+    r"Fatal error during GPU init|initialization failed|failed to load",
+    re.IGNORECASE,
+)
+_SIGNATURE_REFUSAL = re.compile(r"Loading of .*module.* is rejected|Key was rejected|module loading is restricted")
+
+
+def _is_refusal(message: str) -> bool:
+    return bool(_SIGNATURE_REFUSAL.search(message)) or ("amdgpu" in message and bool(_AMDGPU_REFUSAL.search(message)))
+
+
+_PROGRAM = f"""\
+#!/bin/sh
+# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. modprobe runs it to load amdgpu (the
+# `install amdgpu` rule in /{RULE}), in the initramfs and after it, with the module's
+# options as arguments. On a fallback boot (rdna1_kmgr.boot=fallback, put there by GRUB) it loads the
+# distribution's amdgpu and never opens the rdna1-kmgr file; on any other boot the file the module index gives,
+# and the distribution's at once when the kernel refuses that one. Only sh, cat, uname and kmod: the initramfs
+# has no more. What it did goes to the kernel log (`rdna1-kmgr status` reads it there).
+set -f
+
+say() {{
+	echo "<4>{MARK}$*" > /dev/kmsg 2>/dev/null || :
+}}
+
+# The stock module has no rdna1_quirks: leave it out rather than have the kernel warn about it.
+options=""
+for option in "$@"; do
+	case "$option" in
+	rdna1_quirks=*) ;;
+	*) options="$options $option" ;;
+	esac
+done
+
+stock() {{
+	for file in /lib/modules/"$(uname -r)"/{STOCK_DIR}/amdgpu.ko*; do
+		[ -f "$file" ] || continue
+		say "{FALLBACK_LOAD} ($file): $1"
+		# its dependencies first, by name, as modprobe would
+		deps=$(/sbin/modinfo -F depends "$file") || deps=""
+		IFS=,
+		set -- $deps
+		IFS=' '
+		[ $# -eq 0 ] || /sbin/modprobe --ignore-install -a "$@" || :
+		exec /sbin/insmod "$file" $options
+	done
+	say "the distribution's amdgpu is not in /lib/modules/$(uname -r)/{STOCK_DIR}"
+	exit 1
+}}
+
+read -r cmdline < /proc/cmdline
+case " $cmdline " in
+*" rdna1_kmgr.boot=fallback "*) stock "a fallback boot (rdna1_kmgr.boot=fallback)" ;;
+esac
+/sbin/modprobe --ignore-install amdgpu "$@" && exit 0
+status=$?
+say "{REFUSED} ($(/sbin/modinfo -n amdgpu 2>/dev/null), modprobe exit status $status)"
+stock "the kernel refused the rdna1-kmgr file (its reason is in the lines before)"
+"""
+
+
+def rule_text() -> str:
+    return (
+        "# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. amdgpu loads through rdna1-kmgr's\n"
+        "# loader: the distribution's own amdgpu on a fallback boot, or when the kernel refuses the rdna1-kmgr one.\n"
+        f"install amdgpu /{LOADER} $CMDLINE_OPTS\n"
+    )
+
+
+def program_text() -> str:
+    return _PROGRAM
+
+
+def files(root: TargetRoot) -> dict[Path, tuple[str, int]]:
+    """The rule and the program: path -> (content, mode). The initramfs tool adds its own hook."""
+    return {
+        root.path / LOADER: (program_text(), 0o755),
+        root.path / RULE: (rule_text(), 0o644),
+    }
+
+
+@dataclass(frozen=True)
+class LoadedAmdgpu:
+    """Which amdgpu file this boot runs, and the loader's and the kernel's words on why."""
+
+    which: str  # "rdna1-kmgr", "distribution" or "none"
+    loader_lines: tuple[str, ...]  # what the loader wrote to the kernel log this boot
+    refusal_lines: tuple[str, ...]  # the kernel's reasons for refusing a module file this boot
+
+    @property
+    def refused(self) -> bool:
+        """The rdna1-kmgr file was tried this boot and the kernel did not take it."""
+        return any(REFUSED in line for line in self.loader_lines)
+
+    def to_json(self) -> dict:
+        return {"file": self.which, "loader": list(self.loader_lines), "kernel": list(self.refusal_lines)}
+
+    def describe(self) -> str:
+        if self.which == "none":
+            return "amdgpu is not loaded"
+        if self.which == "rdna1-kmgr":
+            return "the rdna1-kmgr amdgpu (with rdna1_quirks) is loaded"
+        why = "; ".join(self.refusal_lines[-2:] + self.loader_lines[-1:]) or "the loader said nothing"
+        return f"the distribution's amdgpu is loaded: {why}"
+
+
+def loaded(root: TargetRoot) -> LoadedAmdgpu:
+    module = root.sys_module / "amdgpu"
+    if not module.is_dir():
+        which = "none"
+    elif (module / "parameters/rdna1_quirks").is_file():
+        which = "rdna1-kmgr"  # only the rdna1-kmgr build has this parameter
+    else:
+        which = "distribution"
+    records = kmsg.records(root.path)
+    ours = tuple(r.message[len(MARK) :] for r in records if r.message.startswith(MARK))
+    refusals = tuple(r.message for r in records if _is_refusal(r.message) and not r.message.startswith(MARK))
+    return LoadedAmdgpu(which, ours, refusals)
