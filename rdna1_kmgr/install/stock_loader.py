@@ -65,7 +65,6 @@ _PROGRAM = f"""\
 # distribution's amdgpu and never opens the rdna1-kmgr file; on any other boot the file the module index gives,
 # and the distribution's at once when the kernel refuses that one. Only sh, cat, uname and kmod: the initramfs
 # has no more. What it did goes to the kernel log (`rdna1-kmgr status` reads it there).
-set -f
 
 say() {{
 	echo "<4>{MARK}$*" > /dev/kmsg 2>/dev/null || :
@@ -90,6 +89,7 @@ stock() {{
 		set -- $deps
 		IFS=' '
 		[ $# -eq 0 ] || /sbin/modprobe --ignore-install -a "$@" || :
+		set -f  # the options are words, not file patterns
 		exec /sbin/insmod "$file" $options
 	done
 	say "the distribution's amdgpu is not in /lib/modules/$(uname -r)/{STOCK_DIR}"

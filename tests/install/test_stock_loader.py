@@ -1,0 +1,112 @@
+"""The stock-amdgpu loader's program (install/stock_loader.py), run by sh the way modprobe's `install` rule runs
+it, with kmod's programs, /proc/cmdline, /dev/kmsg and /lib/modules replaced inside a private mount namespace
+(fast; root). The real thing, in a whole system's initramfs with a file the real kernel refuses, is
+test_boot_guard.py; this one covers each branch and what it hands to the kernel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rdna1_kmgr.install import stock_loader
+from rdna1_kmgr.install.target_root import TargetRoot
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare for a mount namespace"
+)
+
+KERNEL = os.uname().release
+STOCK = f"/lib/modules/{KERNEL}/{stock_loader.STOCK_DIR}/amdgpu.ko"
+PATCHED = f"/lib/modules/{KERNEL}/updates/dkms/amdgpu.ko"
+
+# Each stand-in writes its argv to the calls file; modprobe fails for amdgpu when told to.
+RECORDER = """#!/bin/sh
+echo "$(basename "$0") $*" >> {calls}
+case "$(basename "$0") $*" in
+"modinfo -F depends "*) echo "drm_ttm_helper,ttm,drm_display_helper" ;;
+"modinfo -n amdgpu") echo {patched} ;;
+"modprobe --ignore-install amdgpu"*) exit {modprobe_rc} ;;
+esac
+exit 0
+"""
+
+
+def run_loader(tmp_path: Path, cmdline: str, options: list[str], modprobe_rc: int = 0) -> tuple[list[str], list[str]]:
+    """(the programs it ran, the kernel log lines it wrote)."""
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    fakes = {}
+    for name in ("modprobe", "insmod", "modinfo"):
+        fakes[name] = tmp_path / name
+        fakes[name].write_text(RECORDER.format(calls=calls, patched=PATCHED, modprobe_rc=modprobe_rc))
+        fakes[name].chmod(0o755)
+    (tmp_path / "cmdline").write_text(cmdline + "\n")
+    modules = tmp_path / "modules"
+    (modules / KERNEL / stock_loader.STOCK_DIR).mkdir(parents=True, exist_ok=True)
+    (modules / KERNEL / stock_loader.STOCK_DIR / "amdgpu.ko").write_bytes(b"\x7fELF")
+    loader = tmp_path / "amdgpu-loader"
+    loader.write_text(stock_loader.program_text())
+    kmsg = tmp_path / "kmsg"
+    os.mkfifo(kmsg)
+    reader = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
+    keep_open = os.open(kmsg, os.O_WRONLY)  # no EOF between the program's writes
+    binds = [
+        (fakes["modprobe"], "/sbin/modprobe"),
+        (fakes["insmod"], "/sbin/insmod"),
+        (fakes["modinfo"], "/sbin/modinfo"),
+        (tmp_path / "cmdline", "/proc/cmdline"),
+        (kmsg, "/dev/kmsg"),
+        (modules, "/lib/modules"),
+    ]
+    script = "".join(f'mount --bind "{src}" "{dst}" && ' for src, dst in binds) + 'exec sh "$0" "$@"'
+    try:
+        proc = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(loader), *options],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        try:
+            written = os.read(reader, 65536).decode()
+        except BlockingIOError:  # it wrote nothing
+            written = ""
+    finally:
+        os.close(keep_open)
+        os.close(reader)
+    return calls.read_text().splitlines(), [line[3:] for line in written.splitlines()]  # "<4>" priority
+
+
+def test_stock_loader_fallback_boot_never_opens_the_rdna1_kmgr_file(tmp_path):
+    calls, said = run_loader(tmp_path, "ro amdgpu.rdna1_quirks=0 rdna1_kmgr.boot=fallback", ["rdna1_quirks=0", "dc=1"])
+    assert calls == [
+        f"modinfo -F depends {STOCK}",
+        "modprobe --ignore-install -a drm_ttm_helper ttm drm_display_helper",
+        f"insmod {STOCK} dc=1",  # the stock module has no rdna1_quirks
+    ]
+    assert len(said) == 1 and said[0].startswith(f"rdna1-kmgr: loading the distribution's amdgpu ({STOCK})")
+
+
+def test_stock_loader_other_boots_load_what_the_index_gives(tmp_path):
+    calls, said = run_loader(tmp_path, "ro amdgpu.rdna1_quirks=0x3 rdna1_kmgr.boot=confirmed", ["rdna1_quirks=0x3"])
+    assert calls == ["modprobe --ignore-install amdgpu rdna1_quirks=0x3"] and said == []
+
+
+def test_stock_loader_a_refused_file_is_followed_by_the_stock_one(tmp_path):
+    calls, said = run_loader(tmp_path, "ro rdna1_kmgr.boot=trial", ["rdna1_quirks=0x3"], modprobe_rc=1)
+    assert calls[0] == "modprobe --ignore-install amdgpu rdna1_quirks=0x3"
+    assert calls[-1] == f"insmod {STOCK}"
+    assert said[0] == f"rdna1-kmgr: {stock_loader.REFUSED} ({PATCHED}, modprobe exit status 1)"
+    assert said[1].startswith("rdna1-kmgr: loading the distribution's amdgpu")
+    assert "the kernel refused" in said[1]
+
+
+def test_stock_loader_rule_names_the_program_and_passes_the_options():
+    rule = stock_loader.rule_text()
+    assert f"install amdgpu /{stock_loader.LOADER} $CMDLINE_OPTS" in rule.splitlines()
+    files = stock_loader.files(TargetRoot(Path("/x")))
+    assert files[Path("/x") / stock_loader.LOADER][1] == 0o755
