@@ -66,11 +66,11 @@ class InitramfsTool:
         """Where to unpack an image (None: the system's temporary folder)."""
         return None
 
-    def loader_hooks(self, loader: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
-        """The files that put the stock-amdgpu loader (`/loader`, install/stock_loader.py) in this tool's images
-        and, where an image carries amdgpu, the distribution's amdgpu from `stock_dir` (under the kernel's
-        module folder) beside ours: path -> (content, mode). None here: a tool not supported yet is refused
-        before anything changes (require_supported)."""
+    def loader_hooks(self, loader: str, rule: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+        """The files that put the stock-amdgpu loader (the modprobe rule `/rule` and its program `/loader`,
+        install/stock_loader.py) in this tool's images and, where an image carries amdgpu, the distribution's
+        amdgpu from `stock_dir` (under the kernel's module folder) beside ours: path -> (content, mode).
+        None here: a tool not supported yet is refused before anything changes (require_supported)."""
         return {}
 
     def require_supported(self) -> None:
@@ -138,8 +138,9 @@ class InitramfsTools(InitramfsTool):
     def extract(self, image: Path, dest: Path) -> None:
         runner.run(["unmkinitramfs", str(image), str(dest)], timeout=300, doing=f"unmkinitramfs {image}")
 
-    def loader_hooks(self, loader: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
-        # mkinitramfs runs the hooks after it copied the modules, so the hook sees whether amdgpu is in.
+    def loader_hooks(self, loader: str, rule: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+        # mkinitramfs copies /etc/modprobe.d (the rule) itself, and runs the hooks after it copied the modules,
+        # so the hook sees whether amdgpu is in.
         hook = f"""\
 #!/bin/sh
 # Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. The initramfs gets rdna1-kmgr's amdgpu
@@ -201,8 +202,9 @@ class Dracut(InitramfsTool):
         else:
             runner.run(self._inside(["env", "-C", self._own(dest), *command]), doing=f"lsinitrd --unpack {image}")
 
-    def loader_hooks(self, loader: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
-        # Written, not yet booted here: the boot tests run Debian's initramfs-tools.
+    def loader_hooks(self, loader: str, rule: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+        # dracut carries /etc/modprobe.d in host-only images only: the rule is put in by name. Booted here: no
+        # (the boot tests run Debian's initramfs-tools); the image's content is tested (test_dracut.py).
         module = f"""\
 #!/bin/bash
 # Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. The image gets rdna1-kmgr's amdgpu loader
@@ -211,7 +213,7 @@ class Dracut(InitramfsTool):
 check() {{ return 0; }}
 depends() {{ return 0; }}
 install() {{
-    inst_multiple /{loader} insmod modinfo
+    inst_multiple /{loader} /{rule} insmod modinfo
     if [[ -n "$(find -H "$initdir/lib/modules/$kernel" -name 'amdgpu.ko*' -print -quit)" ]]; then
         local file
         for file in "$srcmods"/{stock_dir}/amdgpu.ko*; do

@@ -316,7 +316,7 @@ def plan_steps(
 def loader_step(root: TargetRoot, tool: initramfs.InitramfsTool) -> Step:
     """The stock-amdgpu loader's rule and program, and the initramfs tool's hook; before the initramfs is made,
     so the image carries them. Files only: rollback removes them and remakes the initramfs without them."""
-    wanted = {**stock_loader.files(root), **tool.loader_hooks(stock_loader.LOADER, stock_loader.STOCK_DIR)}
+    wanted = stock_loader.files(root, tool)
     dirs = sorted({d for path in wanted for d in _parents_to_create(path.parent)}, key=lambda d: -len(d.parts))
 
     def write() -> None:

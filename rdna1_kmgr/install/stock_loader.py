@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.host import kmsg
+from rdna1_kmgr.install.initramfs import InitramfsTool
 from rdna1_kmgr.install.target_root import TargetRoot
 
 LOADER = "usr/local/lib/rdna1-kmgr/amdgpu-loader"
@@ -119,11 +120,13 @@ def program_text() -> str:
     return _PROGRAM
 
 
-def files(root: TargetRoot) -> dict[Path, tuple[str, int]]:
-    """The rule and the program: path -> (content, mode). The initramfs tool adds its own hook."""
+def files(root: TargetRoot, tool: InitramfsTool) -> dict[Path, tuple[str, int]]:
+    """The rule, the program and the initramfs tool's hook that puts them in its images: path -> (content,
+    mode)."""
     return {
         root.path / LOADER: (program_text(), 0o755),
         root.path / RULE: (rule_text(), 0o644),
+        **tool.loader_hooks(LOADER, RULE, STOCK_DIR),
     }
 
 

@@ -20,7 +20,7 @@ from conftest import persistent_cache_root
 from sysfs_fixtures import FakeSysroot
 from test_module_install import AMD_TREE, CLI, pristine, verdict_record  # noqa: F401 (pristine: a fixture)
 
-from rdna1_kmgr.install import initramfs
+from rdna1_kmgr.install import initramfs, stock_loader
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.source import apt_sources
@@ -175,3 +175,26 @@ def test_dracut_commands_run_inside_a_root_that_has_dracut(tmp_path):
         "K",
         "/boot/initramfs-K.img",
     ]
+
+
+def test_dracut_image_carries_the_stock_loader_and_both_amdgpu_files(dracut_system):
+    """The stock-amdgpu loader's dracut module (install/initramfs.py) in a real dracut run: the image gets the
+    modprobe rule (dracut's generic image carries no /etc/modprobe.d of its own), its program, and the
+    distribution's amdgpu beside the installed one, so a fallback boot can load it before the root is mounted."""
+    s = dracut_system
+    kernel, tool = s["kernel"], s["tool"]
+    installed = cli(s, "install", "--cert", str(s["pristine"].keys.cert))
+    assert installed.returncode == 0, installed.stderr
+    root = TargetRoot(s["root"])
+    for path, (text, mode) in stock_loader.files(root, tool).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(mode)
+    tool.regenerate(kernel)
+    files = tool.list_files(s["root"] / "boot" / f"initramfs-{kernel}.img")
+    assert stock_loader.LOADER in files and stock_loader.RULE in files, [f for f in files if "rdna1" in f]
+    amdgpu = sorted(f for f in files if f.endswith(("/amdgpu.ko", "/amdgpu.ko.xz")))
+    assert len(amdgpu) == 2 and any("/updates/dkms/" in f for f in amdgpu), amdgpu
+    assert any(f"/{stock_loader.STOCK_DIR}/" in f for f in amdgpu), amdgpu
+    # the carried index still gives the installed module: the stock file is only for the loader's insmod
+    assert "/updates/dkms/" in tool.carried_module(kernel, "amdgpu").resolved

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.install import stock_loader
+from rdna1_kmgr.install import initramfs, stock_loader
 from rdna1_kmgr.install.target_root import TargetRoot
 
 pytestmark = pytest.mark.skipif(
@@ -108,5 +108,8 @@ def test_stock_loader_a_refused_file_is_followed_by_the_stock_one(tmp_path):
 def test_stock_loader_rule_names_the_program_and_passes_the_options():
     rule = stock_loader.rule_text()
     assert f"install amdgpu /{stock_loader.LOADER} $CMDLINE_OPTS" in rule.splitlines()
-    files = stock_loader.files(TargetRoot(Path("/x")))
+    root = TargetRoot(Path("/x"))
+    files = stock_loader.files(root, initramfs.InitramfsTools(root))
     assert files[Path("/x") / stock_loader.LOADER][1] == 0o755
+    hook = files[Path("/x/etc/initramfs-tools/hooks/rdna1-kmgr")][0]
+    assert f"copy_exec /{stock_loader.LOADER}" in hook and f"/{stock_loader.STOCK_DIR}/amdgpu.ko*" in hook
