@@ -170,10 +170,9 @@ def ccache_env() -> dict[str, str]:
         "CCACHE_DIR": str(ccache_dir()),
         "CCACHE_BASEDIR": str(cache_dir() / "kbuild"),
         "CCACHE_NOHASHDIR": "1",
-        # No depend mode: it keys on every included file's content, and autoconf.h differs between any two
-        # releases (CONFIG_BUILD_SALT), so a point release would never hit. The preprocessor mode keys on
-        # what the compiler reads; a miss compiles that preprocessed file (no second preprocessor run), so a
-        # cold build costs about what a plain one does.
+        # Direct mode first (rdna1-kbuild keeps the build salt out of its key: a point release hits without
+        # the preprocessor), then the preprocessor mode; a miss compiles that preprocessed file (no second
+        # preprocessor run), so a cold build costs about what a plain one does.
         "CCACHE_NOCPP2": "1",
     }
 

@@ -417,3 +417,29 @@ def test_a_kernel_upgrade_does_not_build_the_package_on_its_own(sandbox):
     assert result.returncode == 0, result.stdout + result.stderr
     assert [(e.version, e.state) for e in dkms.status("rdna1hello", sandbox.trees)] == [(package.version, "added")]
     assert list((install_tree / sandbox.kernel).rglob("*.ko*")) == []
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
+def test_ccache_key_leaves_out_the_build_salt_and_keeps_the_rest_of_the_configuration(tmp_path, monkeypatch):
+    """rdna1-kbuild's ccache settings with the real ccache, on a file that includes autoconf.h the way kbuild's
+    objects do (-I./include): a changed CONFIG_BUILD_SALT alone is a direct hit (no preprocessor run); any other
+    changed option compiles again."""
+    kbuild = load_kbuild_script()
+    obj, view, cache = tmp_path / "obj", tmp_path / "view", tmp_path / "ccache"
+    (obj / "include/generated").mkdir(parents=True)
+    view.mkdir()
+    (obj / "a.c").write_text("#include <generated/autoconf.h>\nint f(void) { return CONFIG_X; }\n")
+    monkeypatch.setenv("CCACHE_DIR", str(cache))
+
+    def compile_with(salt: str, x: int) -> dict[str, int]:
+        (obj / kbuild.AUTOCONF).write_text(f'{kbuild.SALT}"{salt}"\n#define CONFIG_X {x}\n')
+        env = {**os.environ, **kbuild.ccache_view_env(view, obj), "CCACHE_NOHASHDIR": "1"}
+        subprocess.run(["ccache", "-z"], env=env, check=True, capture_output=True)
+        subprocess.run(["ccache", "gcc", "-I./include", "-c", "a.c"], cwd=obj, env=env, check=True)
+        out = subprocess.run(["ccache", "--print-stats"], env=env, check=True, capture_output=True, text=True).stdout
+        return {k: int(v) for k, v in (line.split("\t") for line in out.splitlines()) if v.isdigit()}
+
+    assert compile_with("6.1.0-55-amd64", 1)["cache_miss"] == 1
+    assert compile_with("6.1.0-56-amd64", 1)["direct_cache_hit"] == 1  # another release, same configuration
+    assert compile_with("6.1.0-56-amd64", 2)["cache_miss"] == 1  # an option changed: compiled again
+    assert (view / "autoconf-without-salt.h").read_text() == "#define CONFIG_X 2\n"

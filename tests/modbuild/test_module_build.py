@@ -111,7 +111,8 @@ def test_a_point_release_build_takes_its_objects_from_the_compiler_cache(sandbox
     names. Their headers differ in names only (read by hand in the two packages: CONFIG_BUILD_SALT, the release,
     LINUX_PACKAGE_ID, and the -common folder's name in every include path). So the newer kernel's build of the
     same patch set compiles, in a fresh kbuild tree, only what carries the release: the module's .mod.c (its
-    vermagic); main.o and table.o come from the cache."""
+    vermagic); main.o and table.o come from the cache, by direct lookup (no preprocessor run: rdna1-kbuild keeps
+    the build salt out of ccache's key)."""
     older, newer = headers_61_point_release
     first = hello_build(replace(sandbox, kernel=older), "greetings-point")
     assert "building in the version-neutral view" in first.log.read_text()
@@ -120,9 +121,9 @@ def test_a_point_release_build_takes_its_objects_from_the_compiler_cache(sandbox
     second = hello_build(replace(sandbox, kernel=newer), "greetings-point")
     after = ccache_stats(folder)
     assert second.kernel == newer and not second.reused and second.compiled >= 2
-    hits = sum(after[k] - before.get(k, 0) for k in ("direct_cache_hit", "preprocessed_cache_hit"))
+    direct = after["direct_cache_hit"] - before.get("direct_cache_hit", 0)
     misses = after["cache_miss"] - before["cache_miss"]
-    assert misses == 1 and hits >= 2, (hits, misses)
+    assert misses == 1 and direct >= 2, (direct, misses, after)
     assert (
         f"vermagic:       {newer} "
         in subprocess.run(["modinfo", str(second.module)], capture_output=True, text=True, check=True).stdout
