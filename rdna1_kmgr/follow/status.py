@@ -306,7 +306,7 @@ def text_lines(result: dict) -> list[str]:
             f"{guard['next_boot']} (grubenv rdna1_kmgr={guard['state'] or 'unset'}, mask {guard['mask']})"
         )
         if guard.get("loaded"):
-            lines.append(f"amdgpu        {guard['loaded']['says']}")
+            lines.append(f"amdgpu loaded {guard['loaded']['says']}")
         lines.append(f"              {guard['message']}")
     if not result["kernels"]:
         lines.append("no kernel has an rdna1-kmgr build or install")

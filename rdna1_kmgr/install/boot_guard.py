@@ -326,8 +326,8 @@ def describe(root: TargetRoot) -> dict:
 def message(boot: str | None, state: str | None, amdgpu: stock_loader.LoadedAmdgpu | None = None) -> str:
     if boot in ("trial", "confirmed") and amdgpu is not None and amdgpu.refused:
         return (
-            "rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu this boot, so the distribution's amdgpu was "
-            f"loaded instead ({amdgpu.describe()}); the next boots load the distribution's amdgpu. Fix the cause "
+            f"rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu this boot ({amdgpu.reason}), so the "
+            "distribution's amdgpu was loaded instead, and the next boots load it too. Fix the cause "
             "(`rdna1-kmgr keys status` if it is the signing key), then `rdna1-kmgr retry`."
         )
     if boot == "fallback" and state == REFUSED:

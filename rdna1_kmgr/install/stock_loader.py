@@ -146,13 +146,21 @@ class LoadedAmdgpu:
     def to_json(self) -> dict:
         return {"file": self.which, "loader": list(self.loader_lines), "kernel": list(self.refusal_lines)}
 
+    @property
+    def reason(self) -> str:
+        """The kernel's words on why it refused a module file this boot (its last two lines)."""
+        return "; ".join(self.refusal_lines[-2:]) or "the kernel log says no more"
+
     def describe(self) -> str:
         if self.which == "none":
             return "amdgpu is not loaded"
         if self.which == "rdna1-kmgr":
-            return "the rdna1-kmgr amdgpu (with rdna1_quirks) is loaded"
-        why = "; ".join(self.refusal_lines[-2:] + self.loader_lines[-1:]) or "the loader said nothing"
-        return f"the distribution's amdgpu is loaded: {why}"
+            return "the rdna1-kmgr amdgpu (it has rdna1_quirks)"
+        if self.refused:
+            return f"the distribution's amdgpu: the kernel refused the rdna1-kmgr file ({self.reason})"
+        if any(FALLBACK_LOAD in line for line in self.loader_lines):
+            return "the distribution's amdgpu: a fallback boot does not load the rdna1-kmgr file"
+        return "the distribution's amdgpu"
 
 
 def loaded(root: TargetRoot) -> LoadedAmdgpu:

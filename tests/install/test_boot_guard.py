@@ -6,10 +6,14 @@ One system per module, driven through its boots in order, each test the next cha
     2. the trial boot: GRUB put the mask on the command line, amdgpu came from the initramfs with the quirks
        on, the confirm timer confirmed it; then `retry` arms one more trial
     3. that trial is killed (the VM destroyed) once amdgpu has loaded in the initramfs
-    4. the next boot, with no keyboard action: quirks off, and it says so (console, /run/issue.d, the journal,
-       `status`); `retry`
-    5. the trial again: quirks on; `confirm` by hand; `rollback`
-    6. stock amdgpu, and nothing of the tool in /etc, /boot, the initramfs or GRUB
+    4. the next boot, with no keyboard action: the distribution's amdgpu file, from the initramfs, and it says
+       so (console, /etc/issue.d, the journal, `status`); `retry`
+    5. the trial again: quirks on; `confirm` by hand; then the installed module's version of one symbol is
+       broken (a CRC in its __versions, changed in the guest) and the initramfs remade
+    6. a confirmed boot whose rdna1-kmgr file the kernel refuses: the distribution's amdgpu in that same boot,
+       from the initramfs, and the guard turns later boots into fallback boots
+    7. the next boot, by itself: a fallback boot that never opens the rdna1-kmgr file; `rollback`
+    8. stock amdgpu, and nothing of the tool in /etc, /boot, the initramfs or GRUB
 
 Boots run under TCG: ~1-3 min each here; the install boot longer (update-initramfs, update-grub).
 """
@@ -41,6 +45,35 @@ echo "FACT initramfs_amdgpu=$(lsinitramfs /boot/initrd.img-{kernel} | grep '/amd
 # amdgpu initialised before the initramfs mounted the root file system: loaded from the initramfs
 echo "FACT amdgpu_line=$(dmesg | grep -n '{loaded}' | head -1 | cut -d: -f1)"
 echo "FACT rootmount_line=$(dmesg | grep -n 'EXT4-fs (vda1): mounted' | head -1 | cut -d: -f1)"
+# what the stock-amdgpu loader wrote to the kernel log, and the kernel's refusals of a module file
+echo "FACT loader=$(dmesg | grep 'rdna1-kmgr:' | tr '\\n' '|')"
+echo "FACT symbol_refusals=$(dmesg | grep -c 'amdgpu: disagrees about version of symbol')"
+"""
+
+# Breaks the installed module's version of the first symbol it imports (__versions: 8-byte CRC, 56-byte
+# name, in ELF64 little endian), as a module built against other headers would be: the kernel refuses the file.
+BREAK_SYMBOL_VERSION = """
+python3 - "$1" <<'PY'
+import struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+shoff, = struct.unpack_from("<Q", data, 0x28)
+shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+def section(i):
+    name, _, _, _, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+    return name, offset, size
+_, strtab, _ = section(shstrndx)
+for i in range(shnum):
+    name, offset, size = section(i)
+    if data[strtab + name:].split(b"\\0", 1)[0] == b"__versions":
+        symbol = data[offset + 8:offset + 64].split(b"\\0", 1)[0].decode()
+        data[offset] ^= 0xFF
+        open(path, "wb").write(data)
+        print(f"FACT broken_symbol={symbol}")
+        break
+else:
+    sys.exit("no __versions section")
+PY
 """
 
 
@@ -58,6 +91,12 @@ class Story:
         assert boot.step_rc == 0, f"the step failed ({boot.step_rc}):\n{boot.step_out[-4000:]}\n{boot.tail(30)}"
         return boot, facts(boot.step_out)
 
+    def assert_stock_from_initramfs(self, found: dict) -> None:
+        """The distribution's amdgpu file runs (its build id), loaded before the root file system was mounted."""
+        assert found["quirks"] == "none", found
+        assert found["loaded_buildid"] == self.stock_buildid != found["file_buildid"], found
+        assert int(found["amdgpu_line"]) < int(found["rootmount_line"]), found
+
     def assert_active_from_initramfs(self, found: dict) -> None:
         assert int(found["quirks"], 0) == int(self.mask, 0), found
         assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found
@@ -65,6 +104,20 @@ class Story:
         assert found["loaded_buildid"] == found["file_buildid"] != self.stock_buildid, found
         assert "updates/dkms/amdgpu.ko" in found["initramfs_amdgpu"], found
         assert int(found["amdgpu_line"]) < int(found["rootmount_line"]), found
+
+
+# Ubuntu's recordfail, in the shape of its GRUB scripts (00_header defines the function, each 10_linux entry
+# calls it before the kernel line; grub-common's boot service unsets it once the system is up), so both save_env
+# users share this image's grubenv as they do on Ubuntu. Left out: the 30 s menu wait a set recordfail causes.
+UBUNTU_RECORDFAIL = """#!/bin/sh
+cat <<'EOF'
+function recordfail {
+  set recordfail=1
+  if [ -n "${have_grubenv}" ]; then if [ -z "${boot_once}" ]; then save_env recordfail; fi; fi
+}
+recordfail
+EOF
+"""
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +131,9 @@ def story(built_module_61, wholesystem_image_61, tmp_path_factory) -> Story:
         copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
         copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)
         copy_into(root, Path("/var/lib/dkms/mok.pub"))
+        recordfail = root / "etc/grub.d/05_ubuntu_recordfail"
+        recordfail.write_text(UBUNTU_RECORDFAIL)
+        recordfail.chmod(0o755)
         stock_file = root / "lib/modules" / kernel / "kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko"
         notes = subprocess.run(["readelf", "-n", str(stock_file)], capture_output=True, text=True, check=True).stdout
         stock = notes.split("Build ID:")[1].split()[0]
@@ -128,6 +184,9 @@ def test_boot_guard_killed_trial_is_followed_by_a_stock_boot(story):
     assert "rdna1_kmgr.boot=trial" in killed.console and f"amdgpu.rdna1_quirks={story.mask}" in killed.console
 
     boot, found = story.step("""
+# what Ubuntu's grub-common service does once the system is up
+grub-editenv /boot/grub/grubenv unset recordfail
+echo "FACT grubenv_recordfail_cleared=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
 cat /etc/issue.d/rdna1-kmgr.issue /run/motd.d/rdna1-kmgr
 journalctl -b --no-pager -u rdna1-kmgr-boot-check.service
 rdna1-kmgr status
@@ -137,7 +196,13 @@ mkdir -p /etc/systemd/system/rdna1-kmgr-confirm.timer.d
 printf '[Timer]\\nOnBootSec=\\nOnBootSec=3600\\n' > /etc/systemd/system/rdna1-kmgr-confirm.timer.d/test.conf
 """)
     assert "amdgpu.rdna1_quirks=0 " in found["cmdline"] + " " and "rdna1_kmgr.boot=fallback" in found["cmdline"]
-    assert int(found["quirks"], 0) == 0, found
+    story.assert_stock_from_initramfs(found)
+    assert "a fallback boot" in found["loader"] and "did not load" not in found["loader"], found
+    # both save_env users side by side in one grubenv (recordfail saved by this boot, `trying` by the killed one);
+    # clearing recordfail, as Ubuntu does once up, keeps the guard's state
+    assert "recordfail=1" in found["grubenv"] and "rdna1_kmgr=trying" in found["grubenv"], found
+    cleared = found["grubenv_recordfail_cleared"]
+    assert "recordfail" not in cleared and "rdna1_kmgr=trying" in cleared and f"rdna1_kmgr_mask={story.mask}" in cleared
     assert "did not confirm" in boot.step_out  # issue.d, motd, the journal and status all say it
     assert boot.step_out.count("did not confirm") >= 4, boot.step_out[-3000:]
     # agetty's banner: /etc/issue ("Debian GNU/Linux 12 <host> ttyS0"), then /etc/issue.d, then the prompt
@@ -147,15 +212,49 @@ printf '[Timer]\\nOnBootSec=\\nOnBootSec=3600\\n' > /etc/systemd/system/rdna1-km
 
 
 def test_boot_guard_retry_is_active_again_and_confirms_by_hand(story):
-    _, found = story.step(f"""
+    _, found = story.step(
+        f"""
 rdna1-kmgr confirm
 rm -r /etc/systemd/system/rdna1-kmgr-confirm.timer.d
 echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
-rdna1-kmgr rollback --kernel {story.kernel} --yes
-""")
+break_symbol_version() {{ {BREAK_SYMBOL_VERSION} }}
+break_symbol_version /lib/modules/{story.kernel}/updates/dkms/amdgpu.ko
+update-initramfs -u -k {story.kernel}
+"""
+    )
     assert "rdna1_kmgr.boot=trial" in found["cmdline"]
     story.assert_active_from_initramfs(found)
     assert "rdna1_kmgr=confirmed" in found["grubenv_after"]
+    assert found["broken_symbol"], found
+
+
+def test_boot_guard_refused_file_is_followed_by_the_stock_one_in_the_same_boot(story):
+    """The kernel refuses the rdna1-kmgr file (a symbol version it does not export): the loader loads the
+    distribution's file in the initramfs, and the boot-check makes the next boots fallback boots."""
+    boot, found = story.step("""
+rdna1-kmgr status
+cat /etc/issue.d/rdna1-kmgr.issue
+echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+""")
+    assert "rdna1_kmgr.boot=confirmed" in found["cmdline"], found
+    assert int(found["symbol_refusals"]) >= 1, "the kernel did not refuse the broken file"
+    assert "did not load" in found["loader"] and "loading the distribution's amdgpu" in found["loader"], found
+    story.assert_stock_from_initramfs(found)
+    assert "rdna1_kmgr=refused" in found["grubenv_after"], found
+    assert boot.step_out.count("refused the rdna1-kmgr amdgpu this boot") >= 2, boot.step_out[-3000:]  # status, issue
+    assert "disagrees about version of symbol" in boot.step_out  # status gives the kernel's reason
+
+
+def test_boot_guard_boot_after_a_refusal_never_opens_the_file(story):
+    boot, found = story.step(f"""
+rdna1-kmgr status
+rdna1-kmgr rollback --kernel {story.kernel} --yes
+""")
+    assert "rdna1_kmgr.boot=fallback" in found["cmdline"], found
+    story.assert_stock_from_initramfs(found)
+    assert found["symbol_refusals"] == "0" and "did not load" not in found["loader"], found
+    assert "a fallback boot" in found["loader"], found
+    assert "refused the rdna1-kmgr amdgpu in an earlier boot" in boot.step_out
 
 
 def test_boot_guard_rollback_leaves_stock_and_nothing_of_the_tool(story):
