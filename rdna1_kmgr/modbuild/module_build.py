@@ -170,10 +170,10 @@ def ccache_env() -> dict[str, str]:
         "CCACHE_DIR": str(ccache_dir()),
         "CCACHE_BASEDIR": str(cache_dir() / "kbuild"),
         "CCACHE_NOHASHDIR": "1",
-        # Direct mode first (rdna1-kbuild keeps the build salt out of its key: a point release hits without
-        # the preprocessor), then the preprocessor mode; a miss compiles that preprocessed file (no second
-        # preprocessor run), so a cold build costs about what a plain one does.
-        "CCACHE_NOCPP2": "1",
+        # Depend mode: the key is the source and every header the compiler's own dependency file names (kbuild
+        # asks for one: -Wp,-MMD), so no compile ever runs the preprocessor twice and a cold build costs about
+        # what a plain one does. rdna1-kbuild keeps the build salt out of that key, so a point release hits.
+        "CCACHE_DEPEND": "1",
     }
 
 

@@ -19,7 +19,7 @@ from dkms_helpers import installed_releases, make_keys, make_sandbox
 
 from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild import module_checks
+from rdna1_kmgr.modbuild import module_build, module_checks
 
 
 def load_kbuild_script():
@@ -421,9 +421,9 @@ def test_a_kernel_upgrade_does_not_build_the_package_on_its_own(sandbox):
 
 @pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
 def test_ccache_key_leaves_out_the_build_salt_and_keeps_the_rest_of_the_configuration(tmp_path, monkeypatch):
-    """rdna1-kbuild's ccache settings with the real ccache, on a file that includes autoconf.h the way kbuild's
-    objects do (-I./include): a changed CONFIG_BUILD_SALT alone is a direct hit (no preprocessor run); any other
-    changed option compiles again."""
+    """The build's ccache settings with the real ccache, on a file that includes autoconf.h the way kbuild's
+    objects do (-I./include, -Wp,-MMD): a changed CONFIG_BUILD_SALT alone is a direct hit (no preprocessor run);
+    any other changed option compiles again."""
     kbuild = load_kbuild_script()
     obj, view, cache = tmp_path / "obj", tmp_path / "view", tmp_path / "ccache"
     (obj / "include/generated").mkdir(parents=True)
@@ -433,9 +433,12 @@ def test_ccache_key_leaves_out_the_build_salt_and_keeps_the_rest_of_the_configur
 
     def compile_with(salt: str, x: int) -> dict[str, int]:
         (obj / kbuild.AUTOCONF).write_text(f'{kbuild.SALT}"{salt}"\n#define CONFIG_X {x}\n')
-        env = {**os.environ, **kbuild.ccache_view_env(view, obj), "CCACHE_NOHASHDIR": "1"}
+        # the build's own settings (module_build.ccache_env), then what rdna1-kbuild adds in the view
+        env = {**os.environ, **module_build.ccache_env(), "CCACHE_DIR": str(cache)}
+        env.update(kbuild.ccache_view_env(view, obj))
         subprocess.run(["ccache", "-z"], env=env, check=True, capture_output=True)
-        subprocess.run(["ccache", "gcc", "-I./include", "-c", "a.c"], cwd=obj, env=env, check=True)
+        compile_a = ["ccache", "gcc", "-Wp,-MMD,./.a.o.d", "-I./include", "-c", "a.c"]  # kbuild's dependency file
+        subprocess.run(compile_a, cwd=obj, env=env, check=True)
         out = subprocess.run(["ccache", "--print-stats"], env=env, check=True, capture_output=True, text=True).stdout
         return {k: int(v) for k, v in (line.split("\t") for line in out.splitlines()) if v.isdigit()}
 
