@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from secure_boot_console import MokManager
-from wholesystem import STEP_DIR, UEFI_SB, Boot, System, copy_into, facts, install_tool, new_system
+from wholesystem import UEFI_SB, Boot, System, copy_into, facts, install_tool, new_system
 
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 
