@@ -21,7 +21,6 @@ Boots run under TCG with OVMF's SMM: ~2-4 min each; the two MokManager boots end
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -34,7 +33,6 @@ pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 CONFIRM_AFTER = 20
 PASSWORD = "rdna1test"  # the one-time MOK password the owner chooses; typed again into MokManager
 CERT = "/var/lib/dkms/mok.pub"
-SCREENSHOT = Path(__file__).parents[2] / "docs/mokmanager.png"
 # What the kernel says when it refuses a module whose signing key it does not trust (lockdown or enforcement).
 REFUSED = re.compile(
     r"Loading of (unsigned module|module with unavailable key) is rejected|Key was rejected"
@@ -155,8 +153,6 @@ def test_secure_boot_mokmanager_enrolls_and_install_passes_the_gate(story, tmp_p
     manager = story.mokmanager("Enroll MOK", shot)
     print(f"MokManager screenshot: {shot} ({shot.stat().st_size if shot.exists() else 0} bytes)")
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", manager.seen
-    if not SCREENSHOT.exists() and SCREENSHOT.parent.is_dir():
-        shutil.copy(shot, SCREENSHOT)
     boot, found = story.step(
         "enrolled",
         f"""
