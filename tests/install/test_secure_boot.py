@@ -210,8 +210,11 @@ def test_secure_boot_revoked_key_the_kernel_refuses_the_patched_module(story):
         "revoked",
         f"""
 echo "FACT status=$(rdna1-kmgr keys status | grep enrollment)"
+# the file itself, past modprobe's rules: the kernel checks the signature before anything else
+echo "FACT insmod=$(insmod /lib/modules/{story.kernel}/updates/dkms/amdgpu.ko 2>&1 || true)"
 rdna1-kmgr rollback --kernel {story.kernel} --yes
 echo "FACT etc_boot=$(find /etc /boot -iname '*rdna1*' | tr '\\n' ' ')"
+echo "FACT esp=$(mountpoint /boot/efi), $(find /boot/efi -iname '*rdna1*' | wc -l) files of the tool"
 echo "FACT grubcfg=$(grep -c rdna1 /boot/grub/grub.cfg || true)"
 echo "FACT grubenv_rolled_back=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
 echo "FACT initramfs_updates=$(lsinitramfs /boot/initrd.img-{story.kernel} | grep -c -e updates/dkms -e rdna1 || true)"
@@ -222,6 +225,7 @@ echo "FACT initramfs_updates=$(lsinitramfs /boot/initrd.img-{story.kernel} | gre
     assert "is not enrolled" in found["enrollment"] and "not enrolled" in found["status"], found
     assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found  # still installed: the kernel refused it
     assert REFUSED.search(log), f"no refusal in the kernel's log:\n{log}"
+    assert "Key was rejected by service" in found["insmod"], found
     assert found["loaded_buildid"] != found["file_buildid"], found
 
 
@@ -233,6 +237,7 @@ def test_secure_boot_revoked_key_the_stock_amdgpu_takes_over(story):
 
 def test_secure_boot_rollback_leaves_nothing_of_the_tool(story):
     _, found = story.chapter("revoked")
-    assert found["etc_boot"] == "", found
+    assert found["etc_boot"] == "", found  # /boot/efi, the EFI system partition, included
+    assert found["esp"] == "/boot/efi is a mountpoint, 0 files of the tool", found
     assert found["grubcfg"] == "0" and "rdna1" not in found["grubenv_rolled_back"], found
     assert found["initramfs_updates"] == "0", found
