@@ -16,6 +16,19 @@ The base image is built once per kernel release and recipe version, and cached (
     the kernel on the serial console; then a first boot (kernel and initrd given to
     QEMU directly) runs grub-install on the disk and update-grub, so every later boot goes through GRUB.
 
+A second kind, "uefi-sb", is made from the base image (~1-2 min, cached beside it, its own recipe number):
+
+    $RDNA1_KMGR_TEST_CACHE/wholesystem/debian12-<KREL>-uefi-sb-r<UEFI_RECIPE>.img   GPT: ESP (FAT32) + ext4
+
+    the base's root file system copied (`cp -a`) onto a GPT disk after a 200 MB EFI system partition (mounted
+    at /boot/efi in the guest; /boot/grub stays on ext4, where the boot guard's grubenv must be), then in a
+    chroot Debian's signed chain: shim-signed, grub-efi-amd64-signed (grub-pc goes), mokutil; the kernel is
+    already Debian's signed one. This host's kernel cannot mount FAT, so one boot (SeaBIOS, the kernel given
+    to QEMU) runs grub-install --uefi-secure-boot --no-nvram --force-extra-removable and update-grub: shim is
+    also \\EFI\\BOOT\\BOOTX64.EFI, which OVMF starts with no boot entry. Its systems boot OVMF with Secure Boot
+    on (q35, SMM, Microsoft's keys in a variable store of their own), the serial console on a socket (keys
+    can be typed into MokManager) and QMP (screendumps).
+
 Each test session copies the base image (sparse) and puts what it tests into the copy while it is not running
 (`new_system` copies it, `System.files()` mounts the copy). A boot runs QEMU (TCG: KVM hangs here) under a hard
 timeout with the serial
