@@ -381,7 +381,10 @@ def qemu_boot(
     failures: list[BaseException] = []
     try:
         if firmware:
-            console = GuestConsole(sockets)
+            try:
+                console = GuestConsole(sockets)
+            except OSError as err:  # QEMU never opened its sockets: its own message says why
+                failures.append(RuntimeError(f"no console from QEMU ({err})"))
         if driver:
             helper = threading.Thread(target=_drive, args=(driver, console, failures), daemon=True)
             helper.start()
@@ -408,7 +411,7 @@ def qemu_boot(
     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
     text = log.read_text(errors="replace")
     if failures:
-        raise failures[0]
+        raise RuntimeError(f"{failures[0]}\nQEMU said: {output[-2000:]}") from failures[0]
     if proc.returncode not in (0, -signal.SIGKILL) and not (killed or timed_out):
         raise RuntimeError(f"qemu failed ({proc.returncode}): {output[-2000:]}")
     return Boot(text, time.monotonic() - started, killed, timed_out)

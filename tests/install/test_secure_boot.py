@@ -70,6 +70,7 @@ class Story:
         self.stock_buildid = stock_buildid
         self.cert_subject = cert_subject
         self.chapters: dict[str, tuple[Boot, dict]] = {}
+        self.screenshots: list[Path] = []
 
     def step(self, name: str, body: str, timeout: float = 900) -> tuple[Boot, dict]:
         script = FACTS.format(kernel=self.kernel, cert=CERT) + "set -e\n" + body
@@ -87,13 +88,14 @@ class Story:
     def mokmanager(self, action: str, screenshot: Path) -> MokManager:
         """A boot that stops in MokManager, answered as the owner would; it ends with MokManager's reboot."""
         manager = MokManager(action, PASSWORD, screenshot=screenshot)
+        self.screenshots.append(screenshot)
         boot = self.system.boot(None, timeout=600, driver=manager)
         assert not boot.timed_out, f"MokManager did not reboot in time:\n{boot.tail()}"
         return manager
 
 
 @pytest.fixture(scope="module")
-def story(built_module_61, wholesystem_uefi_sb_image_61, tmp_path_factory) -> Story:
+def story(built_module_61, wholesystem_uefi_sb_image_61, tmp_path_factory, pytestconfig) -> Story:
     kernel = built_module_61["kernel"]
     version = built_module_61["package_version"]
     system = new_system(wholesystem_uefi_sb_image_61, tmp_path_factory.mktemp("secure_boot"), UEFI_SB)
@@ -113,8 +115,14 @@ def story(built_module_61, wholesystem_uefi_sb_image_61, tmp_path_factory) -> St
         check=True,
     ).stdout
     cn = re.search(r"commonName\s*=\s*(.+)", subject).group(1).strip()
-    yield Story(system, kernel, stock, cn)
-    print("\nSecure Boot story, seconds per boot:", ", ".join(f"{b.seconds:.0f}" for b in system.boots))
+    story = Story(system, kernel, stock, cn)
+    yield story
+    summary = "Secure Boot story, seconds per boot: " + ", ".join(f"{b.seconds:.0f}" for b in system.boots)
+    summary += "; MokManager screenshots: " + ", ".join(str(s) for s in story.screenshots if s.is_file())
+    (system.logs / "boot-seconds.txt").write_text(summary + "\n")
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    if reporter:  # shown whether or not pytest captures output
+        reporter.write_line(f"\n{summary} ({system.logs})")
 
 
 def test_secure_boot_is_on_and_the_boot_went_through_shim(story):
