@@ -20,6 +20,7 @@ Boots run under TCG with OVMF's SMM: ~2-4 min each; the two MokManager boots end
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 from pathlib import Path
@@ -120,9 +121,9 @@ def story(built_module_61, wholesystem_uefi_sb_image_61, tmp_path_factory, pytes
     summary = "Secure Boot story, seconds per boot: " + ", ".join(f"{b.seconds:.0f}" for b in system.boots)
     summary += "; MokManager screenshots: " + ", ".join(str(s) for s in story.screenshots if s.is_file())
     (system.logs / "boot-seconds.txt").write_text(summary + "\n")
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if reporter:  # shown whether or not pytest captures output
-        reporter.write_line(f"\n{summary} ({system.logs})")
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print(f"\n{summary} ({system.logs})")  # shown whether or not pytest captures output
 
 
 def test_secure_boot_is_on_and_the_boot_went_through_shim(story):
