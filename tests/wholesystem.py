@@ -289,9 +289,10 @@ class GuestConsole:
             with self._lock:
                 self._said += data
 
-    def text(self) -> str:
+    def raw(self) -> str:
+        """All the console said so far, one character per byte (escape sequences and CP437 box lines as sent)."""
         with self._lock:
-            return self._said.decode(errors="replace")
+            return self._said.decode("latin-1")
 
     def send(self, keys: bytes) -> None:
         self.serial.sendall(keys)
