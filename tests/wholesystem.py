@@ -16,6 +16,19 @@ The base image is built once per kernel release and recipe version, and cached (
     the kernel on the serial console; then a first boot (kernel and initrd given to
     QEMU directly) runs grub-install on the disk and update-grub, so every later boot goes through GRUB.
 
+A second kind, "uefi-sb", is made from the base image (~1-2 min, cached beside it, its own recipe number):
+
+    $RDNA1_KMGR_TEST_CACHE/wholesystem/debian12-<KREL>-uefi-sb-r<UEFI_RECIPE>.img   GPT: ESP (FAT32) + ext4
+
+    the base's root file system copied (`cp -a`) onto a GPT disk after a 200 MB EFI system partition (mounted
+    at /boot/efi in the guest; /boot/grub stays on ext4, where the boot guard's grubenv must be), then in a
+    chroot Debian's signed chain: shim-signed, grub-efi-amd64-signed (grub-pc goes), mokutil; the kernel is
+    already Debian's signed one. This host's kernel cannot mount FAT, so one boot (SeaBIOS, the kernel given
+    to QEMU) runs grub-install --uefi-secure-boot --no-nvram --force-extra-removable and update-grub: shim is
+    also \\EFI\\BOOT\\BOOTX64.EFI, which OVMF starts with no boot entry. Its systems boot OVMF with Secure Boot
+    on (q35, SMM, Microsoft's keys in a variable store of their own), the serial console on a socket (keys
+    can be typed into MokManager) and QMP (screendumps).
+
 Each test session copies the base image (sparse) and puts what it tests into the copy while it is not running
 (`new_system` copies it, `System.files()` mounts the copy). A boot runs QEMU (TCG: KVM hangs here) under a hard
 timeout with the serial
@@ -32,15 +45,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Iterator
+import uuid
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +69,14 @@ from conftest import persistent_cache_root
 RECIPE = 2  # bump when the image recipe changes: a new cached image is built
 DISK_SIZE = 6 << 30  # sparse; ~1.6 GB used
 PART_OFFSET = 1 << 20  # the partition starts at 1 MiB (sector 2048), room for GRUB's core image
+# The UEFI Secure Boot image: GPT, an EFI system partition first, the root file system after it.
+UEFI_RECIPE = 1  # bump when the UEFI image recipe changes
+ESP_SIZE = 200 << 20
+UEFI_ROOT_OFFSET = PART_OFFSET + ESP_SIZE
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")  # Microsoft's keys enrolled, as on a bought PC
+# Debian's signed chain; grub-efi-amd64 replaces grub-pc (they conflict), the rest of PACKAGES is the base's.
+UEFI_PACKAGES = ["shim-signed", "grub-efi-amd64-signed", "grub-efi-amd64", "mokutil", "grub-pc-"]
 STEP_DIR = "var/lib/wholesystem"
 STEP_DONE = "WHOLESYSTEM-STEP-DONE"
 PACKAGES = [
@@ -141,13 +168,14 @@ def _mbr(disk_size: int) -> bytes:
 
 
 @contextlib.contextmanager
-def mounted(image: Path) -> Iterator[Path]:
+def mounted(image: Path, offset: int = PART_OFFSET, readonly: bool = False) -> Iterator[Path]:
     """The image's file system mounted on a scratch folder (a loop device at the partition's offset)."""
-    loop = _run(["losetup", "--find", "--show", "--offset", str(PART_OFFSET), str(image)]).stdout.strip()
+    ro = ["--read-only"] if readonly else []
+    loop = _run(["losetup", "--find", "--show", *ro, "--offset", str(offset), str(image)]).stdout.strip()
     where = Path(f"/run/wholesystem-{os.getpid()}-{Path(loop).name}")
     where.mkdir(parents=True, exist_ok=True)
     try:
-        _run(["mount", loop, str(where)])
+        _run(["mount", *(["-o", "ro"] if readonly else []), loop, str(where)])
         try:
             yield where
         finally:
@@ -172,6 +200,126 @@ def _chroot_mounts(root: Path) -> Iterator[None]:
             subprocess.run(["umount", "-l", str(target)])
 
 
+@dataclass(frozen=True)
+class Kind:
+    """What a disk image boots with: where its root file system starts, and UEFI firmware or not."""
+
+    name: str
+    root_offset: int
+    uefi: bool
+
+
+BIOS = Kind("bios", PART_OFFSET, uefi=False)
+UEFI_SB = Kind("uefi-sb", UEFI_ROOT_OFFSET, uefi=True)
+
+
+@dataclass(frozen=True)
+class Firmware:
+    """OVMF with Secure Boot on: the shared code, and this system's own variable store (its MOK list, the
+    Microsoft keys it starts with)."""
+
+    code: Path
+    vars: Path
+
+    def qemu_args(self, log: Path, sockets: Path) -> list[str]:
+        # smm=on and the secure flash: OVMF's secboot build refuses to run without SMM protecting its variables.
+        # The serial port is a socket (keys can be typed into MokManager) that still logs everything it says;
+        # the standard VGA is there for screendump, over QMP.
+        return [
+            "-machine",
+            "q35,smm=on",
+            "-global",
+            "driver=cfi.pflash01,property=secure,value=on",
+            "-global",
+            "ICH9-LPC.disable_s3=1",
+            "-drive",
+            f"if=pflash,format=raw,unit=0,readonly=on,file={self.code}",
+            "-drive",
+            f"if=pflash,format=raw,unit=1,file={self.vars}",
+            "-chardev",
+            f"socket,id=ser0,path={sockets / 'serial'},server=on,wait=off,logfile={log}",
+            "-serial",
+            "chardev:ser0",
+            "-qmp",
+            f"unix:{sockets / 'qmp'},server=on,wait=off",
+            "-vga",
+            "std",
+        ]
+
+
+class GuestConsole:
+    """A running UEFI guest's serial console (all it said so far; keys typed into it) and its screen."""
+
+    def __init__(self, sockets: Path, timeout: float = 30):
+        deadline = time.monotonic() + timeout
+        self.serial = self._connect(sockets / "serial", deadline)
+        self.qmp = self._connect(sockets / "qmp", deadline)
+        self._said = bytearray()
+        self._lock = threading.Lock()
+        self.closed = False
+        # Drained all the time: a console nobody reads fills the socket and stalls the guest's output.
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        self._qmp_file = self.qmp.makefile("rb")
+        self._qmp_file.readline()  # the greeting
+        self._qmp_command("qmp_capabilities")
+
+    @staticmethod
+    def _connect(path: Path, deadline: float) -> socket.socket:
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(str(path))
+                return sock
+            except OSError:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = self.serial.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                self.closed = True
+                return
+            with self._lock:
+                self._said += data
+
+    def raw(self) -> str:
+        """All the console said so far, one character per byte (escape sequences and CP437 box lines as sent)."""
+        with self._lock:
+            return self._said.decode("latin-1")
+
+    def send(self, keys: bytes) -> None:
+        self.serial.sendall(keys)
+
+    def _qmp_command(self, name: str, **arguments) -> dict:
+        self.qmp.sendall(json.dumps({"execute": name, "arguments": arguments}).encode() + b"\n")
+        while True:
+            line = self._qmp_file.readline()
+            if not line:
+                raise RuntimeError(f"QMP closed during {name}")
+            answer = json.loads(line)
+            if "return" in answer or "error" in answer:  # events come in between
+                if "error" in answer:
+                    raise RuntimeError(f"QMP {name}: {answer['error']}")
+                return answer
+
+    def screendump(self, path: Path) -> None:
+        """The guest's display as a PNG file (QEMU 7.1 and later write PNG themselves)."""
+        self._qmp_command("screendump", filename=str(path), format="png")
+
+    def close(self) -> None:
+        for sock in (self.serial, self.qmp):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
 @dataclass
 class Boot:
     console: str  # the serial console, GRUB to power-off
@@ -186,9 +334,19 @@ class Boot:
 
 
 def qemu_boot(
-    image: Path, log: Path, timeout: float, kill_on: str | None = None, kernel: tuple[Path, Path, str] | None = None
+    image: Path,
+    log: Path,
+    timeout: float,
+    kill_on: str | None = None,
+    kernel: tuple[Path, Path, str] | None = None,
+    firmware: Firmware | None = None,
+    driver: Callable[[GuestConsole], None] | None = None,
 ) -> Boot:
-    """Boot the disk under TCG; destroy the VM when the console shows `kill_on`, or at `timeout`."""
+    """Boot the disk under TCG; destroy the VM when the console shows `kill_on`, or at `timeout`.
+
+    With `firmware` the machine boots OVMF (Secure Boot on) instead of SeaBIOS, and `driver`, when given, runs
+    beside the boot with the guest's console (to answer the firmware's prompts); its failure ends the boot and
+    is raised."""
     # -cpu max: TCG's default CPU (qemu64) lacks SSE4, which PyTorch's oneDNN needs for a convolution.
     argv = [
         "qemu-system-x86_64",
@@ -204,15 +362,14 @@ def qemu_boot(
         "-display",
         "none",
         "-no-reboot",
-        "-serial",
-        f"file:{log}",
-        "-monitor",
-        "none",
-        "-vga",
-        "none",
-        "-drive",
-        f"file={image},format=raw,if=virtio,cache=writeback",
     ]
+    # A short folder for the sockets: a unix socket's path has a 107-byte limit that test folders can pass.
+    sockets = Path(tempfile.mkdtemp(prefix="ws-", dir="/run")) if firmware else None
+    if firmware:
+        argv += firmware.qemu_args(log, sockets)
+    else:
+        argv += ["-serial", f"file:{log}", "-monitor", "none", "-vga", "none"]
+    argv += ["-drive", f"file={image},format=raw,if=virtio,cache=writeback"]
     if kernel:
         argv += ["-kernel", str(kernel[0]), "-initrd", str(kernel[1]), "-append", kernel[2]]
     log.write_bytes(b"")
@@ -221,7 +378,17 @@ def qemu_boot(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
     killed = timed_out = False
+    console = helper = None
+    failures: list[BaseException] = []
     try:
+        if firmware:
+            try:
+                console = GuestConsole(sockets)
+            except OSError as err:  # QEMU never opened its sockets: its own message says why
+                failures.append(RuntimeError(f"no console from QEMU ({err})"))
+        if driver:
+            helper = threading.Thread(target=_drive, args=(driver, console, failures), daemon=True)
+            helper.start()
         while proc.poll() is None:
             if kill_on and kill_on in log.read_text(errors="replace"):
                 killed = True
@@ -229,16 +396,33 @@ def qemu_boot(
             if time.monotonic() - started > timeout:
                 timed_out = True
                 break
+            if failures:
+                break
             time.sleep(0.2)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # a power cut: nothing in the guest gets to run
         proc.wait()
+        if console:
+            console.close()
+        if helper:
+            helper.join(30)
+        if sockets:
+            shutil.rmtree(sockets, ignore_errors=True)
     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    console = log.read_text(errors="replace")
+    text = log.read_text(errors="replace")
+    if failures:
+        raise RuntimeError(f"{failures[0]}\nQEMU said: {output[-2000:]}") from failures[0]
     if proc.returncode not in (0, -signal.SIGKILL) and not (killed or timed_out):
         raise RuntimeError(f"qemu failed ({proc.returncode}): {output[-2000:]}")
-    return Boot(console, time.monotonic() - started, killed, timed_out)
+    return Boot(text, time.monotonic() - started, killed, timed_out)
+
+
+def _drive(driver: Callable[[GuestConsole], None], console: GuestConsole, failures: list[BaseException]) -> None:
+    try:
+        driver(console)
+    except BaseException as err:  # handed to the boot's thread, which raises it once the VM is gone
+        failures.append(err)
 
 
 def _build_base(image: Path, kernel: str, work: Path) -> None:
@@ -329,8 +513,8 @@ def facts(out: str) -> dict[str, str]:
     return found
 
 
-def read_step(image: Path) -> tuple[int | None, str]:
-    with mounted(image) as root:
+def read_step(image: Path, offset: int = PART_OFFSET) -> tuple[int | None, str]:
+    with mounted(image, offset) as root:
         rc_file, out_file = root / STEP_DIR / "step.rc", root / STEP_DIR / "step.out"
         rc = int(rc_file.read_text()) if rc_file.is_file() else None
         out = out_file.read_text(errors="replace") if out_file.is_file() else ""
@@ -365,30 +549,177 @@ def base_image(kernel: str) -> Path:
     return image
 
 
+def _gpt(disk_size: int, parts: list[tuple[str, int, int]]) -> tuple[bytes, bytes, int]:
+    """A GPT (UEFI spec, ch. 5) for (type GUID, first byte, size) partitions: the protective MBR with the
+    primary header and entries (the disk's start), the backup entries and header (its last 33 sectors), and
+    the end of the usable area in bytes. Written here because the host has no sfdisk."""
+    sectors = disk_size // 512
+    last_usable = sectors - 34
+    entries = b""
+    for number, (type_guid, start, size) in enumerate(parts):
+        last = (start + size) // 512 - 1 if size else last_usable
+        name = ("EFI system" if number == 0 else "root").encode("utf-16-le").ljust(72, b"\0")
+        entries += uuid.UUID(type_guid).bytes_le + uuid.uuid4().bytes_le + struct.pack("<QQQ", start // 512, last, 0)
+        entries += name
+    entries = entries.ljust(128 * 128, b"\0")
+    disk_guid = uuid.uuid4().bytes_le
+
+    def header(current: int, backup: int, entries_lba: int) -> bytes:
+        fields = [b"EFI PART", 0x00010000, 92, 0, 0, current, backup, 34, last_usable, disk_guid, entries_lba, 128]
+        packed = struct.pack("<8sIIIIQQQQ16sQIII", *fields, 128, zlib.crc32(entries))
+        packed = packed[:16] + struct.pack("<I", zlib.crc32(packed)) + packed[20:]
+        return packed.ljust(512, b"\0")
+
+    protective = struct.pack("<B3sB3sII", 0, b"\0\x02\0", 0xEE, b"\xff\xff\xff", 1, min(sectors - 1, 0xFFFFFFFF))
+    mbr = b"\0" * 446 + protective + b"\0" * 48 + b"\x55\xaa"
+    primary = mbr + header(1, sectors - 1, 2) + entries
+    backup = entries + header(sectors - 1, 1, sectors - 33)
+    return primary, backup, (last_usable + 1) * 512
+
+
+ESP_TYPE = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
+LINUX_TYPE = "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
+
+
+def _uefi_disk(image: Path) -> None:
+    """A sparse GPT disk: the EFI system partition (FAT32) from 1 MiB, the root file system (ext4) after it."""
+    primary, backup, usable_end = _gpt(
+        DISK_SIZE, [(ESP_TYPE, PART_OFFSET, ESP_SIZE), (LINUX_TYPE, UEFI_ROOT_OFFSET, 0)]
+    )
+    with open(image, "wb") as disk:
+        disk.truncate(DISK_SIZE)
+        disk.write(primary)
+        disk.seek(DISK_SIZE - len(backup))
+        disk.write(backup)
+    for offset, size, mkfs in (
+        (PART_OFFSET, ESP_SIZE, ["mkfs.vfat", "-F", "32", "-n", "EFI"]),
+        (UEFI_ROOT_OFFSET, usable_end - UEFI_ROOT_OFFSET, ["mkfs.ext4", "-q", "-L", "wholesystem"]),
+    ):
+        loop = _run(
+            ["losetup", "--find", "--show", "--offset", str(offset), "--sizelimit", str(size), str(image)]
+        ).stdout.strip()
+        try:
+            _run([*mkfs, loop])
+        finally:
+            subprocess.run(["losetup", "-d", loop])
+
+
+# Run in the first boot of the UEFI image: this host's kernel cannot mount FAT, the guest's can.
+UEFI_FIRST_STEP = """\
+set -e
+mountpoint /boot/efi
+# shim as the removable-media loader too (\\EFI\\BOOT\\BOOTX64.EFI): OVMF starts it with no boot entry.
+grub-install --target=x86_64-efi --efi-directory=/boot/efi --uefi-secure-boot --no-nvram --force-extra-removable
+update-grub
+find /boot/efi -type f
+"""
+
+
+def _build_uefi(image: Path, base: Path, work: Path) -> None:
+    """The base image's root file system copied onto a GPT disk with an EFI system partition, Debian's signed
+    boot chain installed in a chroot (no second debootstrap), then one boot (SeaBIOS, the kernel given to QEMU)
+    puts shim and GRUB on the EFI system partition."""
+    _uefi_disk(image)
+    with mounted(base, readonly=True) as source, mounted(image, UEFI_ROOT_OFFSET) as root:
+        _run(["cp", "-a", f"{source}/.", str(root)], timeout=1800)
+        (root / "etc/fstab").write_text(
+            "/dev/vda2 / ext4 errors=remount-ro 0 1\n/dev/vda1 /boot/efi vfat umask=0077 0 0\n"
+        )
+        (root / "boot/efi").mkdir(exist_ok=True)
+        (root / "usr/sbin/policy-rc.d").write_text("#!/bin/sh\nexit 101\n")
+        (root / "usr/sbin/policy-rc.d").chmod(0o755)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+        # The packages' own grub-install (postinst) must not touch NVRAM: there are no EFI variables here.
+        selections = "grub-efi-amd64 grub2/update_nvram boolean false\n"
+        selections += "grub-efi-amd64 grub2/force_efi_extra_removable boolean true\n"
+        with _chroot_mounts(root):
+            _run(["chroot", str(root), "debconf-set-selections"], env=env, input=selections)
+            _run(["chroot", str(root), "apt-get", "update"], env=env)
+            _run(
+                ["chroot", str(root), "apt-get", "install", "-y", "--no-install-recommends", *UEFI_PACKAGES],
+                env=env,
+                timeout=3600,
+            )
+            _run(["chroot", str(root), "apt-get", "clean"], env=env)
+        (root / "usr/sbin/policy-rc.d").unlink()
+        (root / STEP_DIR / "step.sh").write_text(UEFI_FIRST_STEP)
+        kernel = next(root.glob("boot/vmlinuz-*")).name.removeprefix("vmlinuz-")
+        shutil.copy(root / f"boot/vmlinuz-{kernel}", work / "vmlinuz")
+        shutil.copy(root / f"boot/initrd.img-{kernel}", work / "initrd")
+    boot = qemu_boot(
+        image,
+        work / "firstboot.log",
+        timeout=900,
+        kernel=(work / "vmlinuz", work / "initrd", "root=/dev/vda2 ro console=ttyS0"),
+    )
+    rc, out = read_step(image, UEFI_ROOT_OFFSET)
+    (work / "firstboot.step").write_text(out)
+    if rc != 0:
+        raise RuntimeError(f"grub-install in the first boot failed ({rc}): {out[-2000:]}\n{boot.tail()}")
+
+
+def uefi_sb_image(kernel: str) -> Path:
+    """The cached UEFI Secure Boot image for `kernel`, made from its base image the first time."""
+    base = base_image(kernel)  # before the lock below: base_image takes the same lock
+    folder = base.parent
+    image = folder / f"debian12-{kernel}-uefi-sb-r{UEFI_RECIPE}.img"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if image.is_file():
+            return image
+        work = folder / f".build-uefi-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        partial = work / image.name
+        started = time.monotonic()
+        try:
+            _build_uefi(partial, base, work)
+            os.replace(partial, image)
+            for older in folder.glob(f"debian12-{kernel}-uefi-sb-r*.img"):
+                if older != image:
+                    older.unlink()
+            (folder / f"{image.name}.seconds").write_text(f"{time.monotonic() - started:.0f}\n")
+        finally:
+            if os.environ.get("WHOLESYSTEM_KEEP_BUILD"):  # the first boot's console, to see why it failed
+                print(f"kept {work}", file=sys.stderr)
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+    return image
+
+
 class System:
     """One session's copy of the base image: files put in while it is off, boots with a step each."""
 
-    def __init__(self, image: Path, logs: Path):
+    def __init__(self, image: Path, logs: Path, kind: Kind = BIOS, firmware: Firmware | None = None):
         self.image = image
         self.logs = logs
+        self.kind = kind
+        self.firmware = firmware
         self.boots: list[Boot] = []
 
     @contextlib.contextmanager
     def files(self) -> Iterator[Path]:
         """The powered-off system's root file system, mounted read-write."""
-        with mounted(self.image) as root:
+        with mounted(self.image, self.kind.root_offset) as root:
             yield root
 
-    def boot(self, step: str | None, timeout: float = 900, kill_on: str | None = None) -> Boot:
-        """Boot through GRUB; `step` (shell) runs once the multi-user target is reached, then power-off."""
+    def boot(
+        self,
+        step: str | None,
+        timeout: float = 900,
+        kill_on: str | None = None,
+        driver: Callable[[GuestConsole], None] | None = None,
+    ) -> Boot:
+        """Boot through GRUB; `step` (shell) runs once the multi-user target is reached, then power-off.
+        UEFI images boot OVMF, shim and GRUB, and `driver` may answer the firmware's prompts meanwhile."""
         if step is not None:
             with self.files() as root:
                 (root / STEP_DIR / "step.sh").write_text(step)
         log = self.logs / f"boot-{len(self.boots) + 1}.log"
-        boot = qemu_boot(self.image, log, timeout, kill_on=kill_on)
+        boot = qemu_boot(self.image, log, timeout, kill_on=kill_on, firmware=self.firmware, driver=driver)
         self.boots.append(boot)
         if step is not None and not boot.killed:
-            boot.step_rc, boot.step_out = read_step(self.image)
+            boot.step_rc, boot.step_out = read_step(self.image, self.kind.root_offset)
             log.with_suffix(".step").write_text(f"{boot.step_out}\n(exit status {boot.step_rc})\n")
         return boot
 
@@ -424,13 +755,18 @@ def require_tools() -> None:
         pytest.skip(f"a whole-system image needs {', '.join(missing)} (install.sh --test installs them)")
 
 
-def new_system(base: Path, tmp: Path) -> System:
-    """A fresh sparse copy of a base image, in `tmp`: changed by the tests, thrown away with `tmp`."""
+def new_system(base: Path, tmp: Path, kind: Kind = BIOS) -> System:
+    """A fresh sparse copy of a base image, in `tmp`: changed by the tests, thrown away with `tmp`. A UEFI
+    system gets its own copy of OVMF's variable store too (its Secure Boot keys and MOK list)."""
     copy = tmp / "disk.img"
     _run(["cp", "--sparse=always", str(base), str(copy)])
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
-    return System(copy, logs)
+    firmware = None
+    if kind.uefi:
+        shutil.copy(OVMF_VARS, tmp / "OVMF_VARS.fd")
+        firmware = Firmware(OVMF_CODE, tmp / "OVMF_VARS.fd")
+    return System(copy, logs, kind, firmware)
 
 
 @pytest.fixture(scope="session")
@@ -439,3 +775,19 @@ def wholesystem_image_61(headers_61) -> Path:
     with `new_system` before booting: tests change what they boot."""
     require_tools()
     return base_image(headers_61)
+
+
+def require_uefi() -> None:
+    require_tools()
+    missing = [str(p) for p in (OVMF_CODE, OVMF_VARS) if not p.is_file()]
+    missing += [t for t in ("mkfs.vfat",) if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"a UEFI Secure Boot image needs {', '.join(missing)} (install.sh --test installs them)")
+
+
+@pytest.fixture(scope="session")
+def wholesystem_uefi_sb_image_61(headers_61) -> Path:
+    """The cached UEFI Secure Boot image (GPT, ESP, shim, signed GRUB and kernel) with Debian's current 6.1
+    kernel. Copy it with `new_system(image, tmp, UEFI_SB)` before booting."""
+    require_uefi()
+    return uefi_sb_image(headers_61)

@@ -1,0 +1,252 @@
+"""Secure Boot on a whole Debian 12 system: OVMF with Microsoft's keys, shim, signed GRUB and kernel (the
+"uefi-sb" image of tests/wholesystem.py), and the Machine Owner Key flow as an owner meets it.
+
+One system per module, driven through its boots in order, each test the next chapter of the same story:
+
+    1. Secure Boot is on (mokutil, the kernel's lockdown) and the boot went through shim (its MOK variables);
+       `rdna1-kmgr keys enroll` queues the DKMS certificate with a one-time password
+    2. the next boot stops in MokManager: Enroll MOK, Continue, Yes, the password, Reboot (over the serial
+       console, tests/secure_boot_console.py; a screenshot of its menu); then the certificate is enrolled
+       (mokutil, `keys status`) and `rdna1-kmgr install` passes its Secure Boot gate
+    3. the trial boot: the patched module (signed with that key) loaded under lockdown, and confirmed;
+       `mokutil --delete` queues the key's removal
+    4. MokManager again: Delete MOK
+    5. the kernel refuses the patched module (its own message), and nothing patched is loaded; the stock
+       amdgpu takes over (needs the fallback loader from main: xfail until then); `rollback` leaves nothing
+       of the tool in /etc, /boot, the EFI system partition, grubenv or the initramfs
+
+Boots run under TCG with OVMF's SMM: ~2-4 min each; the two MokManager boots end in the firmware.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from secure_boot_console import MokManager
+from wholesystem import UEFI_SB, Boot, System, copy_into, facts, install_tool, new_system
+
+pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
+
+CONFIRM_AFTER = 20
+PASSWORD = "rdna1test"  # the one-time MOK password the owner chooses; typed again into MokManager
+CERT = "/var/lib/dkms/mok.pub"
+# What the kernel says when it refuses a module whose signing key it does not trust (lockdown or enforcement).
+REFUSED = re.compile(
+    r"Loading of (unsigned module|module with unavailable key) is rejected|Key was rejected"
+    r"|unsigned module loading is restricted|module verification failed"
+)
+
+FACTS = """
+echo "FACT sb_state=$(mokutil --sb-state 2>&1 | tr '\\n' ' ')"
+echo "FACT lockdown=$(cat /sys/kernel/security/lockdown)"
+# shim hands the kernel its MOK list in a config table, and leaves the *RT variables behind: only shim does
+echo "FACT mok_variables=$(ls /sys/firmware/efi/mok-variables 2>/dev/null | tr '\\n' ' ')"
+echo "FACT shim_vars=$(ls /sys/firmware/efi/efivars | grep -c -e '^MokListRT-' -e '^SbatLevelRT-')"
+echo "FACT removable_is_shim=$(cmp -s /boot/efi/EFI/BOOT/BOOTX64.EFI /usr/lib/shim/shimx64.efi.signed && echo yes)"
+echo "FACT quirks=$(cat /sys/module/amdgpu/parameters/rdna1_quirks 2>/dev/null || echo none)"
+echo "FACT loaded_buildid=$(od -An -tx1 /sys/module/amdgpu/notes/.note.gnu.build-id 2>/dev/null \
+    | tr -d ' \\n' | tail -c 40)"
+echo "FACT module_file=$(modinfo -k {kernel} -n amdgpu)"
+echo "FACT file_buildid=$(readelf -n $(modinfo -k {kernel} -n amdgpu) | sed -n 's/.*Build ID: //p')"
+echo "FACT grubenv=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+echo "FACT cmdline=$(cat /proc/cmdline)"
+echo "FACT enrollment=$(mokutil --test-key {cert} 2>&1 | tr '\\n' ' ')"
+echo "KERNEL-LOG-START"; dmesg | grep -i -e secure -e lockdown -e 'x.509' -e 'mok' -e 'module' -e amdgpu; \
+echo "KERNEL-LOG-END"
+"""
+
+
+def kernel_log(out: str) -> str:
+    return out.split("KERNEL-LOG-START", 1)[-1].split("KERNEL-LOG-END", 1)[0]
+
+
+class Story:
+    def __init__(self, system: System, kernel: str, stock_buildid: str, cert_subject: str):
+        self.system = system
+        self.kernel = kernel
+        self.stock_buildid = stock_buildid
+        self.cert_subject = cert_subject
+        self.chapters: dict[str, tuple[Boot, dict]] = {}
+        self.screenshots: list[Path] = []
+
+    def step(self, name: str, body: str, timeout: float = 900) -> tuple[Boot, dict]:
+        script = FACTS.format(kernel=self.kernel, cert=CERT) + "set -e\n" + body
+        boot = self.system.boot(script, timeout=timeout)
+        self.chapters[name] = (boot, facts(boot.step_out))
+        assert not boot.timed_out, f"the boot did not finish in {timeout} s:\n{boot.tail()}"
+        assert boot.step_rc == 0, f"the step failed ({boot.step_rc}):\n{boot.step_out[-4000:]}\n{boot.tail(30)}"
+        return self.chapters[name]
+
+    def chapter(self, name: str) -> tuple[Boot, dict]:
+        if name not in self.chapters:
+            pytest.fail(f"the boot {name!r} of an earlier chapter did not run")
+        return self.chapters[name]
+
+    def mokmanager(self, action: str, screenshot: Path) -> MokManager:
+        """A boot that stops in MokManager, answered as the owner would; it ends with MokManager's reboot."""
+        manager = MokManager(action, PASSWORD, screenshot=screenshot)
+        self.screenshots.append(screenshot)
+        boot = self.system.boot(None, timeout=600, driver=manager)
+        assert not boot.timed_out, f"MokManager did not reboot in time:\n{boot.tail()}"
+        return manager
+
+
+@pytest.fixture(scope="module")
+def story(built_module_61, wholesystem_uefi_sb_image_61, tmp_path_factory, pytestconfig) -> Story:
+    kernel = built_module_61["kernel"]
+    version = built_module_61["package_version"]
+    system = new_system(wholesystem_uefi_sb_image_61, tmp_path_factory.mktemp("secure_boot"), UEFI_SB)
+    with system.files() as root:
+        install_tool(root)
+        # The module `build` made for this kernel: its DKMS package, built tree and signing certificate.
+        copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
+        copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)
+        copy_into(root, Path(CERT))
+        stock_file = root / "lib/modules" / kernel / "kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko"
+        notes = subprocess.run(["readelf", "-n", str(stock_file)], capture_output=True, text=True, check=True).stdout
+        stock = notes.split("Build ID:")[1].split()[0]
+    subject = subprocess.run(
+        ["openssl", "x509", "-inform", "DER", "-in", CERT, "-noout", "-subject", "-nameopt", "multiline"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    cn = re.search(r"commonName\s*=\s*(.+)", subject).group(1).strip()
+    story = Story(system, kernel, stock, cn)
+    yield story
+    summary = "Secure Boot story, seconds per boot: " + ", ".join(f"{b.seconds:.0f}" for b in system.boots)
+    summary += "; MokManager screenshots: " + ", ".join(str(s) for s in story.screenshots if s.is_file())
+    (system.logs / "boot-seconds.txt").write_text(summary + "\n")
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print(f"\n{summary} ({system.logs})")  # shown whether or not pytest captures output
+
+
+def test_secure_boot_is_on_and_the_boot_went_through_shim(story):
+    _, found = story.step(
+        "first",
+        f"""
+rdna1-kmgr keys status
+# the owner's enrollment: the tool asks for a one-time password, mokutil reads it twice (from stdin here)
+printf '%s\\n%s\\n' {PASSWORD} {PASSWORD} | rdna1-kmgr keys enroll
+echo "FACT pending=$(mokutil --list-new | grep -c 'SHA1 Fingerprint' || true)"
+echo "FACT status_after=$(rdna1-kmgr keys status | grep enrollment)"
+""",
+    )
+    assert "SecureBoot enabled" in found["sb_state"], found
+    assert re.search(r"\[(integrity|confidentiality)\]", found["lockdown"]), found
+    assert "MokListRT" in found["mok_variables"] and int(found["shim_vars"]) >= 1, found
+    assert found["removable_is_shim"] == "yes", found
+    boot, _ = story.chapter("first")
+    log = kernel_log(boot.step_out)
+    assert "Kernel is locked down from EFI Secure Boot" in log and "secureboot: Secure boot enabled" in log, log
+    assert "UEFI:MokListRT (MOKvar table)" in log, log  # the kernel read the MOK list from shim's config table
+    # the stock module, signed by Debian, loads under lockdown
+    assert found["loaded_buildid"] == story.stock_buildid, found
+
+
+def test_secure_boot_keys_enroll_queues_the_certificate(story):
+    boot, found = story.chapter("first")
+    assert "is not enrolled" in found["enrollment"], found
+    assert "one-time password" in boot.step_out
+    assert int(found["pending"]) == 1, boot.step_out[-3000:]
+    assert "pending" in found["status_after"], found
+
+
+def test_secure_boot_mokmanager_enrolls_and_install_passes_the_gate(story, tmp_path):
+    shot = tmp_path / "mokmanager-enroll.png"
+    manager = story.mokmanager("Enroll MOK", shot)
+    print(f"MokManager screenshot: {shot} ({shot.stat().st_size if shot.exists() else 0} bytes)")
+    assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", manager.seen
+    boot, found = story.step(
+        "enrolled",
+        f"""
+mokutil --list-enrolled | grep -e 'Subject:' -e 'CN='
+rdna1-kmgr keys status
+echo "FACT status=$(rdna1-kmgr keys status | grep enrollment)"
+rdna1-kmgr install --kernel {story.kernel} --skip-vm-check --yes --confirm-after {CONFIRM_AFTER}
+echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+""",
+        timeout=1800,
+    )
+    assert "is already enrolled" in found["enrollment"], found
+    assert found["status"].split() == ["enrollment", "enrolled"], found
+    assert story.cert_subject in boot.step_out.split("rdna1-kmgr keys status")[0], boot.step_out[:3000]
+    # the kernel took the enrolled key from shim's MOK list into its keyring
+    assert re.search(rf"Loaded X\.509 cert '{re.escape(story.cert_subject)}", kernel_log(boot.step_out)), kernel_log(
+        boot.step_out
+    )
+    assert "rdna1_kmgr=trial" in found["grubenv_after"], found
+
+
+def test_secure_boot_trial_loads_the_signed_module_under_lockdown(story):
+    boot, found = story.step(
+        "trial",
+        f"""
+for i in $(seq 150); do
+    grub-editenv /boot/grub/grubenv list | grep -q '^rdna1_kmgr=confirmed' && break
+    sleep 2
+done
+echo "FACT grubenv_after=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+echo "FACT signer=$(modinfo -k {story.kernel} -F signer amdgpu)"
+# the owner takes the key back: mokutil --delete asks for a one-time password as --import does
+printf '%s\\n%s\\n' {PASSWORD} {PASSWORD} | mokutil --delete {CERT}
+echo "FACT delete_pending=$(mokutil --list-delete | grep -c 'SHA1 Fingerprint' || true)"
+""",
+    )
+    assert "rdna1_kmgr.boot=trial" in found["cmdline"], found
+    assert re.search(r"\[(integrity|confidentiality)\]", found["lockdown"]), found
+    assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found
+    assert len(found["loaded_buildid"]) == 40, found
+    assert found["loaded_buildid"] == found["file_buildid"] != story.stock_buildid, found
+    assert found["signer"] == story.cert_subject, found
+    assert not REFUSED.search(kernel_log(boot.step_out)), kernel_log(boot.step_out)
+    assert "rdna1_kmgr=confirmed" in found["grubenv_after"], boot.step_out[-3000:]
+    assert int(found["delete_pending"]) == 1, boot.step_out[-2000:]
+
+
+def test_secure_boot_mokmanager_deletes_the_key(story, tmp_path):
+    manager = story.mokmanager("Delete MOK", tmp_path / "mokmanager-delete.png")
+    assert "Delete the key(s)?" in manager.seen
+
+
+def test_secure_boot_revoked_key_the_kernel_refuses_the_patched_module(story):
+    boot, found = story.step(
+        "revoked",
+        f"""
+echo "FACT status=$(rdna1-kmgr keys status | grep enrollment)"
+# the file itself, past modprobe's rules: the kernel checks the signature before anything else
+echo "FACT insmod=$(insmod /lib/modules/{story.kernel}/updates/dkms/amdgpu.ko 2>&1 || true)"
+rdna1-kmgr rollback --kernel {story.kernel} --yes
+echo "FACT etc_boot=$(find /etc /boot -iname '*rdna1*' | tr '\\n' ' ')"
+echo "FACT esp=$(mountpoint /boot/efi), $(find /boot/efi -iname '*rdna1*' | wc -l) files of the tool"
+echo "FACT grubcfg=$(grep -c rdna1 /boot/grub/grub.cfg || true)"
+echo "FACT grubenv_rolled_back=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
+echo "FACT initramfs_updates=$(lsinitramfs /boot/initrd.img-{story.kernel} | grep -c -e updates/dkms -e rdna1 || true)"
+""",
+        timeout=1200,
+    )
+    log = kernel_log(boot.step_out)
+    assert "is not enrolled" in found["enrollment"] and "not enrolled" in found["status"], found
+    assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found  # still installed: the kernel refused it
+    assert REFUSED.search(log), f"no refusal in the kernel's log:\n{log}"
+    assert "Key was rejected by service" in found["insmod"], found
+    assert found["loaded_buildid"] != found["file_buildid"], found
+
+
+@pytest.mark.xfail(reason="needs the stock-fallback loader from main", strict=False)
+def test_secure_boot_revoked_key_the_stock_amdgpu_takes_over(story):
+    _, found = story.chapter("revoked")
+    assert found["loaded_buildid"] == story.stock_buildid, found
+
+
+def test_secure_boot_rollback_leaves_nothing_of_the_tool(story):
+    _, found = story.chapter("revoked")
+    assert found["etc_boot"] == "", found  # /boot/efi, the EFI system partition, included
+    assert found["esp"] == "/boot/efi is a mountpoint, 0 files of the tool", found
+    assert found["grubcfg"] == "0" and "rdna1" not in found["grubenv_rolled_back"], found
+    assert found["initramfs_updates"] == "0", found
