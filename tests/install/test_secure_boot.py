@@ -11,9 +11,11 @@ One system per module, driven through its boots in order, each test the next cha
     3. the trial boot: the patched module (signed with that key) loaded under lockdown, and confirmed;
        `mokutil --delete` queues the key's removal
     4. MokManager again: Delete MOK
-    5. the kernel refuses the patched module (its own message), and nothing patched is loaded; the stock
-       amdgpu takes over (needs the fallback loader from main: xfail until then); `rollback` leaves nothing
-       of the tool in /etc, /boot, the EFI system partition, grubenv or the initramfs
+    5. the kernel refuses the patched module (its own message): the distribution's amdgpu loads in that same
+       boot (the boot guard's loader, install/stock_loader.py), and the boot says so (status, login prompt)
+    6. the next boot, by itself: a fallback boot that never opens the patched file, and says why at the login
+       prompt and in `status`; `rollback` leaves nothing of the tool in /etc, /boot, the EFI system partition,
+       grubenv or the initramfs
 
 Boots run under TCG with OVMF's SMM: ~2-4 min each; the two MokManager boots end in the firmware.
 """
@@ -221,6 +223,34 @@ def test_secure_boot_revoked_key_the_kernel_refuses_the_patched_module(story):
 echo "FACT status=$(rdna1-kmgr keys status | grep enrollment)"
 # the file itself, past modprobe's rules: the kernel checks the signature before anything else
 echo "FACT insmod=$(insmod /lib/modules/{story.kernel}/updates/dkms/amdgpu.ko 2>&1 || true)"
+echo "FACT loader=$(dmesg | grep 'rdna1-kmgr:' | tr '\\n' '|')"
+rdna1-kmgr status
+cat /etc/issue.d/rdna1-kmgr.issue
+""",
+    )
+    log = kernel_log(boot.step_out)
+    assert "is not enrolled" in found["enrollment"] and "not enrolled" in found["status"], found
+    assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found  # still installed: the kernel refused it
+    assert REFUSED.search(log), f"no refusal in the kernel's log:\n{log}"
+    assert "Key was rejected by service" in found["insmod"], found
+    assert "rdna1_kmgr.boot=confirmed" in found["cmdline"], found
+
+
+def test_secure_boot_revoked_key_the_stock_amdgpu_takes_over_in_the_same_boot(story):
+    boot, found = story.chapter("revoked")
+    assert found["loaded_buildid"] == story.stock_buildid != found["file_buildid"], found
+    assert "did not load" in found["loader"] and "loading the distribution's amdgpu" in found["loader"], found
+    said = "refused the rdna1-kmgr amdgpu this boot"
+    assert boot.step_out.count(said) >= 2, boot.step_out[-3000:]  # status and the login prompt's file
+    assert "rdna1_kmgr=refused" in boot.step_out, boot.step_out[-3000:]  # status: later boots are fallback boots
+
+
+def test_secure_boot_the_next_boot_is_a_fallback_boot_by_itself(story):
+    boot, found = story.step(
+        "after-refusal",
+        f"""
+echo "FACT loader=$(dmesg | grep 'rdna1-kmgr:' | tr '\\n' '|')"
+rdna1-kmgr status
 rdna1-kmgr rollback --kernel {story.kernel} --yes
 echo "FACT etc_boot=$(find /etc /boot -iname '*rdna1*' | tr '\\n' ' ')"
 echo "FACT esp=$(mountpoint /boot/efi), $(find /boot/efi -iname '*rdna1*' | wc -l) files of the tool"
@@ -230,22 +260,18 @@ echo "FACT initramfs_updates=$(lsinitramfs /boot/initrd.img-{story.kernel} | gre
 """,
         timeout=1200,
     )
-    log = kernel_log(boot.step_out)
-    assert "is not enrolled" in found["enrollment"] and "not enrolled" in found["status"], found
-    assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found  # still installed: the kernel refused it
-    assert REFUSED.search(log), f"no refusal in the kernel's log:\n{log}"
-    assert "Key was rejected by service" in found["insmod"], found
-    assert found["loaded_buildid"] != found["file_buildid"], found
-
-
-@pytest.mark.xfail(reason="needs the stock-fallback loader from main", strict=False)
-def test_secure_boot_revoked_key_the_stock_amdgpu_takes_over(story):
-    _, found = story.chapter("revoked")
+    assert "rdna1_kmgr.boot=fallback" in found["cmdline"], found
     assert found["loaded_buildid"] == story.stock_buildid, found
+    assert "a fallback boot" in found["loader"] and "did not load" not in found["loader"], found
+    assert not REFUSED.search(kernel_log(boot.step_out)), "the patched file was opened on a fallback boot"
+    assert "refused the rdna1-kmgr amdgpu in an earlier boot" in boot.step_out  # status
+    # agetty's banner: /etc/issue, then /etc/issue.d, then the prompt
+    prompt = boot.console.rindex("login:")
+    assert "refused the rdna1-kmgr amdgpu in an earlier boot" in boot.console[:prompt][-3000:], boot.tail()
 
 
 def test_secure_boot_rollback_leaves_nothing_of_the_tool(story):
-    _, found = story.chapter("revoked")
+    _, found = story.chapter("after-refusal")
     assert found["etc_boot"] == "", found  # /boot/efi, the EFI system partition, included
     assert found["esp"] == "/boot/efi is a mountpoint, 0 files of the tool", found
     assert found["grubcfg"] == "0" and "rdna1" not in found["grubenv_rolled_back"], found
