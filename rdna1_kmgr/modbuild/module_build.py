@@ -174,6 +174,9 @@ def ccache_env() -> dict[str, str]:
         # asks for one: -Wp,-MMD), so no compile ever runs the preprocessor twice and a cold build costs about
         # what a plain one does. rdna1-kbuild keeps the build salt out of that key, so a point release hits.
         "CCACHE_DEPEND": "1",
+        # Each amdgpu object includes some 1500 headers, the register headers megabytes each, and every lookup
+        # hashes all of them: the inode cache hashes a header once per build (by device, inode, size and times).
+        "CCACHE_INODECACHE": "1",
     }
 
 
