@@ -35,7 +35,7 @@ from pathlib import Path
 
 from rdna1_kmgr.modbuild import module_build, signing
 from rdna1_kmgr.render import quirk_catalog
-from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.render.patch_series import render, render_series
 from rdna1_kmgr.source import kernel_source
 
 AMD = "drivers/gpu/drm/amd"
@@ -136,14 +136,19 @@ def main() -> int:
     parser.add_argument("--kernel", help="kernel release (default: the distribution's current one)")
     parser.add_argument("--source", help="unpacked kernel source tree (default: Debian's for the kernel)")
     parser.add_argument("-j", "--jobs", type=int, default=module_build.default_jobs())
-    parser.add_argument("--quirk-off", help="the quirk to switch off for the rebuild (default: the last one)")
+    parser.add_argument(
+        "--quirk-off", help="the quirk to switch off for the rebuild (default: the last one the source carries)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args()
 
     kernel = module_build.resolve_kernel(args.kernel).release
     tree = kernel_source.checked_tree(Path(args.source)) if args.source else kernel_source.fetch_kernel_source(kernel)
     quirk_ids = sorted(quirk_catalog.load_quirks())
-    off = args.quirk_off or quirk_ids[-1]
+    # The default is the last quirk this source carries: switching off one it leaves out (cwsr-size below
+    # 6.12) would give the same patch set, and there would be no rebuild to measure.
+    left_out = {q.id for q in render_series(tree, quirk_ids)[1].left_out}
+    off = args.quirk_off or [q for q in quirk_ids if q not in left_out][-1]
     kept = [q for q in quirk_ids if q != off]
 
     work = Path(tempfile.mkdtemp(prefix="rdna1-kmgr-bench-", dir="/var/tmp"))

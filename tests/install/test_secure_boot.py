@@ -133,6 +133,11 @@ def test_secure_boot_is_on_and_the_boot_went_through_shim(story):
         "first",
         f"""
 rdna1-kmgr keys status
+# before the key is enrolled, install refuses and changes nothing
+rdna1-kmgr install --kernel {story.kernel} --skip-vm-check --yes > /tmp/install-refused 2>&1 && exit 9 || :
+echo "FACT refused=$(tail -1 /tmp/install-refused)"
+echo "FACT refused_left=$(find /etc /boot /lib/modules/{story.kernel}/updates -iname '*rdna1*' -o -name 'amdgpu.ko' \
+    -path '*updates*' 2>/dev/null | tr '\\n' ' ')"
 # the owner's enrollment: the tool asks for a one-time password, mokutil reads it twice (from stdin here)
 printf '%s\\n%s\\n' {PASSWORD} {PASSWORD} | rdna1-kmgr keys enroll
 echo "FACT pending=$(mokutil --list-new | grep -c 'SHA1 Fingerprint' || true)"
@@ -149,6 +154,12 @@ echo "FACT status_after=$(rdna1-kmgr keys status | grep enrollment)"
     assert "UEFI:MokListRT (MOKvar table)" in log, log  # the kernel read the MOK list from shim's config table
     # the stock module, signed by Debian, loads under lockdown
     assert found["loaded_buildid"] == story.stock_buildid, found
+
+
+def test_secure_boot_install_refuses_before_the_key_is_enrolled(story):
+    _, found = story.chapter("first")
+    assert "Secure Boot is on" in found["refused"] and "nothing was changed" in found["refused"], found
+    assert found["refused_left"] == "", found
 
 
 def test_secure_boot_keys_enroll_queues_the_certificate(story):
