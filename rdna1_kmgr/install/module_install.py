@@ -355,7 +355,7 @@ def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
         text=[f"    {' '.join(c)}" for c in commands]
         + [
             f"    the first boot is a trial with {guard.mask.parameter}; it confirms itself after "
-            f"{guard.confirm_after} s with {guard.target} reached, or the next boots run rdna1_quirks=0"
+            f"{guard.confirm_after} s with {guard.target} reached, or the next boots run the distribution's amdgpu"
         ],
     )
 
@@ -624,8 +624,9 @@ def next_boot_text(
         lines += [
             f"That boot is a trial: it confirms itself once {guard.target} is reached and it has been up "
             f"{guard.confirm_after} s (or run `rdna1-kmgr confirm`).",
-            "If it never confirms (a hang, a freeze, the power button), the boots after it run amdgpu with "
-            f"{ESCAPE_PARAMETER} by themselves (GRUB decides before the kernel runs) and say so at login; "
+            "If it never confirms (a hang, a freeze, the power button), the boots after it load the "
+            "distribution's amdgpu by themselves (GRUB decides before the kernel runs) and say so at login; so "
+            "does any boot whose module the kernel refuses; "
             f"`rdna1-kmgr retry` tries once more, `rdna1-kmgr rollback --kernel {kernel}` removes it.",
         ]
     else:
