@@ -425,6 +425,18 @@ def _drive(driver: Callable[[GuestConsole], None], console: GuestConsole, failur
         failures.append(err)
 
 
+def take_kernel(root: Path, kernel: str, work: Path) -> None:
+    """The image's kernel and initramfs, copied out for its first boot."""
+    shutil.copy(root / f"boot/vmlinuz-{kernel}", work / "vmlinuz")
+    shutil.copy(root / f"boot/initrd.img-{kernel}", work / "initrd")
+
+
+def first_boot(image: Path, work: Path, root_device: str) -> Boot:
+    """A boot of the kernel take_kernel copied, given to QEMU directly: the image has no boot loader yet."""
+    kernel = (work / "vmlinuz", work / "initrd", f"root={root_device} ro console=ttyS0")
+    return qemu_boot(image, work / "firstboot.log", timeout=900, kernel=kernel)
+
+
 def _build_base(image: Path, kernel: str, work: Path) -> None:
     sources = debian_sources()
     mirror = next((uri for uri, suites in sources if "bookworm" in suites), None)
@@ -487,15 +499,9 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
         (wants / unit.name).symlink_to(f"/etc/systemd/system/{unit.name}")
         (root / STEP_DIR).mkdir(parents=True, exist_ok=True)
         (root / STEP_DIR / "step.sh").write_text("grub-install /dev/vda\nupdate-grub\n")
-        shutil.copy(root / f"boot/vmlinuz-{kernel}", work / "vmlinuz")
-        shutil.copy(root / f"boot/initrd.img-{kernel}", work / "initrd")
+        take_kernel(root, kernel, work)
     # First boot, kernel given directly: the boot loader goes onto the disk from inside (the host has no GRUB).
-    boot = qemu_boot(
-        image,
-        work / "firstboot.log",
-        timeout=900,
-        kernel=(work / "vmlinuz", work / "initrd", "root=/dev/vda1 ro console=ttyS0"),
-    )
+    boot = first_boot(image, work, "/dev/vda1")
     result = read_step(image)
     if result[0] != 0:
         raise RuntimeError(
@@ -523,30 +529,43 @@ def read_step(image: Path, offset: int = PART_OFFSET) -> tuple[int | None, str]:
     return rc, out
 
 
-def base_image(kernel: str) -> Path:
-    """The cached base image for `kernel` (built the first time; several sessions wait for one build)."""
-    folder = persistent_cache_root() / "wholesystem"
+def _cached_image(folder: Path, name: str, earlier: str, build) -> Path:
+    """`folder/name`, made by `build(partial, work)` the first time (several sessions wait for one build under
+    the folder's lock); images of earlier recipes (`earlier`, a glob) go when a new one is made: 1.6 GB each."""
     folder.mkdir(parents=True, exist_ok=True)
-    image = folder / f"debian12-{kernel}-r{RECIPE}.img"
+    image = folder / name
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if image.is_file():
             return image
-        work = folder / f".build-{os.getpid()}"
+        work = folder / f".build-{name}-{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         partial = work / image.name
         started = time.monotonic()
         try:
-            _build_base(partial, kernel, work)
+            build(partial, work)
             os.replace(partial, image)
-            for older in folder.glob(f"debian12-{kernel}-r*.img"):  # earlier recipes: 1.6 GB each
+            for older in folder.glob(earlier):
                 if older != image:
                     older.unlink()
             (folder / f"{image.name}.seconds").write_text(f"{time.monotonic() - started:.0f}\n")
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            if os.environ.get("WHOLESYSTEM_KEEP_BUILD"):  # the first boot's console, to see why it failed
+                print(f"kept {work}", file=sys.stderr)
+            else:
+                shutil.rmtree(work, ignore_errors=True)
     return image
+
+
+def base_image(kernel: str) -> Path:
+    """The cached base image for `kernel` (built the first time; several sessions wait for one build)."""
+    return _cached_image(
+        persistent_cache_root() / "wholesystem",
+        f"debian12-{kernel}-r{RECIPE}.img",
+        f"debian12-{kernel}-r*.img",
+        lambda partial, work: _build_base(partial, kernel, work),
+    )
 
 
 def _gpt(disk_size: int, parts: list[tuple[str, int, int]]) -> tuple[bytes, bytes, int]:
@@ -644,14 +663,8 @@ def _build_uefi(image: Path, base: Path, work: Path) -> None:
         (root / "usr/sbin/policy-rc.d").unlink()
         (root / STEP_DIR / "step.sh").write_text(UEFI_FIRST_STEP)
         kernel = next(root.glob("boot/vmlinuz-*")).name.removeprefix("vmlinuz-")
-        shutil.copy(root / f"boot/vmlinuz-{kernel}", work / "vmlinuz")
-        shutil.copy(root / f"boot/initrd.img-{kernel}", work / "initrd")
-    boot = qemu_boot(
-        image,
-        work / "firstboot.log",
-        timeout=900,
-        kernel=(work / "vmlinuz", work / "initrd", "root=/dev/vda2 ro console=ttyS0"),
-    )
+        take_kernel(root, kernel, work)
+    boot = first_boot(image, work, "/dev/vda2")
     rc, out = read_step(image, UEFI_ROOT_OFFSET)
     (work / "firstboot.step").write_text(out)
     if rc != 0:
@@ -660,31 +673,13 @@ def _build_uefi(image: Path, base: Path, work: Path) -> None:
 
 def uefi_sb_image(kernel: str) -> Path:
     """The cached UEFI Secure Boot image for `kernel`, made from its base image the first time."""
-    base = base_image(kernel)  # before the lock below: base_image takes the same lock
-    folder = base.parent
-    image = folder / f"debian12-{kernel}-uefi-sb-r{UEFI_RECIPE}.img"
-    with open(folder / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if image.is_file():
-            return image
-        work = folder / f".build-uefi-{os.getpid()}"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir()
-        partial = work / image.name
-        started = time.monotonic()
-        try:
-            _build_uefi(partial, base, work)
-            os.replace(partial, image)
-            for older in folder.glob(f"debian12-{kernel}-uefi-sb-r*.img"):
-                if older != image:
-                    older.unlink()
-            (folder / f"{image.name}.seconds").write_text(f"{time.monotonic() - started:.0f}\n")
-        finally:
-            if os.environ.get("WHOLESYSTEM_KEEP_BUILD"):  # the first boot's console, to see why it failed
-                print(f"kept {work}", file=sys.stderr)
-            else:
-                shutil.rmtree(work, ignore_errors=True)
-    return image
+    base = base_image(kernel)  # before the lock _cached_image takes: base_image takes the same one
+    return _cached_image(
+        base.parent,
+        f"debian12-{kernel}-uefi-sb-r{UEFI_RECIPE}.img",
+        f"debian12-{kernel}-uefi-sb-r*.img",
+        lambda partial, work: _build_uefi(partial, base, work),
+    )
 
 
 class System:
