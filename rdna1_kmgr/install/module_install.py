@@ -178,6 +178,11 @@ def _parents_to_create(path: Path) -> list[Path]:
     return missing
 
 
+def _folders_to_create(paths) -> list[Path]:
+    """The missing folders above these files, deepest first (the order a rollback removes them in)."""
+    return sorted({d for path in paths for d in _parents_to_create(path.parent)}, key=lambda d: -len(d.parts))
+
+
 def _run(command: list[str], what: str) -> None:
     runner.run(command, timeout=900, doing=what, hint=f"the command was: {' '.join(command)}")
 
@@ -317,7 +322,7 @@ def loader_step(root: TargetRoot, tool: initramfs.InitramfsTool) -> Step:
     """The stock-amdgpu loader's rule and program, and the initramfs tool's hook; before the initramfs is made,
     so the image carries them. Files only: rollback removes them and remakes the initramfs without them."""
     wanted = stock_loader.files(root, tool)
-    dirs = sorted({d for path in wanted for d in _parents_to_create(path.parent)}, key=lambda d: -len(d.parts))
+    dirs = _folders_to_create(wanted)
 
     def write() -> None:
         for path, (text, mode) in wanted.items():
@@ -339,7 +344,7 @@ def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
     """The boot guard's files and links (journaled like any file), then GRUB regenerated and the trial armed.
     Its undo, once rollback removed them: GRUB regenerated without it and its variables unset."""
     written = list(boot_guard.files(root, guard)) + list(boot_guard.links(root)) + boot_guard.runtime_files(root)
-    dirs = sorted({d for path in written for d in _parents_to_create(path.parent)}, key=lambda d: -len(d.parts))
+    dirs = _folders_to_create(written)
 
     def write(path: Path, text: str, mode: int) -> None:
         write_atomic(path, text.encode(), mode)
