@@ -363,6 +363,22 @@ def test_another_patch_set_recompiles_only_what_it_changes(sandbox):
     assert b"greetings-from-one" in module_checks.read_module(outcome.module)
 
 
+def test_the_kbuild_tree_names_the_kernel_config_once_an_object(sandbox):
+    """fixdep writes one `$(wildcard include/config/SYMBOL)` prerequisite per config symbol an object's sources
+    name (scripts/basic/fixdep.c); the tree keeps auto.conf in their place, which the headers carry."""
+    series_dir, _, package = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("greetings")})
+    outcome = assemble_and_build(sandbox, series_dir, package)
+    assert "config prerequisites folded into auto.conf" in outcome.log.read_text()
+    assert Path(f"/lib/modules/{sandbox.kernel}/build/include/config/auto.conf").is_file()
+    tree = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / hellomod.LOCATION
+    for name in ("main", "table"):
+        lines = (tree / f".{name}.o.cmd").read_text().splitlines()
+        deps = lines.index(next(line for line in lines if line.startswith("deps_")))
+        configs = [line.strip() for line in lines if "include/config/" in line]
+        assert configs == ["$(wildcard include/config/auto.conf) \\"] and lines[deps + 1].strip() == configs[0]
+        assert any("include/linux/module.h" in line for line in lines[deps:])  # the headers stay prerequisites
+
+
 def test_compile_error_names_the_first_compiler_error_and_the_log(sandbox):
     series_dir, _, package = series(sandbox, "s", {"0001-broken.patch": hellomod.BROKEN_C_PATCH})
     with pytest.raises(BuildError) as caught:
