@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core import cache_entry, progress, runner, user_input
+from rdna1_kmgr.core import cache_entry, files, progress, runner, user_input
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.host import system_identity
@@ -108,9 +108,12 @@ def fetch_image(release: str) -> GuestKernel:
                 progress.say(f"unpacking {each.name} into {root} (not installing it)")
                 _run(["dpkg-deb", "-x", str(each), str(tmp)], f"unpacking {each.name}")
             _merge_usr(tmp, release)
+            # the package's changelog and copyright: no guest reads them
+            shutil.rmtree(tmp / "usr" / "share" / "doc", ignore_errors=True)
             progress.say(f"depmod for {release}")
             _run(["depmod", "-b", str(tmp), release], f"depmod for {release}")
             kept, dropped = keep_guest_modules(tmp, release)
+            (tmp / KEPT_FOR).write_text(_kept_for())
             progress.say(f"kept the {kept} modules a guest loads, dropped {dropped} more")
             _run(["depmod", "-b", str(tmp), release], f"depmod for {release}")
             staged = GuestKernel(release, tmp, "cache")
@@ -119,7 +122,8 @@ def fetch_image(release: str) -> GuestKernel:
                     f"{' '.join(d.name for d in debs)} hold no boot/vmlinuz-{release} with its modules",
                     "is it a kernel image package?",
                 )
-            cache_entry.publish(tmp, root)
+            # an entry trimmed for another list of modules (KEPT_FOR) is replaced, under this entry's lock
+            files.publish_tree(tmp, root)
         for each in filter(None, debs):
             each.unlink(missing_ok=True)  # unpacked: the .deb is only disk now (fetched again if ever needed)
         return cached
@@ -127,7 +131,8 @@ def fetch_image(release: str) -> GuestKernel:
 
 # What a guest loads from the kernel's own modules, by name or alias (issue 27: the rest, most of an image's
 # 400 MB, is deleted at unpack time). amdgpu: the stock module stands for the patched one, which needs the same
-# modules (the guest modprobes what `modinfo -F depends` of the module under test names). vfio: a guest that
+# modules (the guest modprobes what `modinfo -F depends` of the module under test names); its own file goes
+# too (STAND_INS), since the guest loads the module under test by path. vfio: a guest that
 # passes a device on (the nested passthrough check). The rest: what virtme-ng puts into its initramfs to reach
 # the host's files (virtme/virtmods.py's MODALIASES; tests/vm/test_engine.py checks this still covers it).
 GUEST_MODULES = (
@@ -143,13 +148,26 @@ GUEST_MODULES = (
     "unix",
     "i8042",
     "atkbd",
+    # virtme-ng's init mounts its writable overlays (/etc, /tmp, ...) after the initramfs: each mount without
+    # the module waits for the kernel's modprobe to fail, 1.3 s apiece under TCG, 10 s a boot
+    "overlay",
 )
+# Kept for their dependencies only: 19 MB of a 37 MB guest kernel on 6.1.
+STAND_INS = ("amdgpu",)
+# A cache entry's record of what it kept: an entry trimmed for another list is fetched again.
+KEPT_FOR = ".rdna1-kmgr-guest-modules"
+
+
+def _kept_for() -> str:
+    return "".join(f"{name}\n" for name in GUEST_MODULES) + "".join(f"-{name}\n" for name in STAND_INS)
 
 
 def keep_guest_modules(tree: Path, release: str, wanted: tuple[str, ...] = GUEST_MODULES) -> tuple[int, int]:
     """Delete every module of the unpacked kernel but `wanted` and what they need (modprobe's own answer from
-    the tree's modules.dep and aliases); (kept, deleted). Run depmod again afterwards."""
+    the tree's modules.dep and aliases), and the stand-ins' own files; (kept, deleted). Run depmod again
+    afterwards."""
     keep: set[Path] = set()
+    stand_ins: set[Path] = set()
     for name in wanted:
         shown = runner.run(
             # --ignore-install: an `install` rule on this machine (rdna1-kmgr's own loader for amdgpu) would be
@@ -158,13 +176,14 @@ def keep_guest_modules(tree: Path, release: str, wanted: tuple[str, ...] = GUEST
             check=False,
             timeout=60,
         )
-        for line in shown.stdout.splitlines():  # "insmod /tree/lib/modules/KREL/kernel/.../drm.ko " or "builtin x"
-            words = line.split()
-            if len(words) >= 2 and words[0] == "insmod":
-                keep.add(Path(words[1]).resolve())
+        # "insmod /tree/lib/modules/KREL/kernel/.../drm.ko " or "builtin x", in load order: the module itself last
+        loads = [Path(w[1]).resolve() for w in map(str.split, shown.stdout.splitlines()) if w[:1] == ["insmod"]]
+        if name in STAND_INS and loads:
+            stand_ins.add(loads.pop())
+        keep.update(loads)
     modules = tree / "lib" / "modules" / release
     everything = [p for p in modules.rglob("*.ko*") if p.is_file()]
-    if not keep & {p.resolve() for p in everything}:
+    if not (keep | stand_ins) & {p.resolve() for p in everything}:
         raise SourceError(
             f"modprobe found none of {', '.join(wanted)} in the kernel {release} just unpacked",
             f"is {modules} a kernel's module tree?",
@@ -177,9 +196,13 @@ def keep_guest_modules(tree: Path, release: str, wanted: tuple[str, ...] = GUEST
 
 def _complete(kernel: GuestKernel) -> bool:
     # A host with only the headers has /lib/modules/KREL/build and nothing else: not bootable.
-    return (
+    bootable = (
         kernel.image.is_file() and (kernel.modules / "kernel").is_dir() and (kernel.modules / "modules.dep").is_file()
     )
+    if kernel.origin != "cache":
+        return bootable
+    kept_for = kernel.root / KEPT_FOR
+    return bootable and kept_for.is_file() and kept_for.read_text() == _kept_for()
 
 
 def _merge_usr(tree: Path, release: str) -> None:

@@ -445,6 +445,8 @@ def fake_kernel_tree(root: Path, release: str) -> Path:
     (root / "boot" / f"vmlinuz-{release}").write_bytes(b"kernel")
     (root / "lib" / "modules" / release / "kernel").mkdir(parents=True)
     (root / "lib" / "modules" / release / "modules.dep").write_text("")
+    # what fetch_image writes into a cache entry it trimmed (harmless in a host's root)
+    (root / guest_kernel.KEPT_FOR).write_text("".join(f"{m}\n" for m in guest_kernel.GUEST_MODULES) + "-amdgpu\n")
     return root
 
 
@@ -457,6 +459,21 @@ def test_a_kernel_neither_installed_nor_cached_needs_yes(tmp_path, monkeypatch):
         guest_kernel.locate("6.1.0-99-amd64")
     assert "run again with --yes to download linux-image-6.1.0-99-amd64" in info.value.line()
     assert not (tmp_path / "cache").exists()  # nothing fetched, nothing created
+
+
+def test_a_cached_kernel_trimmed_for_other_guest_modules_is_not_used(tmp_path, monkeypatch):
+    """An entry an earlier release of the tool trimmed (no overlay module: every guest boot waited 10 s for
+    it) is fetched again rather than booted."""
+    monkeypatch.setenv("RDNA1_KMGR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(guest_kernel, "HOST_ROOT", tmp_path / "host")
+    entry = fake_kernel_tree(tmp_path / "cache" / "kernels" / "6.1.0-99-amd64", "6.1.0-99-amd64")
+    kept = (entry / guest_kernel.KEPT_FOR).read_text()
+    (entry / guest_kernel.KEPT_FOR).write_text(kept.replace("overlay\n", ""))
+    with pytest.raises(HostError, match="neither installed on this host nor in the cache"):
+        guest_kernel.locate("6.1.0-99-amd64")
+    (entry / guest_kernel.KEPT_FOR).unlink()
+    with pytest.raises(HostError, match="neither installed on this host nor in the cache"):
+        guest_kernel.locate("6.1.0-99-amd64")
 
 
 def test_a_cached_kernel_tree_is_used_and_a_host_kernel_preferred(tmp_path, monkeypatch):
@@ -476,8 +493,9 @@ def dpkg_status(package: str) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else "unknown"
 
 
+@pytest.mark.realbuild  # the built module names the dependencies a guest loads
 def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(
-    tmp_path, monkeypatch, headers_61, persistent_cache
+    tmp_path, monkeypatch, headers_61, persistent_cache, built_module_61
 ):
     """Real: the .deb from Debian's archive (shared test cache), dpkg-deb -x and depmod into a fresh entry."""
     monkeypatch.setattr(guest_kernel, "HOST_ROOT", tmp_path / "host")  # as if not installed here
@@ -493,13 +511,15 @@ def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(
     assert dpkg_status(package) == before  # unpacked, never installed
     assert guest_kernel.locate(headers_61) == kernel  # found again without fetching
     # Issue 27: what a guest loads stays, nothing else, and the .deb goes once unpacked. amdgpu's dependencies
-    # as its own modinfo names them; virtme-ng's initramfs modules as virtme-ng itself lists them.
+    # as the built module's own modinfo names them (the guest loads that file by path: the stock amdgpu.ko is
+    # not kept); virtme-ng's initramfs modules as virtme-ng itself lists them.
     from virtme import virtmods
 
     kept = {p.name.split(".ko")[0].replace("-", "_") for p in kernel.modules.rglob("*.ko*")}
-    amdgpu = next(kernel.modules.rglob("amdgpu.ko*"))
-    depends = subprocess.run(["modinfo", "-F", "depends", str(amdgpu)], capture_output=True, text=True).stdout
-    assert {d.replace("-", "_") for d in depends.strip().split(",")} <= kept
+    assert "amdgpu" not in kept
+    module = built_module_61["module"]
+    depends = subprocess.run(["modinfo", "-F", "depends", module], capture_output=True, text=True).stdout
+    assert {"drm", "ttm"} <= {d.replace("-", "_") for d in depends.strip().split(",")} <= kept
     for alias in virtmods.MODALIASES:
         shown = subprocess.run(
             ["modprobe", "-d", str(kernel.root), "-S", headers_61, "--show-depends", alias], capture_output=True
@@ -656,6 +676,9 @@ def test_emulated_verdict_passes_and_is_recorded(fake_modules_61, guest_kernel_6
     console = Path(out["console_log"]).read_text()
     assert "rdna1-kmgr: stage rmmod stock" in console and "Linux version " + guest_kernel_61 in console
     assert "kernel started" in proc.stderr and "guest init done" in proc.stderr  # progress by boot stage
+    # virtme-ng's init mounted its writable overlays (/etc, /tmp, ...): the guest kernel kept their module
+    assert "virtme_rw_overlay" in console
+    assert not [line for line in console.splitlines() if "virtme_rw_overlay" in line and "ENODEV" in line]
     assert_nothing_left_running(vm_env)
 
 
