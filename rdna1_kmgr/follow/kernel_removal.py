@@ -12,6 +12,9 @@ module index and initramfs back for a kernel that is gone. Instead, each of thes
     journal    closed with a `kernel-removed` record and moved to the history; its backups are dropped
     kbuild     the kernel's persistent kbuild tree under /var/cache/rdna1-kmgr/kbuild/
     guest      the kernel's image and modules vm-test unpacked under /var/cache/rdna1-kmgr/kernels/
+    source     the kernel's source unpacked under /var/cache/rdna1-kmgr/src/, unless a package left is built
+               from the same Linux version (one source serves every ABI of a point release: it stays while
+               one of them has a build)
     records    follow/<KREL>.json, its pending marker, and the VM verdicts recorded for KREL
 """
 
@@ -23,11 +26,13 @@ from typing import TextIO
 
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import KmgrError
+from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.install import modprobe_conf
 from rdna1_kmgr.install.journal import Journal, locked, remove_created_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.source import kernel_source
 from rdna1_kmgr.vm import guest_kernel, verdict
 
 
@@ -82,6 +87,10 @@ def _packages(kernel: str, journal: Journal, trees: dkms.Trees) -> list[tuple[dk
     return [(dkms.Package(dkms.PACKAGE_NAME, version), where) for version, where in sorted(found.items())]
 
 
+def _package_sources(trees: dkms.Trees) -> list[Path]:
+    return sorted(p for p in trees.source.glob(f"{dkms.PACKAGE_NAME}-*") if p.is_dir())
+
+
 def plan(kernel: str) -> list[str]:
     kernel = user_input.kernel_release(kernel)
     root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
@@ -104,6 +113,7 @@ def plan(kernel: str) -> list[str]:
     guest = guest_kernel.cached_root(kernel)
     if guest.exists():
         lines.append(f"  remove the guest kernel {guest}")
+    lines.append(f"  remove its kernel source under {cache_dir() / 'src'} unless a package left uses it")
     lines += [f"  remove the VM verdict {path}" for path in _verdicts_for(kernel)]
     if follow_record.read(kernel) or kernel in follow_record.pending():
         lines.append(f"  remove the follow record of {kernel}")
@@ -118,7 +128,8 @@ def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
     said = []
     with locked(f"follow --kernel {kernel} --removed"):
         journal = Journal(kernel)
-        for package, package_trees in _packages(kernel, journal, trees):
+        packages = _packages(kernel, journal, trees)
+        for package, package_trees in packages:
             # Idempotent: DKMS's own prerm hook may have removed an installed version for this kernel already;
             # the version's source under /usr/src then still goes, unless another kernel uses it.
             dkms.remove(package, package_trees, kernel)
@@ -147,6 +158,10 @@ def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
         if guest.exists():
             shutil.rmtree(guest)
             said.append(f"removed the guest kernel {guest}")
+        left = {dkms.linux_version_of(p.name.removeprefix(f"{dkms.PACKAGE_NAME}-")) for p in _package_sources(trees)}
+        gone = {dkms.linux_version_of(package.version) for package, _ in packages} - left
+        for tree in kernel_source.remove_sources_of(gone):
+            said.append(f"removed the kernel source {tree}: no package left is built from it")
         for path in _verdicts_for(kernel):
             path.unlink()
             said.append(f"removed the VM verdict {path}")

@@ -107,6 +107,12 @@ def package_version(kernel_version: str, patchset_sha256: str, debug_info: bool 
     return f"{kernel_version}+p{patchset_sha256[:12]}" + ("+debug" if debug_info else "")
 
 
+def linux_version_of(version: str) -> str:
+    """The Linux version a package version was built from (6.1.192+p0123456789ab -> 6.1.192): package_version's
+    inverse."""
+    return version.split("+p", 1)[0]
+
+
 def kbuild_root(package_name: str) -> Path:
     """The persistent kbuild trees of a package, one per kernel release below it."""
     return cache_dir() / "kbuild" / package_name

@@ -15,6 +15,7 @@ import json
 import lzma
 import os
 import re
+import shutil
 import tarfile
 import urllib.error
 import urllib.parse
@@ -253,6 +254,25 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
             share_unchanged_files(tree, dest_root)
             write_json(tree / ORIGIN_FILE, origin, indent=2, sort_keys=True)
             return cache_entry.publish(tree, dest_root / name)
+
+
+def remove_sources_of(versions: set[str], src_root: Path | None = None) -> list[Path]:
+    """Remove the unpacked trees of the cache whose Linux version is one of `versions` (every Debian revision of
+    it), each under its cache entry's lock (a build unpacking it waits, or finds it gone and unpacks it again);
+    the trees removed."""
+    src_root = src_root if src_root is not None else cache_dir() / "src"
+    removed = []
+    for tree in sorted(src_root.glob("*")) if src_root.is_dir() else []:
+        origin = source_origin(tree)
+        if not origin or origin.get("kernel_version") not in versions:
+            continue
+        # the key unpack_amd_subset locks the entry by
+        key = origin.get("debian_version") or f"sha256.{origin.get('sha256', '')[:16]}"
+        with cache_entry.exclusive(src_root, key):
+            if tree.is_dir():
+                shutil.rmtree(tree)
+                removed.append(tree)
+    return removed
 
 
 def share_unchanged_files(tree: Path, dest_root: Path) -> int:

@@ -233,6 +233,7 @@ def test_the_postrm_hook_forgets_a_removed_kernel(host):
     dry = host.cli("follow", "--kernel", NEW, "--removed", "--dry-run")
     assert dry.returncode == 0 and f"remove the follow record of {NEW}" in dry.stdout
     assert f"remove the guest kernel {guest}" in dry.stdout
+    assert f"remove its kernel source under {Path(host.env['RDNA1_KMGR_CACHE']) / 'src'} unless" in dry.stdout
     assert host.record(NEW) is not None and guest.is_dir()
     proc, _ = host.run_parts("postrm.d", NEW)
     assert proc.returncode == 0, proc.stderr

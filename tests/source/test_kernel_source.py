@@ -518,3 +518,24 @@ def test_real_612_and_72_sources(real_source_612, real_source_72):
     for tree in (real_source_612, real_source_72):
         assert (tree / AMD / "amdgpu/gmc_v10_0.c").is_file()
         assert (tree / AMD / "amdxcp").is_dir()  # newer kernels' extra amd folder comes along
+
+
+def test_removing_a_linux_versions_sources_keeps_the_others_and_their_shared_files(tmp_path):
+    """Every Debian revision of the Linux version goes; a tree of another version keeps the files unpacking
+    shared with them (hard links), and a folder unpacking did not make is not touched."""
+    src = tmp_path / "src"
+    trees = {}
+    for name, linux in (("6.1.192-1", "6.1.192"), ("6.1.192-2", "6.1.192"), ("6.12.95-1~bpo12+1", "6.12.95")):
+        tree = trees[name] = src / name
+        (tree / "drivers").mkdir(parents=True)
+        (tree / kernel_source.ORIGIN_FILE).write_text(f'{{"kernel_version": "{linux}", "debian_version": "{name}"}}')
+    (trees["6.12.95-1~bpo12+1"] / "drivers" / "regs.h").write_text("#define REG 1\n")
+    (trees["6.1.192-2"] / "drivers" / "regs.h").hardlink_to(trees["6.12.95-1~bpo12+1"] / "drivers" / "regs.h")
+    (src / "not-ours").mkdir()
+
+    removed = kernel_source.remove_sources_of({"6.1.192"}, src)
+
+    assert removed == [trees["6.1.192-1"], trees["6.1.192-2"]]
+    assert sorted(p.name for p in src.iterdir() if not p.name.startswith(".")) == ["6.12.95-1~bpo12+1", "not-ours"]
+    assert (trees["6.12.95-1~bpo12+1"] / "drivers" / "regs.h").read_text() == "#define REG 1\n"
+    assert kernel_source.remove_sources_of(set(), src) == []
