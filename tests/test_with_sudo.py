@@ -71,3 +71,18 @@ def test_a_normal_user_runs_every_command_with_sudo(sudo_user):
     # The user's home is as it was: nothing written there as root.
     assert sorted(p.relative_to(home) for p in home.rglob("*")) == before
     assert not [p for p in home.rglob("*") if p.stat().st_uid == 0]
+
+
+def test_a_normal_user_asks_for_the_install_plan_without_sudo(sudo_user):
+    """`rdna1-kmgr install --dry-run` as the user: a dry run writes nothing, so it needs no root. It once refused
+    (the journal's folder not writable; then dkms "not installed": Debian keeps the sbin folders off a user's
+    PATH, so the tool adds them after the user's own). The command itself is in /usr/local/sbin: by path."""
+    home = sudo_user
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "USER": USER, "LANG": "C.UTF-8"}
+    command = [shutil.which("runuser"), "-u", USER, "--", str(ON_SUDO_PATH), "install", "--dry-run", "--skip-vm-check"]
+    run = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=900)
+    assert "cannot keep the journal" not in run.stderr and "dkms is not installed" not in run.stderr, run.stderr
+    assert run.returncode in (0, 4, 5, 8) and "Traceback" not in run.stderr, run.stderr
+    if run.returncode == 0:
+        assert "1. dkms-install: dkms install" in run.stdout, run.stdout
+    assert not [p for p in home.rglob("*") if p.stat().st_uid == 0]

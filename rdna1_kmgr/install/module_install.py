@@ -474,7 +474,8 @@ def run(
     refuse_if_busy()
     journal = Journal(kernel)
     journal.state()  # a corrupted journal is refused before anything else
-    check_writable()
+    if not request.dry_run:
+        check_writable()  # a dry run writes nothing: a normal user may ask for the plan
     candidate = with_quirks(candidate or find_candidate(kernel, trees), request.quirks)
     cert = Path(request.cert).absolute() if request.cert else signing.convention().cert
     existing = _existing(journal, candidate)
