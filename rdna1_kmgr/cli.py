@@ -1,13 +1,12 @@
 """The command line: a thin click layer over the modules that do the work."""
 
 import importlib
-import os
 import sys
 
 import click
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import command_log
+from rdna1_kmgr.core import command_log, runner
 from rdna1_kmgr.core.errors import KmgrError
 
 # Each command's module is imported when that command runs (or `--help` lists them all): the boot guard's
@@ -34,17 +33,6 @@ COMMANDS = {
 }
 
 
-# Where Debian and Ubuntu keep the system programs the tool runs (dkms, depmod, modinfo, update-initramfs). A
-# normal user's PATH on Debian lacks them (Ubuntu's has them), and a dry run needs no root.
-SYSTEM_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
-
-
-def include_system_dirs() -> None:
-    """Append SYSTEM_DIRS to this process's PATH where missing, after whatever the caller put first."""
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-    os.environ["PATH"] = os.pathsep.join(path + [d for d in SYSTEM_DIRS if d not in path])
-
-
 class KmgrGroup(click.Group):
     """Finds the commands in COMMANDS; turns a KmgrError anywhere below into one line on stderr and its exit
     code."""
@@ -59,7 +47,7 @@ class KmgrGroup(click.Group):
         return getattr(importlib.import_module(f"rdna1_kmgr.commands.{module}"), attribute)
 
     def invoke(self, ctx):
-        include_system_dirs()
+        runner.include_system_programs()
         command_log.start()
         try:
             return super().invoke(ctx)

@@ -67,6 +67,13 @@ class Result:
 SYSTEM_PROGRAMS = "/usr/local/sbin:/usr/sbin:/sbin"
 
 
+def include_system_programs() -> None:
+    """Append SYSTEM_PROGRAMS to this process's PATH where missing, after the caller's own folders: what the
+    tool runs (DKMS's own programs too) finds them. The command line does it once, at the start."""
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    os.environ["PATH"] = os.pathsep.join(path + [d for d in SYSTEM_PROGRAMS.split(os.pathsep) if d not in path])
+
+
 def which(name: str) -> str | None:
     """The program's path on PATH (or in the system's sbin folders), or None."""
     return shutil.which(name) or shutil.which(name, path=SYSTEM_PROGRAMS)

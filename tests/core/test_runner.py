@@ -196,3 +196,16 @@ def test_a_system_program_is_found_off_a_normal_users_path():
     result = runner.run(["modinfo", "--version"], env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
     assert result.ok and "kmod" in result.stdout
     assert runner.which("modinfo") is not None
+
+
+def test_the_system_program_folders_come_after_the_callers_own(monkeypatch):
+    """A normal user's PATH on Debian (/etc/profile) has no sbin folder; the tool appends them, never ahead of
+    what the user put first and never twice."""
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games")
+    runner.include_system_programs()
+    assert (
+        os.environ["PATH"] == "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games:/usr/local/sbin:/usr/sbin:/sbin"
+    )
+    monkeypatch.setenv("PATH", "/opt/x/bin:/usr/sbin:/usr/bin")
+    runner.include_system_programs()
+    assert os.environ["PATH"] == "/opt/x/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/sbin"
