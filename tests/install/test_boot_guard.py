@@ -13,7 +13,7 @@ One system per module, driven through its boots in order, each test the next cha
 
 A file the kernel refuses (the stock file in that same boot, fallback boots after it) is the Secure Boot story's
 (test_secure_boot.py: the key deleted from the MOK list); the loader's branches are test_stock_loader.py's.
-Until 2026-11-26 this story also broke a symbol's CRC in the installed module for that: two more boots and an
+Until 2026-11-25 this story also broke a symbol's CRC in the installed module for that: two more boots and an
 initramfs remade under TCG, about 4 minutes of the suite's 60 for the same path.
 
 Boots run under TCG: ~1-2 min each here; the install boot longer (update-initramfs, update-grub).
