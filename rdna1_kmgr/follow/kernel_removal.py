@@ -87,10 +87,6 @@ def _packages(kernel: str, journal: Journal, trees: dkms.Trees) -> list[tuple[dk
     return [(dkms.Package(dkms.PACKAGE_NAME, version), where) for version, where in sorted(found.items())]
 
 
-def _package_sources(trees: dkms.Trees) -> list[Path]:
-    return sorted(p for p in trees.source.glob(f"{dkms.PACKAGE_NAME}-*") if p.is_dir())
-
-
 def plan(kernel: str) -> list[str]:
     kernel = user_input.kernel_release(kernel)
     root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
@@ -158,7 +154,7 @@ def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
         if guest.exists():
             shutil.rmtree(guest)
             said.append(f"removed the guest kernel {guest}")
-        left = {dkms.linux_version_of(p.name.removeprefix(f"{dkms.PACKAGE_NAME}-")) for p in _package_sources(trees)}
+        left = {dkms.linux_version_of(p.version) for p in dkms.source_packages(dkms.PACKAGE_NAME, trees)}
         gone = {dkms.linux_version_of(package.version) for package, _ in packages} - left
         for tree in kernel_source.remove_sources_of(gone):
             said.append(f"removed the kernel source {tree}: no package left is built from it")

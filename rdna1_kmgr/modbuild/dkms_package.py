@@ -107,6 +107,15 @@ def package_version(kernel_version: str, patchset_sha256: str, debug_info: bool 
     return f"{kernel_version}+p{patchset_sha256[:12]}" + ("+debug" if debug_info else "")
 
 
+def source_packages(name: str, trees: Trees) -> list[Package]:
+    """The versions of `name` whose source stands in the trees' source folder (Package.source_dir's names)."""
+    return [
+        Package(name, folder.name.removeprefix(f"{name}-"))
+        for folder in sorted(trees.source.glob(f"{name}-*"))
+        if folder.is_dir()
+    ]
+
+
 def linux_version_of(version: str) -> str:
     """The Linux version a package version was built from (6.1.192+p0123456789ab -> 6.1.192): package_version's
     inverse."""

@@ -446,7 +446,7 @@ def fake_kernel_tree(root: Path, release: str) -> Path:
     (root / "lib" / "modules" / release / "kernel").mkdir(parents=True)
     (root / "lib" / "modules" / release / "modules.dep").write_text("")
     # what fetch_image writes into a cache entry it trimmed (harmless in a host's root)
-    (root / guest_kernel.KEPT_FOR).write_text("".join(f"{m}\n" for m in guest_kernel.GUEST_MODULES) + "-amdgpu\n")
+    (root / guest_kernel.KEPT_FOR).write_text(guest_kernel._kept_for())
     return root
 
 
