@@ -191,6 +191,10 @@ def keep_guest_modules(tree: Path, release: str, wanted: tuple[str, ...] = GUEST
     dropped = [p for p in everything if p.resolve() not in keep]
     for module in dropped:
         module.unlink()
+    # The folders they leave: 880 of them in Debian's 6.1 image, a block each (3.4 MB against 5 MB of modules).
+    for folder, _, _ in sorted(os.walk(modules / "kernel"), key=lambda entry: -len(entry[0])):
+        if not os.listdir(folder):
+            os.rmdir(folder)
     return len(everything) - len(dropped), len(dropped)
 
 

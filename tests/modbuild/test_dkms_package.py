@@ -363,20 +363,64 @@ def test_another_patch_set_recompiles_only_what_it_changes(sandbox):
     assert b"greetings-from-one" in module_checks.read_module(outcome.module)
 
 
-def test_the_kbuild_tree_names_the_kernel_config_once_an_object(sandbox):
+def headers_of(kernel: str) -> tuple[Path, Path]:
+    """The headers package's object tree (/lib/modules/R/build) and the source tree its Makefile includes."""
+    objtree = Path(f"/lib/modules/{kernel}/build").resolve()
+    include = (objtree / "Makefile").read_text().split()[-1]
+    return objtree, (objtree / include).parent.resolve()
+
+
+def test_the_kbuild_tree_names_the_kernel_config_once_and_the_kernel_headers_by_one_stamp(sandbox):
     """fixdep writes one `$(wildcard include/config/SYMBOL)` prerequisite per config symbol an object's sources
-    name (scripts/basic/fixdep.c); the tree keeps auto.conf in their place, which the headers carry."""
+    name and one line per header it includes (scripts/basic/fixdep.c); the tree keeps auto.conf for the symbols
+    and one stamp for the kernel's headers, and the module's own header stays a prerequisite of its own."""
     series_dir, _, package = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("greetings")})
     outcome = assemble_and_build(sandbox, series_dir, package)
     assert "config prerequisites folded into auto.conf" in outcome.log.read_text()
-    assert Path(f"/lib/modules/{sandbox.kernel}/build/include/config/auto.conf").is_file()
-    tree = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / hellomod.LOCATION
+    objtree, srctree = headers_of(sandbox.kernel)
+    assert (objtree / "include/config/auto.conf").is_file()
+    root = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel
+    stamp = root / ".rdna1-kbuild-headers"
+    listed = stamp.read_text().splitlines()
+    # main.c and table.c include <linux/module.h>, table.c <linux/pci.h>: the headers' source tree has them
+    assert {str(srctree / "include/linux/module.h"), str(srctree / "include/linux/pci.h")} <= set(listed)
+    assert all(Path(path).is_file() and not path.startswith(str(root)) for path in listed)
+    assert stamp.stat().st_mtime_ns == max(os.stat(path).st_mtime_ns for path in listed)
     for name in ("main", "table"):
-        lines = (tree / f".{name}.o.cmd").read_text().splitlines()
+        lines = (root / hellomod.LOCATION / f".{name}.o.cmd").read_text().splitlines()
         deps = lines.index(next(line for line in lines if line.startswith("deps_")))
-        configs = [line.strip() for line in lines if "include/config/" in line]
-        assert configs == ["$(wildcard include/config/auto.conf) \\"] and lines[deps + 1].strip() == configs[0]
-        assert any("include/linux/module.h" in line for line in lines[deps:])  # the headers stay prerequisites
+        block = lines[deps + 1 : lines.index("", deps)]
+        assert block[0].strip() == "$(wildcard include/config/auto.conf) \\"
+        assert [line.strip() for line in block if "include/config/" in line] == [block[0].strip()]
+        assert [line.strip() for line in block].count(f"{stamp} \\") == 1
+        assert not any("include/linux/" in line for line in block)
+        assert any(line.strip().endswith("rdna1hello/include/rdna1hello.h \\") for line in block)
+
+
+def test_a_kernel_header_newer_than_the_objects_rebuilds_them_and_one_gone_rebuilds_them_once(sandbox, tmp_path):
+    """The stamp stands for every header it lists: one the headers package rewrote after the build (here a file
+    added to the list, dated now) makes make compile every object again; one that is gone too, and the build
+    after that finds nothing to do."""
+    series_dir, _, package = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("greetings")})
+    compiled = assemble_and_build(sandbox, series_dir, package).compiled  # main.o, table.o and the .mod.o
+    stamp = sandbox.cache / "kbuild" / "rdna1hello" / sandbox.kernel / ".rdna1-kbuild-headers"
+
+    def build_again() -> int:
+        dkms.remove(package, sandbox.trees)
+        return assemble_and_build(sandbox, series_dir, package).compiled
+
+    assert build_again() == 0
+    header = tmp_path / "rewritten.h"
+    header.write_text("/* as a headers package would rewrite it */\n")
+    dated = stamp.stat().st_mtime_ns
+    stamp.write_text(stamp.read_text() + f"{header}\n")
+    os.utime(stamp, ns=(dated, dated))  # as the fold left it: older than the objects, and than the header
+    assert build_again() == compiled
+    assert build_again() == 0
+    header.unlink()
+    assert build_again() == compiled
+    assert str(header) not in stamp.read_text()
+    assert build_again() == 0
 
 
 def test_compile_error_names_the_first_compiler_error_and_the_log(sandbox):

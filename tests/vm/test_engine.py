@@ -526,6 +526,8 @@ def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(
         )
         assert shown.returncode == 0, (alias, shown.stderr)
     assert len(kept) < 100  # of the ~4000 modules Debian's image package holds
+    empty = [folder for folder, dirs, names in os.walk(kernel.modules / "kernel") if not dirs and not names]
+    assert empty == []  # nor the folders the others leave
     assert not list((persistent_cache / "debs").glob(f"{package}_*.deb"))
 
 
