@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install rdna1-kmgr on Debian or Ubuntu: the system packages it drives (DKMS, kbuild's tools, kmod,
-# QEMU), a Python environment in /opt/rdna1-kmgr, the command /usr/local/sbin/rdna1-kmgr and the kernel
+# QEMU), a Python environment in /opt/rdna1-kmgr, the command /usr/local/bin/rdna1-kmgr and the kernel
 # hooks that make the patched driver follow kernel upgrades (`rdna1-kmgr hooks remove` takes them away).
 # Run it as root (a root shell: nothing here calls sudo, which a fresh Debian may not have), or with sudo:
 #   ./install.sh                the tool
@@ -9,7 +9,9 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=${RDNA1_KMGR_PREFIX:-/opt/rdna1-kmgr}  # where the Python environment goes
-bindir=${RDNA1_KMGR_BIN:-/usr/local/sbin}     # where the command goes (on root's PATH and sudo's secure_path)
+# where the command goes: on root's PATH, sudo's secure_path and a normal user's PATH (Debian leaves the sbin
+# folders off the last, and `rdna1-kmgr install --dry-run` needs no root)
+bindir=${RDNA1_KMGR_BIN:-/usr/local/bin}
 with_tests=no
 case "${1:-}" in
     "") ;;
@@ -54,6 +56,11 @@ spec=$copy
 "$prefix/bin/pip" install -q --disable-pip-version-check --upgrade "$spec"
 mkdir -p "$bindir"
 ln -sf "$prefix/bin/rdna1-kmgr" "$bindir/rdna1-kmgr"
+# Earlier releases put the command in /usr/local/sbin: that link goes, so one command answers to the name.
+old=/usr/local/sbin/rdna1-kmgr
+if [ "$bindir" != /usr/local/sbin ] && [ -L "$old" ] && [ "$(readlink "$old")" = "$prefix/bin/rdna1-kmgr" ]; then
+    rm -f "$old"
+fi
 # Where every command logs the programs it ran (core/command_log.py writes only where this folder exists).
 install -d -m 0755 /var/log/rdna1-kmgr
 # Kernel upgrades: /etc/kernel/{postinst,header_postinst,postrm}.d, apt's DPkg::Post-Invoke and a boot unit,

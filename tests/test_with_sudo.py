@@ -18,7 +18,7 @@ import pytest
 USER = "rdna1kmgr-sudo-test"
 SUDOERS = Path("/etc/sudoers.d/rdna1kmgr-sudo-test")
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
-ON_SUDO_PATH = Path("/usr/local/sbin/rdna1-kmgr")
+ON_SUDO_PATH = Path("/usr/local/bin/rdna1-kmgr")  # and on the user's own PATH
 
 
 @pytest.fixture
@@ -76,10 +76,12 @@ def test_a_normal_user_runs_every_command_with_sudo(sudo_user):
 def test_a_normal_user_asks_for_the_install_plan_without_sudo(sudo_user):
     """`rdna1-kmgr install --dry-run` as the user: a dry run writes nothing, so it needs no root. It once refused
     (the journal's folder not writable; then dkms "not installed": Debian keeps the sbin folders off a user's
-    PATH, so the tool adds them after the user's own). The command itself is in /usr/local/sbin: by path."""
+    PATH, so the tool adds them after the user's own; and the command was in /usr/local/sbin). By name, on
+    Debian's PATH for a user."""
     home = sudo_user
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "USER": USER, "LANG": "C.UTF-8"}
-    command = [shutil.which("runuser"), "-u", USER, "--", str(ON_SUDO_PATH), "install", "--dry-run", "--skip-vm-check"]
+    path = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # Debian's /etc/profile for a user
+    env = {"PATH": path, "HOME": str(home), "USER": USER, "LANG": "C.UTF-8"}
+    command = [shutil.which("runuser"), "-u", USER, "--", "sh", "-c", "rdna1-kmgr install --dry-run --skip-vm-check"]
     run = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=900)
     assert "cannot keep the journal" not in run.stderr and "dkms is not installed" not in run.stderr, run.stderr
     assert run.returncode in (0, 4, 5, 8) and "Traceback" not in run.stderr, run.stderr

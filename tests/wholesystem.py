@@ -734,12 +734,12 @@ def copy_into(root: Path, path: Path) -> None:
 
 def install_tool(root: Path) -> None:
     """The tool as this session installed it, at the same path in the image (its python3 is the same
-    bookworm 3.11), and the command in /usr/local/sbin."""
+    bookworm 3.11), and the command where install.sh puts it."""
     venv = Path(sys.prefix)
     copy_into(root, venv)
-    (root / "usr/local/sbin").mkdir(parents=True, exist_ok=True)
-    (root / "usr/local/sbin/rdna1-kmgr").unlink(missing_ok=True)
-    (root / "usr/local/sbin/rdna1-kmgr").symlink_to(venv / "bin/rdna1-kmgr")
+    (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/local/bin/rdna1-kmgr").unlink(missing_ok=True)
+    (root / "usr/local/bin/rdna1-kmgr").symlink_to(venv / "bin/rdna1-kmgr")
 
 
 def require_tools() -> None:

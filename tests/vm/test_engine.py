@@ -588,7 +588,7 @@ def test_passthrough_without_an_rdna1_gpu_is_refused_clearly(isolated_state):
 
 
 def rdna1_kmgr(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
-    # the installed package under test, not whichever install /usr/local/sbin/rdna1-kmgr points to
+    # the installed package under test, not whichever install /usr/local/bin/rdna1-kmgr points to
     script = str(Path(sys.executable).parent / "rdna1-kmgr")
     if not Path(script).is_file():
         script = shutil.which("rdna1-kmgr") or script
