@@ -108,8 +108,7 @@ def fetch_image(release: str) -> GuestKernel:
                 progress.say(f"unpacking {each.name} into {root} (not installing it)")
                 _run(["dpkg-deb", "-x", str(each), str(tmp)], f"unpacking {each.name}")
             _merge_usr(tmp, release)
-            # the package's changelog and copyright: no guest reads them
-            shutil.rmtree(tmp / "usr" / "share" / "doc", ignore_errors=True)
+            _keep_what_a_guest_boots(tmp, release)
             progress.say(f"depmod for {release}")
             _run(["depmod", "-b", str(tmp), release], f"depmod for {release}")
             kept, dropped = keep_guest_modules(tmp, release)
@@ -207,6 +206,15 @@ def _complete(kernel: GuestKernel) -> bool:
         return bootable
     kept_for = kernel.root / KEPT_FOR
     return bootable and kept_for.is_file() and kept_for.read_text() == _kept_for()
+
+
+def _keep_what_a_guest_boots(tree: Path, release: str) -> None:
+    """A guest boots the image and loads modules: the packages' config, System.map, changelog, copyright and
+    bug-report scripts go (virtme-ng reads a kernel's config only from a build tree)."""
+    for path in (tree / "boot").iterdir() if (tree / "boot").is_dir() else ():
+        if path.name != f"vmlinuz-{release}":
+            path.unlink()
+    shutil.rmtree(tree / "usr" / "share", ignore_errors=True)
 
 
 def _merge_usr(tree: Path, release: str) -> None:

@@ -528,6 +528,8 @@ def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(
     assert len(kept) < 100  # of the ~4000 modules Debian's image package holds
     empty = [folder for folder, dirs, names in os.walk(kernel.modules / "kernel") if not dirs and not names]
     assert empty == []  # nor the folders the others leave
+    assert [p.name for p in (kernel.root / "boot").iterdir()] == [kernel.image.name]
+    assert not (kernel.root / "usr" / "share").exists()
     assert not list((persistent_cache / "debs").glob(f"{package}_*.deb"))
 
 
