@@ -44,7 +44,7 @@ def batch_runner(
     `devices`: PCI addresses on vfio-pci the guest gets (the board); `show`: host folders the guest must see,
     read-only at their own paths.
     """
-    vm = guest_registry.find(engine.GUEST)
+    vm = guest_registry.find(engine.PASSTHROUGH_GUEST)  # the cells run with the board passed, udev and all
     kernel = guest_kernel.locate(release, fetch=fetch)
     facts = module_elf.read(module, verdict.INIT_MESSAGES) if module is not None else None
     logs = log_dir() / "vm-test"

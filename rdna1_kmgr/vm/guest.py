@@ -11,6 +11,9 @@ virtme-ng's options.
 
 from __future__ import annotations
 
+import json
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +78,48 @@ class Guest(Protocol):
     qemu: str  # the QEMU it runs (the KVM probe boots the same one)
 
     def boot(self, request: GuestRequest, report: Reporter) -> GuestRun: ...
+
+
+# Console lines that mark boot stages: (pattern, stage name), or no name to take the pattern's first group.
+Stages = tuple[tuple[re.Pattern, str | None], ...]
+
+
+class StageWatcher:
+    """Follows the console as it grows; reports each boot stage once, with the time since the start."""
+
+    def __init__(self, report: Reporter, stages: Stages, clock=time.monotonic):
+        self.report = report
+        self.patterns = stages
+        self.clock = clock
+        self.started = clock()
+        self.stages: list[tuple[float, str]] = []
+        self._partial = ""
+
+    def feed(self, chunk: str) -> bool:
+        lines = (self._partial + chunk).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line)
+        return False  # never stops the run
+
+    def _line(self, line: str) -> None:
+        for pattern, name in self.patterns:
+            match = pattern.search(line)
+            if match:
+                stage = name or match.group(1).strip()
+                if all(stage != seen for _, seen in self.stages):
+                    elapsed = self.clock() - self.started
+                    self.stages.append((round(elapsed, 1), stage))
+                    self.report(f"{elapsed:5.1f} s  {stage}")
+                return
+
+
+def read_result(run: Path) -> dict | None:
+    """The result.json the guest side wrote into the run folder, or None."""
+    try:
+        return json.loads((run / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def tail(text: str, lines: int) -> str:

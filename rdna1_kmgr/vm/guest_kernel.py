@@ -161,22 +161,28 @@ def _kept_for() -> str:
     return "".join(f"{name}\n" for name in GUEST_MODULES) + "".join(f"-{name}\n" for name in STAND_INS)
 
 
+def load_order(tree: Path, release: str, name: str) -> list[Path]:
+    """The module files that loading `name` (a module name or alias) loads, in order, the module itself last:
+    modprobe's own answer from the modules.dep and aliases of the kernel under `tree` (/ for an installed
+    kernel). Built-in ones have no file and are left out."""
+    shown = runner.run(
+        # --ignore-install: an `install` rule on this machine (rdna1-kmgr's own loader for amdgpu) would be
+        # shown instead of the files
+        ["modprobe", "--ignore-install", "--dirname", str(tree), "--set-version", release, "--show-depends", name],
+        check=False,
+        timeout=60,
+    )
+    # "insmod /tree/lib/modules/KREL/kernel/.../drm.ko " or "builtin x"
+    return [Path(w[1]).resolve() for w in map(str.split, shown.stdout.splitlines()) if w[:1] == ["insmod"]]
+
+
 def keep_guest_modules(tree: Path, release: str, wanted: tuple[str, ...] = GUEST_MODULES) -> tuple[int, int]:
-    """Delete every module of the unpacked kernel but `wanted` and what they need (modprobe's own answer from
-    the tree's modules.dep and aliases), and the stand-ins' own files; (kept, deleted). Run depmod again
-    afterwards."""
+    """Delete every module of the unpacked kernel but `wanted` and what they need (load_order), and the
+    stand-ins' own files; (kept, deleted). Run depmod again afterwards."""
     keep: set[Path] = set()
     stand_ins: set[Path] = set()
     for name in wanted:
-        shown = runner.run(
-            # --ignore-install: an `install` rule on this machine (rdna1-kmgr's own loader for amdgpu) would be
-            # shown instead of the files
-            ["modprobe", "--ignore-install", "--dirname", str(tree), "--set-version", release, "--show-depends", name],
-            check=False,
-            timeout=60,
-        )
-        # "insmod /tree/lib/modules/KREL/kernel/.../drm.ko " or "builtin x", in load order: the module itself last
-        loads = [Path(w[1]).resolve() for w in map(str.split, shown.stdout.splitlines()) if w[:1] == ["insmod"]]
+        loads = load_order(tree, release, name)
         if name in STAND_INS and loads:
             stand_ins.add(loads.pop())
         keep.update(loads)

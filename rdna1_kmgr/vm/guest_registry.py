@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rdna1_kmgr.vm import plumbing_guest, virtme_guest
+from rdna1_kmgr.vm import hostroot_guest, plumbing_guest, virtme_guest
 from rdna1_kmgr.vm.guest import Guest
 
 GUESTS: dict[str, Callable[[], Guest]] = {
-    virtme_guest.NAME: virtme_guest.find,  # the host's own OS in the guest: module tests, the matrix
+    hostroot_guest.NAME: hostroot_guest.find,  # the host's own OS, no init system: the emulated module test
+    virtme_guest.NAME: virtme_guest.find,  # the host's own OS with udev: runs with a device passed, the matrix
     plumbing_guest.NAME: plumbing_guest.find,  # a busybox initramfs that lists PCI devices: plumbing-only
 }
 

@@ -1,5 +1,5 @@
 """What a vm-test guest must see, and the mappings that put it where the guest sees it (virtme_guest.py turns
-them into virtme-ng's options).
+them into virtme-ng's options; hostroot_guest.py into 9p devices and a mount table that gives the same view).
 
 The guest boots with the host's root file system read-only over 9p, but a host path is not a guest path:
 virtme-ng 1.42 and its guest init put their own mounts over parts of that root.

@@ -10,15 +10,12 @@ the run's result ({kernel, devices}). It runs its own init, never a command.
 
 from __future__ import annotations
 
-import shutil
-import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from rdna1_kmgr.core import runner
-from rdna1_kmgr.core.errors import HostError
-from rdna1_kmgr.vm import qemu_args
+from rdna1_kmgr.vm import busybox_initramfs, qemu_args
 from rdna1_kmgr.vm.guest import GuestRequest, GuestRun, Reporter
 
 NAME = "qemu"
@@ -53,7 +50,7 @@ class PlainQemuGuest:
 
 def find() -> PlainQemuGuest:
     qemu = qemu_args.find_qemu()
-    static_busybox()  # refuse now, not after the devices are bound
+    busybox_initramfs.static_busybox()  # refuse now, not after the devices are bound
     return PlainQemuGuest(qemu)
 
 
@@ -61,31 +58,15 @@ def init_script() -> Path:
     return Path(str(resources.files("rdna1_kmgr.qemu") / "passthrough" / "init"))
 
 
-def static_busybox() -> Path:
-    """The host's busybox, if it is a static binary (a dynamic one would need its libraries in the guest)."""
-    found = shutil.which("busybox")
-    if found is None:
-        raise HostError("busybox is not installed", "apt-get install busybox-static")
-    path = Path(found).resolve()
-    if _is_dynamic_elf(path):
-        raise HostError(
-            f"{path} is linked dynamically; the plumbing guest needs a static busybox", "apt-get install busybox-static"
-        )
-    return path
-
-
 def build_initramfs(dest: Path) -> Path:
     """Write an uncompressed newc cpio archive with /init and /bin/busybox to `dest`."""
+    busybox = busybox_initramfs.static_busybox().read_bytes()
     entries = [
-        ("bin", stat.S_IFDIR | 0o755, b""),
-        ("bin/busybox", stat.S_IFREG | 0o755, static_busybox().read_bytes()),
-        ("init", stat.S_IFREG | 0o755, init_script().read_bytes()),
+        busybox_initramfs.folder("bin"),
+        busybox_initramfs.program("bin/busybox", busybox),
+        busybox_initramfs.program("init", init_script().read_bytes()),
     ]
-    with open(dest, "wb") as out:
-        for ino, (name, mode, data) in enumerate(entries, start=1):
-            out.write(_cpio_entry(ino, name, mode, data))
-        out.write(_cpio_entry(0, "TRAILER!!!", 0, b""))
-    return dest
+    return busybox_initramfs.write(dest, entries)
 
 
 def qemu_argv(qemu: str, image: Path, initramfs: Path, accel: str, devices: list[str]) -> list[str]:
@@ -120,28 +101,3 @@ def parse_console(text: str) -> dict | None:
     if not done:
         return None
     return {"kernel": kernel, "devices": devices}
-
-
-def _cpio_entry(ino: int, name: str, mode: int, data: bytes) -> bytes:
-    encoded = name.encode() + b"\0"
-    fields = [ino, mode, 0, 0, 1 if not stat.S_ISDIR(mode) else 2, 0, len(data), 0, 0, 0, 0, len(encoded), 0]
-    header = b"070701" + b"".join(b"%08X" % f for f in fields)
-    return _pad(header + encoded) + _pad(data)
-
-
-def _pad(chunk: bytes) -> bytes:
-    return chunk + b"\0" * (-len(chunk) % 4)
-
-
-def _is_dynamic_elf(path: Path) -> bool:
-    """Whether an ELF64 file has a PT_INTERP program header (it needs a dynamic loader)."""
-    with open(path, "rb") as handle:
-        head = handle.read(64)
-        if head[:4] != b"\x7fELF" or head[4] != 2:
-            raise HostError(f"{path} is not a 64-bit ELF program", "apt-get install busybox-static")
-        phoff = int.from_bytes(head[32:40], "little")
-        phentsize = int.from_bytes(head[54:56], "little")
-        phnum = int.from_bytes(head[56:58], "little")
-        handle.seek(phoff)
-        table = handle.read(phentsize * phnum)
-    return any(int.from_bytes(table[i * phentsize : i * phentsize + 4], "little") == 3 for i in range(phnum))

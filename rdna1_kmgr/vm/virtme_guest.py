@@ -9,19 +9,17 @@ This is the one module that knows virtme-ng's options: the request's devices bec
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.vm import guest_kernel, guest_view, qemu_args
-from rdna1_kmgr.vm.guest import GuestRequest, GuestRun, Reporter
+from rdna1_kmgr.vm.guest import GuestRequest, GuestRun, Reporter, StageWatcher, read_result
 
 NAME = "virtme-ng"
 GUEST_MEMORY = "2G"  # an unstripped amdgpu.ko is ~350 MB and is read whole by the kernel
@@ -62,7 +60,7 @@ GUEST_BLACKLIST = (
 PASSTHROUGH_BLACKLIST = ("amdgpu",)
 
 # Console lines that mark boot stages, for progress and for the record's timings.
-_STAGES = (
+STAGES = (
     (re.compile(r"Linux version \S+"), "kernel started"),
     (re.compile(r"virtme initramfs: mounting hostfs"), "initramfs mounts the host's root"),
     (re.compile(r"virtme-ng-init: basic initialization done"), "guest init done"),
@@ -85,12 +83,12 @@ class VirtmeNgGuest:
 
     def boot(self, request: GuestRequest, report: Reporter) -> GuestRun:
         """Boot the kernel, run the request's command in the guest, and read the result.json it wrote."""
-        watcher = StageWatcher(report)
+        watcher = StageWatcher(report, STAGES)
         report(request.booting_line())
         outcome = runner.run_session(
             vng_argv(self, request), request.console, request.timeout, env=self.env(), cwd="/", watch=watcher.feed
         )
-        return GuestRun(outcome, request.console, _read_result(request.run / "result.json"), tuple(watcher.stages))
+        return GuestRun(outcome, request.console, read_result(request.run), tuple(watcher.stages))
 
 
 def find() -> VirtmeNgGuest:
@@ -160,39 +158,3 @@ def passthrough_args(devices: tuple[str, ...], kernel: guest_kernel.GuestKernel)
     if kernel.origin == "cache":
         args += ["--rodir", str(kernel.root)]
     return args
-
-
-class StageWatcher:
-    """Follows the console as it grows; reports each boot stage once, with the time since the start."""
-
-    def __init__(self, report: Reporter, clock=time.monotonic):
-        self.report = report
-        self.clock = clock
-        self.started = clock()
-        self.stages: list[tuple[float, str]] = []
-        self._partial = ""
-
-    def feed(self, chunk: str) -> bool:
-        lines = (self._partial + chunk).split("\n")
-        self._partial = lines.pop()
-        for line in lines:
-            self._line(line)
-        return False  # never stops the run
-
-    def _line(self, line: str) -> None:
-        for pattern, name in _STAGES:
-            match = pattern.search(line)
-            if match:
-                stage = name or match.group(1).strip()
-                if all(stage != seen for _, seen in self.stages):
-                    elapsed = self.clock() - self.started
-                    self.stages.append((round(elapsed, 1), stage))
-                    self.report(f"{elapsed:5.1f} s  {stage}")
-                return
-
-
-def _read_result(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

@@ -78,7 +78,9 @@ def test_a_fresh_kbuild_tree_takes_the_unchanged_objects_from_the_compiler_cache
     folder = sandbox.cache / "ccache"
     # the cap and the compression level, written once; ccache reads them as its own settings
     assert (folder / "ccache.conf").read_text() == "max_size = 1.0G\ncompression_level = 8\n"
-    shown = subprocess.run(["ccache", "--show-config"], env={**os.environ, "CCACHE_DIR": str(folder)}, capture_output=True)
+    shown = subprocess.run(
+        ["ccache", "--show-config"], env={**os.environ, "CCACHE_DIR": str(folder)}, capture_output=True
+    )
     assert b"(" + bytes(folder / "ccache.conf") + b") compression_level = 8" in shown.stdout
     before = ccache_stats(folder)
     shutil.rmtree(sandbox.cache / "kbuild")  # a new kernel release's tree: nothing to reuse in place

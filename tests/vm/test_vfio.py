@@ -355,7 +355,7 @@ def test_the_plain_qemu_guest_gets_the_devices_as_data_and_reports_what_it_liste
         plumbing_guest.PlainQemuGuest("qemu").boot(
             guest.GuestRequest(kernel, tmp_path, tmp_path / "c", "tcg", 1, command="true"), lambda line: None
         )
-    assert sorted(guest_registry.GUESTS) == ["qemu", "virtme-ng"]
+    assert sorted(guest_registry.GUESTS) == ["host-root", "qemu", "virtme-ng"]
     with pytest.raises(ValueError, match="no guest 'vng'"):
         guest_registry.find("vng")
 
