@@ -5,8 +5,9 @@
 
 Runs the whole emulated validation N times (default 3) exactly as the command does, with --accel tcg (the
 KVM probe is left out: where KVM works it replaces TCG altogether, and where /dev/kvm is there but a guest hangs
-on it, as on this machine, `--accel auto` spends the probe's 10 s before the TCG run), and prints for each run the wall time from start to verdict and when each boot stage was reached, then the
-median against the target: an emulated verdict in <= 20 s under TCG (issue 27; it was 30 s before).
+on it, as on this machine, `--accel auto` spends the probe's 10 s before the TCG run), and prints for each run
+the wall time from start to verdict and when each boot stage was reached, then the median against the target:
+an emulated verdict in <= 20 s under TCG (issue 27; it was 30 s before).
 
 The module is `build`'s for the kernel (default: the kernel `build` defaults to), or --module. The kernel
 must be installed or already in the cache (`rdna1-kmgr vm-test --yes` fetches it). Verdict records and

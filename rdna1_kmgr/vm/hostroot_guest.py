@@ -29,7 +29,15 @@ from pathlib import Path, PurePosixPath
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.vm import busybox_initramfs, guest_kernel, guest_view, kernel_image, qemu_args
-from rdna1_kmgr.vm.guest import GuestRequest, GuestRun, Reporter, StageWatcher, read_result
+from rdna1_kmgr.vm.guest import (
+    COMMAND_STEPS,
+    KERNEL_STARTED,
+    GuestRequest,
+    GuestRun,
+    Reporter,
+    StageWatcher,
+    read_result,
+)
 
 NAME = "host-root"
 MEMORY_MB = 2048  # as the virtme-ng guest: an unstripped amdgpu.ko (~350 MB) is read whole by the kernel
@@ -43,10 +51,9 @@ READ_ONLY = f"ro,cache=loose,{NINE_P}"
 READ_WRITE = f"rw,{NINE_P}"
 CPU_UNDER_TCG = "max"  # what virtme-ng asks QEMU for under TCG: the guest kernel sees the same CPU either way
 STAGES = (
-    (re.compile(r"Linux version \S+"), "kernel started"),
+    *KERNEL_STARTED,
     (re.compile(r"rdna1-kmgr-guest: the host's root is mounted"), "the host's root mounted"),
-    (re.compile(r"rdna1-kmgr: stage (.+)"), None),  # collect.py's own steps
-    (re.compile(r"reboot: Power down"), "guest powered off"),
+    *COMMAND_STEPS,
 )
 
 

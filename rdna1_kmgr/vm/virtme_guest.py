@@ -19,7 +19,15 @@ from pathlib import Path
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.vm import guest_kernel, guest_view, qemu_args
-from rdna1_kmgr.vm.guest import GuestRequest, GuestRun, Reporter, StageWatcher, read_result
+from rdna1_kmgr.vm.guest import (
+    COMMAND_STEPS,
+    KERNEL_STARTED,
+    GuestRequest,
+    GuestRun,
+    Reporter,
+    StageWatcher,
+    read_result,
+)
 
 NAME = "virtme-ng"
 GUEST_MEMORY = "2G"  # an unstripped amdgpu.ko is ~350 MB and is read whole by the kernel
@@ -61,11 +69,10 @@ PASSTHROUGH_BLACKLIST = ("amdgpu",)
 
 # Console lines that mark boot stages, for progress and for the record's timings.
 STAGES = (
-    (re.compile(r"Linux version \S+"), "kernel started"),
+    *KERNEL_STARTED,
     (re.compile(r"virtme initramfs: mounting hostfs"), "initramfs mounts the host's root"),
     (re.compile(r"virtme-ng-init: basic initialization done"), "guest init done"),
-    (re.compile(r"rdna1-kmgr: stage (.+)"), None),  # collect.py's own steps
-    (re.compile(r"reboot: Power down"), "guest powered off"),
+    *COMMAND_STEPS,
 )
 
 
