@@ -33,7 +33,7 @@ from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import guest, guest_kernel, guest_registry, guest_view, qemu_args, verdict
 
 ACCELS = ("auto", "kvm", "tcg")
-DEFAULT_TIMEOUT = 300  # seconds for the guest run; an emulated verdict takes ~20-30 s under TCG
+DEFAULT_TIMEOUT = 300  # seconds for the guest run; an emulated verdict takes ~15 s under TCG
 PROBE_TIMEOUT = 10.0  # a working KVM gets a kernel to its root mount in ~1 s
 # The probe kernel has no root file system: reaching the panic about it means its whole init ran.
 _PROBE_DONE = re.compile(r"VFS: Unable to mount root|Kernel panic - not syncing")
