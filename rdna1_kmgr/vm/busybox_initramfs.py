@@ -1,5 +1,6 @@
-"""A guest's initramfs with a static busybox: the files as data, written as an uncompressed newc cpio archive
-(what the kernel unpacks as its rootfs). The plumbing guest and the host-root guest build theirs here."""
+"""A guest's initramfs: the host's static busybox, an init script and other files as data, written as an
+uncompressed newc cpio archive (what the kernel unpacks as its rootfs). The plumbing guest and the host-root
+guest build theirs here."""
 
 from __future__ import annotations
 
@@ -43,8 +44,15 @@ def static_busybox() -> Path:
     return path
 
 
-def write(dest: Path, entries: list[Entry]) -> Path:
-    """Write `entries`, in order (a folder before what it holds), as a newc cpio archive to `dest`."""
+def write(dest: Path, init: bytes, files: list[Entry] | None = None) -> Path:
+    """Write the guest's initramfs to `dest` as an uncompressed newc cpio archive: the host's static busybox as
+    /bin/busybox, `files` in order (a folder before what it holds), and `init` as /init."""
+    entries = [
+        folder("bin"),
+        program("bin/busybox", static_busybox().read_bytes()),
+        *(files or []),
+        program("init", init),
+    ]
     with open(dest, "wb") as out:
         for ino, entry in enumerate(entries, start=1):
             out.write(_cpio_entry(ino, entry.name, entry.mode, entry.data))

@@ -95,8 +95,10 @@ class HostRootGuest:
         watcher = StageWatcher(report, STAGES)
         report(request.booting_line())
         # under TCG the kernel's own decompressor costs seconds; under KVM it is nothing
-        image = kernel_image.fastest(request.kernel.image, request.run) if request.accel == "tcg" else None
-        argv = qemu_argv(self.qemu, image or request.kernel.image, initramfs, request.accel, shares)
+        image = request.kernel.image
+        if request.accel == "tcg":
+            image = kernel_image.fastest(image, request.run)
+        argv = qemu_argv(self.qemu, image, initramfs, request.accel, shares)
         outcome = runner.run_session(argv, request.console, request.timeout, cwd="/", watch=watcher.feed)
         return GuestRun(outcome, request.console, read_result(request.run), tuple(watcher.stages))
 
@@ -175,11 +177,7 @@ def build_initramfs(dest: Path, kernel: guest_kernel.GuestKernel, mounts: list[M
             f"kernel {kernel.release} has no 9p or virtio modules in {kernel.modules}",
             "vm-test --yes fetches the kernel's image package again",
         )
-    entries = [
-        busybox_initramfs.folder("bin"),
-        busybox_initramfs.program("bin/busybox", busybox_initramfs.static_busybox().read_bytes()),
-        busybox_initramfs.folder("modules"),
-    ]
+    entries = [busybox_initramfs.folder("modules")]
     names = []
     for file in files:
         name = re.sub(r"\.(xz|gz|zst)$", "", file.name)
@@ -189,9 +187,8 @@ def build_initramfs(dest: Path, kernel: guest_kernel.GuestKernel, mounts: list[M
         busybox_initramfs.text("modules/order", "".join(f"{name}\n" for name in names).encode()),
         busybox_initramfs.text("mounts", "".join(mount.line() for mount in mounts).encode()),
         busybox_initramfs.text("command", command.encode() + b"\n"),
-        busybox_initramfs.program("init", init_script().read_bytes()),
     ]
-    return busybox_initramfs.write(dest, entries)
+    return busybox_initramfs.write(dest, init_script().read_bytes(), entries)
 
 
 def _built_in(kernel: guest_kernel.GuestKernel) -> bool:

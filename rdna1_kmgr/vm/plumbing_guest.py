@@ -60,13 +60,7 @@ def init_script() -> Path:
 
 def build_initramfs(dest: Path) -> Path:
     """Write an uncompressed newc cpio archive with /init and /bin/busybox to `dest`."""
-    busybox = busybox_initramfs.static_busybox().read_bytes()
-    entries = [
-        busybox_initramfs.folder("bin"),
-        busybox_initramfs.program("bin/busybox", busybox),
-        busybox_initramfs.program("init", init_script().read_bytes()),
-    ]
-    return busybox_initramfs.write(dest, entries)
+    return busybox_initramfs.write(dest, init_script().read_bytes())
 
 
 def qemu_argv(qemu: str, image: Path, initramfs: Path, accel: str, devices: list[str]) -> list[str]:
