@@ -182,9 +182,7 @@ def validate_module(
             shutil.copyfile(module.path, copy)
             module = module_elf.read(copy, verdict.INIT_MESSAGES)
             wants_workload = bool(gpu and gpu.workload)
-            view = guest_view.prepare(
-                rundir, kernel.root if kernel.origin == "cache" else None, with_venv=wants_workload
-            )
+            view = guest_view.prepare(rundir, with_venv=wants_workload)
             workload = workload_plan(gpu.workload, view) if wants_workload else None
             plan = verdict.guest_plan(module, view.guest_path(copy), gpu=gpu, workload=workload)
             (rundir / "plan.json").write_text(_json(plan))

@@ -70,7 +70,7 @@ def batch_runner(
                 "cell_timeout": cell_timeout,
                 "quirks_param": bool(facts and QUIRKS_PARAM in facts.parameters),
             }
-            view = guest_view.prepare(rundir, kernel.root if kernel.origin == "cache" else None, with_venv=True)
+            view = guest_view.prepare(rundir, with_venv=True)
             for folder in show:
                 view.show(folder)
             plan["workload"] = {**engine.workload_plan("conv2d", view), **(workload or {})}

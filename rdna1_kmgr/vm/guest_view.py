@@ -25,8 +25,10 @@ after all of the above (`mount_virtme_initmounts` runs after `mount_sys_filesyst
   the run folder (plan, the module under test, the guest scripts, result)   -> /run/rdna1-kmgr, read-write
   the Python installation, when it is not the system's under /usr          -> /run/rdna1-kmgr-python
   rdna1-kmgr's venv, for a workload that needs its site-packages           -> /run/rdna1-kmgr-venv
-  a kernel unpacked into the cache                                         -> its own host path, read-only,
-                                                                              where virtme's module link points
+
+How each guest finds a kernel unpacked into the cache is the guest's own business: virtme_guest.py shows the
+kernel's tree at its own host path (where virtme's module link points), hostroot_guest.py mounts its module
+folder at /lib/modules/KREL.
 """
 
 from __future__ import annotations
@@ -111,19 +113,13 @@ def interpreter(executable: str | None = None, base_prefix: str | None = None) -
     return str(GUEST_PYTHON_HOME / exe.relative_to(base)), Mapping(GUEST_PYTHON_HOME, base)
 
 
-def prepare(run: Path, kernel_tree: Path | None, with_venv: bool = False) -> GuestView:
-    """Copy the guest scripts into the run folder and say how the guest sees everything.
-
-    `kernel_tree`: the root of a kernel unpacked outside the host's own /boot and /lib/modules (None for
-    an installed kernel, which the guest finds where virtme looks anyway: use_root_mods)."""
+def prepare(run: Path, with_venv: bool = False) -> GuestView:
+    """Copy the guest scripts into the run folder and say how the guest sees everything."""
     shutil.copytree(guest_scripts_source(), run / GUEST_SCRIPTS, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     python, python_mapping = interpreter()
     mappings = [Mapping(GUEST_RUN, run, writable=True)]
     if python_mapping is not None:
         mappings.append(python_mapping)
-    if kernel_tree is not None:
-        # At its own path: virtme's /lib/modules/KREL symlink names the host path (see the docstring).
-        mappings.append(Mapping(PurePosixPath(kernel_tree), kernel_tree))
     venv_python = None
     if with_venv and sys.prefix != sys.base_prefix:
         venv = Path(sys.prefix)

@@ -130,8 +130,6 @@ def layout(kernel: guest_kernel.GuestKernel, view: guest_view.GuestView) -> tupl
             Mount("9p", modules.tag, PurePosixPath("/lib/modules") / kernel.release, READ_ONLY),
         ]
     for n, mapping in enumerate(view.mappings):
-        if Path(mapping.host) == kernel.root:
-            continue  # virtme-ng's way to the modules, which come in above
         if not guest_view.MAPPABLE.fullmatch(str(mapping.guest)):
             raise HostError(
                 f"the guest cannot mount at {mapping.guest} (only letters, digits and _ + / . - can be in it)",

@@ -14,7 +14,7 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
@@ -132,13 +132,14 @@ def vng_argv(guest: VirtmeNgGuest, request: GuestRequest) -> list[str]:
         # virtiofsd is tried first otherwise; where it cannot start, vng waits ~5 s before using 9p.
         "--force-9p",
         *view_args(request.view),  # the run folder, and whatever else the guest must see (guest_view)
+        *kernel_args(request.kernel),
         "--append",
         "modprobe.blacklist=" + ",".join(blacklist),
     ]
     if request.accel == "tcg":
         argv.append("--disable-kvm")
     if request.devices:
-        argv += passthrough_args(request.devices, request.kernel)
+        argv += passthrough_args(request.devices)
     return argv + ["--exec", request.command]
 
 
@@ -157,11 +158,16 @@ def mapping_args(mapping: guest_view.Mapping) -> list[str]:
     return ["--rwdir" if mapping.writable else "--rodir", f"{mapping.guest}={mapping.host}"]
 
 
-def passthrough_args(devices: tuple[str, ...], kernel: guest_kernel.GuestKernel) -> list[str]:
-    """What vng needs beyond an emulated run: the devices, q35 (microvm has no PCI), 9p, and the cached kernel's
-    modules, which the guest's init would hide under a tmpfs on /var/cache."""
+def kernel_args(kernel: guest_kernel.GuestKernel) -> list[str]:
+    """A kernel unpacked into the cache, read-only at its own host path: virtme-run's /lib/modules/KREL link in
+    the guest names the host path of its module folder (guest_view.py), and the guest's init hides /var/cache
+    under a tmpfs. An installed kernel's modules are where virtme looks anyway (use_root_mods)."""
+    if kernel.origin != "cache":
+        return []
+    return mapping_args(guest_view.Mapping(PurePosixPath(kernel.root), kernel.root))
+
+
+def passthrough_args(devices: tuple[str, ...]) -> list[str]:
+    """What vng needs beyond an emulated run: the devices, q35 (microvm has no PCI), 9p."""
     # vng hands --qemu-opts to a shell: every word here is fixed text or a validated address.
-    args = ["--disable-microvm", "--force-9p", "--qemu-opts=" + " ".join(qemu_args.vfio_devices(devices))]
-    if kernel.origin == "cache":
-        args += ["--rodir", str(kernel.root)]
-    return args
+    return ["--disable-microvm", "--force-9p", "--qemu-opts=" + " ".join(qemu_args.vfio_devices(devices))]

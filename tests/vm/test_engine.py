@@ -400,7 +400,7 @@ def test_the_guest_command_uses_guest_paths_and_tcg_disables_kvm(tmp_path):
     rundir = tmp_path / "run"
     rundir.mkdir()
     kernel = guest_kernel.GuestKernel(CANNED_KERNEL, tmp_path / "kernels" / CANNED_KERNEL, "cache")
-    view = guest_view.prepare(rundir, kernel.root)
+    view = guest_view.prepare(rundir)
     command = engine.guest_command(view)
     assert command.split()[1:] == ["-I", "-S", "/run/rdna1-kmgr/guest/collect.py", "/run/rdna1-kmgr"]
     assert (rundir / "guest" / "collect.py").is_file()  # the guest side travels in the run folder

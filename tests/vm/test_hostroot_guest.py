@@ -2,7 +2,7 @@
 as guest_view.py documents the guest's view, and the QEMU command line it boots with. Its real boots are the
 emulated verdict tests in test_engine.py."""
 
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 
@@ -12,13 +12,11 @@ from rdna1_kmgr.vm import engine, guest, guest_kernel, guest_registry, guest_vie
 RELEASE = "6.1.0-56-amd64"
 
 
-def view_of(tmp_path: Path, kernel: guest_kernel.GuestKernel) -> guest_view.GuestView:
-    """What guest_view.prepare gives with the system's Python: the run folder, and a cached kernel's tree."""
+def view_of(tmp_path: Path) -> guest_view.GuestView:
+    """What guest_view.prepare gives with the system's Python: the run folder."""
     rundir = tmp_path / "run"
     rundir.mkdir()
     mappings = [guest_view.Mapping(guest_view.GUEST_RUN, rundir, writable=True)]
-    if kernel.origin == "cache":
-        mappings.append(guest_view.Mapping(PurePosixPath(kernel.root), kernel.root))
     return guest_view.GuestView(rundir, "/usr/bin/python3", mappings)
 
 
@@ -28,7 +26,7 @@ def table(mounts: list[hostroot_guest.Mount]) -> list[tuple[str, str, str, str]]
 
 def test_a_cached_kernel_shows_the_host_root_read_only_its_modules_and_the_run_folder_writable(tmp_path):
     kernel = guest_kernel.GuestKernel(RELEASE, tmp_path / "cache" / RELEASE, "cache")
-    view = view_of(tmp_path, kernel)
+    view = view_of(tmp_path)
     shares, mounts = hostroot_guest.layout(kernel, view)
     assert [(s.tag, s.host, s.writable) for s in shares] == [
         ("hostroot", Path("/"), False),
@@ -53,14 +51,14 @@ def test_a_cached_kernel_shows_the_host_root_read_only_its_modules_and_the_run_f
 
 def test_an_installed_kernel_keeps_the_hosts_own_lib_modules(tmp_path):
     kernel = guest_kernel.GuestKernel(RELEASE, Path("/"), "host")
-    shares, mounts = hostroot_guest.layout(kernel, view_of(tmp_path, kernel))
+    shares, mounts = hostroot_guest.layout(kernel, view_of(tmp_path))
     assert [s.tag for s in shares] == ["hostroot", "map0"]
     assert not [m for m in mounts if str(m.path).startswith("/lib/modules")]
 
 
 def test_a_guest_path_the_mount_table_cannot_carry_is_refused_with_what_to_do(tmp_path):
     kernel = guest_kernel.GuestKernel(RELEASE, Path("/"), "host")
-    view = view_of(tmp_path, kernel)
+    view = view_of(tmp_path)
     view.show(tmp_path / "a b")
     with pytest.raises(HostError, match=r"cannot mount at .*a b"):
         hostroot_guest.layout(kernel, view)
@@ -87,7 +85,7 @@ def test_the_emulated_run_takes_the_host_root_guest_and_a_run_with_a_device_virt
     assert engine.EMULATED_GUEST == hostroot_guest.NAME and engine.PASSTHROUGH_GUEST == "virtme-ng"
     assert sorted(guest_registry.GUESTS) == ["host-root", "qemu", "virtme-ng"]
     kernel = guest_kernel.GuestKernel(RELEASE, Path("/"), "host")
-    view = view_of(tmp_path, kernel)
+    view = view_of(tmp_path)
     vm = hostroot_guest.HostRootGuest("/usr/bin/qemu-system-x86_64")
     with pytest.raises(ValueError, match="no passthrough"):
         vm.boot(guest.GuestRequest(kernel, view.run, tmp_path / "c", "tcg", 1, ("0000:01:00.0",), "true", view), print)

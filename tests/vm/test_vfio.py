@@ -275,12 +275,14 @@ def test_vng_gets_the_same_devices_on_q35_and_the_cached_kernel_shown(tmp_path):
     desktop(tmp_path)
     pre = preflight(tmp_path)
     cached = guest_kernel.GuestKernel("6.1.0-56-amd64", tmp_path / "cache/kernels/6.1.0-56-amd64", "cache")
-    args = virtme_guest.passthrough_args(pre.devices, cached)
-    assert args[:2] == ["--disable-microvm", "--force-9p"]
-    assert args[2] == "--qemu-opts=" + " ".join(qemu_args.vfio_devices(pre.devices))
-    assert args[3:] == ["--rodir", str(cached.root)]
+    assert virtme_guest.passthrough_args(pre.devices) == [
+        "--disable-microvm",
+        "--force-9p",
+        "--qemu-opts=" + " ".join(qemu_args.vfio_devices(pre.devices)),
+    ]
+    assert virtme_guest.kernel_args(cached) == ["--rodir", f"{cached.root}={cached.root}"]
     installed = guest_kernel.GuestKernel("6.1.0-56-amd64", Path("/"), "host")
-    assert "--rodir" not in virtme_guest.passthrough_args(pre.devices, installed)
+    assert virtme_guest.kernel_args(installed) == []
 
 
 def guest_console(*pci_lines: str, done: bool = True) -> str:
