@@ -82,13 +82,17 @@ class Guest(Protocol):
 
 # Console lines that mark boot stages: (pattern, stage name), or no name to take the pattern's first group.
 Stages = tuple[tuple[re.Pattern, str | None], ...]
-# Those every guest's console shows: the kernel's first line, collect.py's steps, the kernel's last line. A guest
-# puts its own init's between the first and the rest.
 KERNEL_STARTED: Stages = ((re.compile(r"Linux version \S+"), "kernel started"),)
 COMMAND_STEPS: Stages = (
     (re.compile(r"rdna1-kmgr: stage (.+)"), None),  # collect.py's own steps
     (re.compile(r"reboot: Power down"), "guest powered off"),
 )
+
+
+def console_stages(*init_stages: tuple[re.Pattern, str | None]) -> Stages:
+    """The stages of a guest that runs collect.py: those every such guest's console shows (the kernel's first
+    line, collect.py's steps, the kernel's last line), with the guest's own init's after the first."""
+    return (*KERNEL_STARTED, *init_stages, *COMMAND_STEPS)
 
 
 class StageWatcher:

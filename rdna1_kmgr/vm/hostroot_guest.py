@@ -30,12 +30,11 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, SourceError
 from rdna1_kmgr.vm import busybox_initramfs, guest_kernel, guest_view, kernel_image, qemu_args
 from rdna1_kmgr.vm.guest import (
-    COMMAND_STEPS,
-    KERNEL_STARTED,
     GuestRequest,
     GuestRun,
     Reporter,
     StageWatcher,
+    console_stages,
     read_result,
 )
 
@@ -50,11 +49,7 @@ NINE_P = "trans=virtio,version=9p2000.L,access=any,msize=524288"  # as virtme-ng
 READ_ONLY = f"ro,cache=loose,{NINE_P}"
 READ_WRITE = f"rw,{NINE_P}"
 CPU_UNDER_TCG = "max"  # what virtme-ng asks QEMU for under TCG: the guest kernel sees the same CPU either way
-STAGES = (
-    *KERNEL_STARTED,
-    (re.compile(r"rdna1-kmgr-guest: the host's root is mounted"), "the host's root mounted"),
-    *COMMAND_STEPS,
-)
+STAGES = console_stages((re.compile(r"rdna1-kmgr-guest: the host's root is mounted"), "the host's root mounted"))
 
 
 @dataclass(frozen=True)
@@ -143,14 +138,8 @@ def layout(kernel: guest_kernel.GuestKernel, view: guest_view.GuestView) -> tupl
 
 def qemu_argv(qemu: str, image: Path, initramfs: Path, accel: str, shares: list[Share]) -> list[str]:
     """A bare q35 guest (no default devices) with the shares as virtio-9p devices and its console on stdout."""
-    argv = qemu_args.bare_console(
-        qemu,
-        f"q35,accel={accel}",
-        MEMORY_MB,
-        image,
-        "console=ttyS0 panic=-1 rdinit=/init",
-        cpu=qemu_args.KVM_CPU if accel == "kvm" else CPU_UNDER_TCG,
-        initrd=initramfs,
+    argv = qemu_args.q35_initramfs_guest(
+        qemu, accel, MEMORY_MB, image, "console=ttyS0 panic=-1 rdinit=/init", initramfs, tcg_cpu=CPU_UNDER_TCG
     )
     for n, share in enumerate(shares):
         path = str(share.host).replace(",", ",,")  # QEMU's option syntax doubles a comma in a value

@@ -66,16 +66,9 @@ def build_initramfs(dest: Path) -> Path:
 def qemu_argv(qemu: str, image: Path, initramfs: Path, accel: str, devices: list[str]) -> list[str]:
     """QEMU for the guest: q35 (PCIe, for the root port), one CPU, console on stdout, no reboot on panic, the
     devices (PCI addresses) behind the root port."""
-    argv = qemu_args.bare_console(
-        qemu,
-        f"q35,accel={accel}",
-        MEMORY_MB,
-        image,
-        "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
-        cpu=qemu_args.KVM_CPU if accel == "kvm" else None,
-        initrd=initramfs,
-    )
-    return argv + qemu_args.vfio_devices(devices)
+    append = "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init"
+    guest = qemu_args.q35_initramfs_guest(qemu, accel, MEMORY_MB, image, append, initramfs)
+    return guest + qemu_args.vfio_devices(devices)
 
 
 def parse_console(text: str) -> dict | None:

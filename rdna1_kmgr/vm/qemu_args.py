@@ -50,3 +50,12 @@ def bare_console(
     if initrd:
         argv += ["-initrd", str(initrd)]
     return argv + ["-append", append]
+
+
+def q35_initramfs_guest(
+    qemu: str, accel: str, memory_mb: int, kernel: Path, append: str, initramfs: Path, tcg_cpu: str | None = None
+) -> list[str]:
+    """A bare q35 guest (PCIe, for 9p or a root port) that boots `kernel` into `initramfs`: KVM's CPU under
+    KVM, `tcg_cpu` (QEMU's default when None) under TCG."""
+    cpu = KVM_CPU if accel == "kvm" else tcg_cpu
+    return bare_console(qemu, f"q35,accel={accel}", memory_mb, kernel, append, cpu=cpu, initrd=initramfs)

@@ -20,12 +20,11 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.vm import guest_kernel, guest_view, qemu_args
 from rdna1_kmgr.vm.guest import (
-    COMMAND_STEPS,
-    KERNEL_STARTED,
     GuestRequest,
     GuestRun,
     Reporter,
     StageWatcher,
+    console_stages,
     read_result,
 )
 
@@ -68,11 +67,9 @@ GUEST_BLACKLIST = (
 PASSTHROUGH_BLACKLIST = ("amdgpu",)
 
 # Console lines that mark boot stages, for progress and for the record's timings.
-STAGES = (
-    *KERNEL_STARTED,
+STAGES = console_stages(
     (re.compile(r"virtme initramfs: mounting hostfs"), "initramfs mounts the host's root"),
     (re.compile(r"virtme-ng-init: basic initialization done"), "guest init done"),
-    *COMMAND_STEPS,
 )
 
 
