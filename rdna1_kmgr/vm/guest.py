@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rdna1_kmgr.core import runner
-from rdna1_kmgr.vm import guest_kernel, guest_view
+from rdna1_kmgr.vm import guest_kernel, guest_view, kernel_image
 
 Reporter = Callable[[str], None]
 
@@ -35,6 +35,14 @@ class GuestRequest:
     devices: tuple[str, ...] = ()  # PCI addresses, on vfio-pci already, handed to the guest behind a root port
     command: str | None = None  # the shell line the guest runs; None: the guest's own init
     view: guest_view.GuestView | None = None  # the host folders the guest sees (virtme-ng)
+
+    def image_to_boot(self) -> Path:
+        """The kernel image QEMU boots directly: under TCG the bzImage's own decompressor costs seconds (tens of
+        them in a nested guest), so its vmlinux, unpacked into the run folder, where it can; under KVM it costs
+        nothing."""
+        if self.accel == "tcg":
+            return kernel_image.fastest(self.kernel.image, self.run)
+        return self.kernel.image
 
     def booting_line(self) -> str:
         passed = f" with {' '.join(self.devices)}" if self.devices else ""

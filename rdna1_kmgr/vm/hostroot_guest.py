@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, SourceError
-from rdna1_kmgr.vm import busybox_initramfs, guest_kernel, guest_view, kernel_image, qemu_args
+from rdna1_kmgr.vm import busybox_initramfs, guest_kernel, guest_view, qemu_args
 from rdna1_kmgr.vm.guest import (
     GuestRequest,
     GuestRun,
@@ -89,11 +89,7 @@ class HostRootGuest:
         initramfs = build_initramfs(request.run / "initramfs.cpio", request.kernel, mounts, request.command)
         watcher = StageWatcher(report, STAGES)
         report(request.booting_line())
-        # under TCG the kernel's own decompressor costs seconds; under KVM it is nothing
-        image = request.kernel.image
-        if request.accel == "tcg":
-            image = kernel_image.fastest(image, request.run)
-        argv = qemu_argv(self.qemu, image, initramfs, request.accel, shares)
+        argv = qemu_argv(self.qemu, request.image_to_boot(), initramfs, request.accel, shares)
         outcome = runner.run_session(argv, request.console, request.timeout, cwd="/", watch=watcher.feed)
         return GuestRun(outcome, request.console, read_result(request.run), tuple(watcher.stages))
 

@@ -42,7 +42,7 @@ class PlainQemuGuest:
         if request.command is not None:
             raise ValueError("the plain-QEMU guest runs its own init, no command")
         initramfs = build_initramfs(request.run / "initramfs.cpio")
-        argv = qemu_argv(self.qemu, request.kernel.image, initramfs, request.accel, list(request.devices))
+        argv = qemu_argv(self.qemu, request.image_to_boot(), initramfs, request.accel, list(request.devices))
         report(request.booting_line())
         outcome = runner.run_session(argv, request.console, request.timeout, cwd="/")
         return GuestRun(outcome, request.console, parse_console(request.console.read_text(errors="replace")))

@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from rdna1_kmgr.vm import kernel_image
+from rdna1_kmgr.vm import guest, guest_kernel, kernel_image
 
 
 def elf_with_note(name: bytes, note_type: int) -> bytes:
@@ -91,3 +91,21 @@ def test_debians_kernel_unpacks_to_its_vmlinux_with_the_pvh_entry(headers_61, tm
     notes = subprocess.run(["readelf", "-n", str(booted)], capture_output=True, text=True, check=True).stdout
     assert "Xen" in notes and "0x00000012" in notes  # XEN_ELFNOTE_PHYS32_ENTRY, as readelf prints it
     assert f"Linux version {headers_61} ".encode() in booted.read_bytes()
+
+
+@pytest.mark.parametrize("accel", ["tcg", "kvm"])
+def test_every_guest_boots_the_vmlinux_under_tcg_and_the_bzimage_under_kvm(tmp_path, accel):
+    """GuestRequest.image_to_boot, which the host-root and the plumbing guest both hand QEMU."""
+    elf = elf_with_note(b"Xen", 18)
+    image = tmp_path / "kernel" / "boot" / "vmlinuz-6.1.0-56-amd64"
+    image.parent.mkdir(parents=True)
+    image.write_bytes(bzimage(lzma.compress(elf, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32)))
+    run = tmp_path / "run"
+    run.mkdir()
+    kernel = guest_kernel.GuestKernel("6.1.0-56-amd64", tmp_path / "kernel", "cache")
+    request = guest.GuestRequest(kernel, run, run / "console.log", accel, 60)
+    booted = request.image_to_boot()
+    if accel == "tcg":
+        assert booted == run / "vmlinux" and booted.read_bytes() == elf  # in the run folder: gone with the run
+    else:
+        assert booted == image and not (run / "vmlinux").exists()
