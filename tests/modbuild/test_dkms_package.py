@@ -302,42 +302,6 @@ def test_module_btf_is_detected_from_the_headers(tmp_path):
     assert not kbuild.makes_module_btf(["make", "modules"])
 
 
-def test_without_debug_info_gcc_also_stops_tracking_macro_expansions(tmp_path):
-    kbuild = load_kbuild_script()
-    headers = tmp_path / "headers"
-    (headers / "include" / "config").mkdir(parents=True)
-    command = ["make", "-C", str(headers), "M=/x", "modules"]
-    (headers / "include" / "config" / "auto.conf").write_text("CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION=120200\n")
-    assert kbuild.without_debug_info(command) == [*command, "KCFLAGS=-g0 -ftrack-macro-expansion=0"]
-    # clang has no such option: a kernel built with it gets -g0 alone
-    (headers / "include" / "config" / "auto.conf").write_text("CONFIG_CC_IS_CLANG=y\nCONFIG_CLANG_VERSION=180000\n")
-    assert kbuild.without_debug_info(command) == [*command, "KCFLAGS=-g0"]
-    assert kbuild.without_debug_info(["make", "modules"]) == ["make", "modules", "KCFLAGS=-g0"]
-
-
-@pytest.mark.realsource
-def test_amdgpu_objects_compiled_without_macro_tracking_are_the_same_bytes(real_source_61, headers_61, tmp_path):
-    """The flag rdna1-kbuild adds for speed changes no byte of what the compiler makes: three amdgpu objects of
-    Debian's 6.1 source (GFX10, the Navi SoC, the display manager's biggest file), compiled with -g0 alone and
-    with rdna1-kbuild's flags, against the installed headers."""
-    amd = "drivers/gpu/drm/amd"
-    objects = ["gfx_v10_0.o", "nv.o", "../display/amdgpu_dm/amdgpu_dm.o"]
-    command = ["make", "-s", "-C", f"/lib/modules/{headers_61}/build"]
-    flags = load_kbuild_script().without_debug_info(command)[-1]
-    assert "-ftrack-macro-expansion=0" in flags  # Debian's kernels are built with GCC
-    copy = tmp_path / "amd"  # one folder for both: the objects hold their source's path (__FILE__)
-    shutil.copytree(real_source_61 / amd, copy, copy_function=os.link)  # make writes new files only
-    built = {}
-    for kcflags in ("KCFLAGS=-g0", flags):
-        for name in objects:
-            (copy / "amdgpu" / name).unlink(missing_ok=True)
-        jobs = f"-j{(os.cpu_count() or 1) + 1}"
-        subprocess.run([*command, jobs, f"M={copy}/amdgpu", f"FULL_AMD_PATH={copy}", kcflags, *objects], check=True)
-        built[kcflags] = [(copy / "amdgpu" / name).read_bytes() for name in objects]
-    plain, fast = built.values()
-    assert [len(o) for o in plain] == [len(o) for o in fast] and plain == fast
-
-
 @pytest.fixture
 def sandbox_without_btf(tmp_path, monkeypatch):
     """A sandbox for a kernel whose headers make no module BTF (so -g0 applies), or skip."""
