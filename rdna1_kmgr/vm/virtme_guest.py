@@ -165,6 +165,6 @@ def kernel_args(kernel: guest_kernel.GuestKernel) -> list[str]:
 
 
 def passthrough_args(devices: tuple[str, ...]) -> list[str]:
-    """What vng needs beyond an emulated run: the devices, q35 (microvm has no PCI), 9p."""
+    """What vng needs beyond an emulated run: the devices, and q35 (microvm has no PCI). 9p is every run's."""
     # vng hands --qemu-opts to a shell: every word here is fixed text or a validated address.
-    return ["--disable-microvm", "--force-9p", "--qemu-opts=" + " ".join(qemu_args.vfio_devices(devices))]
+    return ["--disable-microvm", "--qemu-opts=" + " ".join(qemu_args.vfio_devices(devices))]

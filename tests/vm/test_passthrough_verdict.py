@@ -278,6 +278,7 @@ def test_passed_devices_become_vng_arguments_before_the_guest_command(tmp_path):
     argv = virtme_guest.vng_argv(tools, request)
     assert argv[-2:] == ["--exec", "cmd"]
     assert "--disable-microvm" in argv and "--qemu-opts=" + " ".join(qemu_args.vfio_devices(devices)) in argv
+    assert argv.count("--force-9p") == 1  # 9p, as in every run
     # the cached kernel once, read-only at its own path, as in an emulated run
     assert [argv[i + 1] for i, arg in enumerate(argv) if arg == "--rodir"] == [f"{tmp_path}={tmp_path}"]
 

@@ -277,7 +277,6 @@ def test_vng_gets_the_same_devices_on_q35_and_the_cached_kernel_shown(tmp_path):
     cached = guest_kernel.GuestKernel("6.1.0-56-amd64", tmp_path / "cache/kernels/6.1.0-56-amd64", "cache")
     assert virtme_guest.passthrough_args(pre.devices) == [
         "--disable-microvm",
-        "--force-9p",
         "--qemu-opts=" + " ".join(qemu_args.vfio_devices(pre.devices)),
     ]
     assert virtme_guest.kernel_args(cached) == ["--rodir", f"{cached.root}={cached.root}"]
