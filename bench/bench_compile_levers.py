@@ -59,13 +59,12 @@ SI_CIK = [
 ]  # fmt: skip
 
 
-def variants(cache: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+def variants(work: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Name -> (make variables, environment additions)."""
-    os.environ["RDNA1_KMGR_CACHE"] = str(cache)  # ccache_env() names the folder below the tool's cache
     return {
         "g0": (["KCFLAGS=-g0"], {}),
         "config-g": ([], {}),
-        "ccache": (["KCFLAGS=-g0"], {**module_build.ccache_env(), "CCACHE_BASEDIR": str(cache.parent)}),
+        "ccache": (["KCFLAGS=-g0"], {**module_build.ccache_env(), "CCACHE_BASEDIR": str(work)}),
         "hugetlb": (["KCFLAGS=-g0"], {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}),
         "no-warn": (["KCFLAGS=-g0 -w"], {}),
     }
@@ -91,6 +90,8 @@ def main() -> int:
     kernel = module_build.resolve_kernel(args.kernel).release
     tree = kernel_source.fetch_kernel_source(kernel)
     work = Path(tempfile.mkdtemp(prefix="rdna1-kmgr-levers-", dir="/var/tmp"))
+    # The tool's cache folder, ccache's among it, in the scratch folder: each round empties ccache's.
+    os.environ["RDNA1_KMGR_CACHE"] = str(work / "cache")
     try:
         amd = work / "src" / AMD
         shutil.copytree(tree / AMD, amd, symlinks=True)
@@ -101,13 +102,14 @@ def main() -> int:
         if args.objects == "si-cik":
             dce60 = sorted((amd / "display/dc/dce60").glob("*.c"))
             objects = SI_CIK + [f"../display/dc/dce60/{c.stem}.o" for c in dce60]
-        chosen = variants(work / "kbuild") if args.objects == "sample" else {"g0": (["KCFLAGS=-g0"], {})}
+        chosen = variants(work) if args.objects == "sample" else {"g0": (["KCFLAGS=-g0"], {})}
         say(f"bench: {len(objects)} objects of {kernel}, {args.rounds} rounds, load {bench_build.load()}")
         cpu: dict[str, list[float]] = {name: [] for name in chosen}
         for round_number in range(args.rounds):
             for name, (make_vars, env) in chosen.items():
+                assert module_build.ccache_dir().is_relative_to(work)
                 shutil.rmtree(module_build.ccache_dir(), ignore_errors=True)
-                module_build.cap_ccache()  # the tool's size cap and compression level
+                module_build.cap_ccache()  # the tool's size cap and compression level, in the scratch folder
                 cpu[name].append(compile_cpu(kernel, amd, objects, make_vars, env))
                 say(f"bench: round {round_number + 1} {name}: {cpu[name][-1]:.2f} s CPU")
         base = statistics.median(cpu["g0"])
