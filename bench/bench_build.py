@@ -82,10 +82,22 @@ def tree_size(tree: Path) -> dict:
     return {"disk_mb": round(int(du.stdout.split()[0]) / 2**20, 1), "objects_mb": round(built / 2**20, 1)}
 
 
-def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) -> Stopwatch:
-    copy = work / "raw"
+def out_of_tree_fix(series: Path) -> Path:
+    """The rendered series' out-of-tree build fix: its first patch."""
+    return series / (series / "series").read_text().split()[0]
+
+
+def unpatched_copy(tree: Path, copy: Path, fix_patch: Path) -> Path:
+    """A copy of the tree's amd folder under `copy`, unpatched but for the out-of-tree build fix (without it
+    amdgpu does not build outside the kernel tree at all); the copy's amd folder."""
     shutil.copytree(tree / AMD, copy / AMD, symlinks=True)
     subprocess.run(["patch", "-p1", "-s", "-d", str(copy), "-i", str(fix_patch)], check=True)
+    return copy / AMD
+
+
+def raw_kbuild(tree: Path, kernel: str, jobs: int, work: Path, fix_patch: Path) -> Stopwatch:
+    copy = work / "raw"
+    unpatched_copy(tree, copy, fix_patch)
     command = [
         "make",
         f"-j{jobs}",
@@ -170,7 +182,7 @@ def main() -> int:
         signing.generate(keys, subject="rdna1-kmgr bench key", days=2)
         series = work / "series"
         render(tree, series, quirk_ids)
-        fix_patch = series / (series / "series").read_text().split()[0]  # the out-of-tree build fix comes first
+        fix_patch = out_of_tree_fix(series)
         ccache = "on (cold)" if module_build.ccache_env() else "off (not installed)"
         say(
             f"bench: kernel {kernel}, source {tree} (Linux {kernel_source.kernel_version(tree)}), -j{args.jobs}, "

@@ -30,14 +30,13 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bench_build  # noqa: E402  (the stopwatch and the out-of-tree fix are the same as there)
+import bench_build  # noqa: E402  (the stopwatch and the unpatched copy are the same as there)
 
 from rdna1_kmgr.modbuild import module_build  # noqa: E402
 from rdna1_kmgr.render.patch_series import render  # noqa: E402
 from rdna1_kmgr.source import kernel_source  # noqa: E402
 
 say = bench_build.say
-AMD = bench_build.AMD
 
 # Relative to amdgpu/: the biggest RDNA1 objects of each part of the driver (gfx, memory, SoC, DMA, KFD,
 # display, power).
@@ -93,11 +92,8 @@ def main() -> int:
     # The tool's cache folder, ccache's among it, in the scratch folder: each round empties ccache's.
     os.environ["RDNA1_KMGR_CACHE"] = str(work / "cache")
     try:
-        amd = work / "src" / AMD
-        shutil.copytree(tree / AMD, amd, symlinks=True)
         render(tree, work / "series")
-        fix_patch = work / "series" / (work / "series/series").read_text().split()[0]
-        subprocess.run(["patch", "-p1", "-s", "-d", str(work / "src"), "-i", str(fix_patch)], check=True)
+        amd = bench_build.unpatched_copy(tree, work / "src", bench_build.out_of_tree_fix(work / "series"))
         objects = SAMPLE
         if args.objects == "si-cik":
             dce60 = sorted((amd / "display/dc/dce60").glob("*.c"))

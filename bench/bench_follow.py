@@ -118,7 +118,7 @@ def main() -> int:
         signing.generate(keys, subject="rdna1-kmgr bench key", days=2)
         series = work / "series"
         render(trees[newer], series, quirks)
-        fix_patch = series / (series / "series").read_text().split()[0]  # the out-of-tree build fix comes first
+        fix_patch = bench_build.out_of_tree_fix(series)
         say(
             f"bench: follow {older} -> {newer} (Linux {kernel_source.kernel_version(trees[older])} -> "
             f"{kernel_source.kernel_version(trees[newer])}), -j{args.jobs}, {os.cpu_count()} cores, load "
