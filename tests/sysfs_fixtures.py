@@ -142,8 +142,10 @@ class FakeSysroot:
         simd_count: int = 0,
         render_minor: int | None = None,
         heap_types: tuple[int, ...] = (),
+        capability: int | None = None,
     ) -> "FakeSysroot":
-        """A KFD topology node as /sys/class/kfd/kfd/topology/nodes/N shows it (0: a CPU node)."""
+        """A KFD topology node as /sys/class/kfd/kfd/topology/nodes/N shows it (0: a CPU node). `capability` is
+        printed as kfd_topology.c's node_show does (`capability %u`, decimal); None leaves the line out."""
         node = f"sys/class/kfd/kfd/topology/nodes/{index}"
         props = {
             "cpu_cores_count": 0 if simd_count else 8,
@@ -153,6 +155,8 @@ class FakeSysroot:
             "device_id": 29471 if simd_count else 0,
             "drm_render_minor": -1 if render_minor is None else render_minor,
         }
+        if capability is not None:
+            props["capability"] = capability
         self._write(f"{node}/properties", "".join(f"{k} {v}\n" for k, v in props.items()))
         for bank, heap in enumerate(heap_types):
             self._write(f"{node}/mem_banks/{bank}/properties", f"heap_type {heap}\nsize_in_bytes 6425673728\n")

@@ -64,7 +64,13 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
 
     sdks = [s for s in (therock_wheels.find(site) for site in sites) if s is not None]
     found += queue_cwsr.findings(
-        device is not None, facts.kernel_release, sysroot, board.quirk_mask(sysroot), _runtimes(sysroot, sdks)
+        device is not None,
+        facts.kernel_release,
+        sysroot,
+        board.quirk_mask(sysroot),
+        _runtimes(sysroot, sdks),
+        queue_cwsr.read_svm_facts(sysroot, facts.kernel_release),
+        environment_files.assignments(sysroot, home, lambda name: name == queue_cwsr.USE_SVM, environ),
     )
     own = sorted({str(i.lib_dir) for i in bundled})
     found += mixed_stacks.findings(

@@ -19,8 +19,15 @@ TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
 # --- the queue failure (rocm-systems #6125 x KFD's CWSR size check) ----------------------------------------
 
 
+# The RX 5600 XT's KFD node's capability without HSA_CAP_SVMAPI_SUPPORTED, as on Debian's 6.12 (no
+# CONFIG_DEVICE_PRIVATE): watch points (0x80, 4 of them: 0x400), doorbell type 2.0 (0x2000), AQL queue double
+# map (0x4000), bits of include/uapi/linux/kfd_sysfs.h: 0x6480.
+NO_SVM_CAPABILITY = 25728
+
+
 def queue_root(tmp_path, kernel="6.12.95+deb12-amd64", rocm="7.13.0a20260601", mask=None):
     tree = board_root(tmp_path).kernel(kernel)
+    tree.kfd_node(1, 100100, 36, 128, (1,), capability=NO_SVM_CAPABILITY)
     if rocm:
         therock_venv(tmp_path / "root/home/owner/venv", rocm=rocm, torch="2.11.0+rocm" + rocm)
     if mask is not None:
