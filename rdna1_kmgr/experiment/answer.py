@@ -262,12 +262,14 @@ def kernel_rows(plan, events: list[dict]) -> list[Row]:
 
 def best_kernel_row(plan, rows: list[Row]) -> Row | None:
     """The smallest change that passes: a kernel cell's word plus the fewest user-space changes, then the
-    plan's order of kernel cells (least change first), then of host cells."""
+    plan's order of kernel cells (least change first), then of host cells. Rows of experiment controls (no-svm,
+    override-1030, ...) are never the answer: they are there to compare."""
     from rdna1_kmgr.experiment import host_cells  # the cells' changes: profile, backend
 
     changes = {c.id: c.changes for c in host_cells.select()}
+    controls = {name for name, p in profile_data.load().items() if p.experiment_only}
     order = [c.name for c in plan.kernel_cells]
-    passing = [r for r in rows if r.outcome == "pass"]
+    passing = [r for r in rows if r.outcome == "pass" and r.profile not in controls]
     if not passing:
         return None
     return min(

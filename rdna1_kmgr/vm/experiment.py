@@ -204,9 +204,9 @@ def run(
 
 def recommend(results: list[CellResult], profile_order: list[str] | None = None) -> CellResult | None:
     """The smallest passing cell: fewest quirks, then the lowest mask, then the profile that changes least
-    (the file's order puts "as installed" first)."""
+    (the file's order puts "as installed" first). Experiment controls (experiment_only profiles) never are."""
     order = profile_order or list(profile_data.load())
-    passing = [r for r in results if r.outcome == "pass"]
+    passing = [r for r in results if r.outcome == "pass" and not r.cell.profile.experiment_only]
     if not passing:
         return None
     return min(

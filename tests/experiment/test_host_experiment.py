@@ -49,6 +49,13 @@ SCRIPT = {  # --backend miopen, every profile: one cell each
         "at": "conv2d depthwise",
         "message": "miopenStatusUnknownError: No suitable algorithm was found to execute the " "required convolution",
     },
+    # the control: a BO-backed CWSR area that KFD's exact check refuses (the stock amdgpu on a 6.12+ kernel)
+    "no-svm/miopen": {
+        "do": "abort",
+        "at": "smoke",
+        "message": "hip runtime: HSA_STATUS_ERROR_OUT_OF_RESOURCES: "
+        "The runtime failed to allocate the necessary resources.",
+    },
 }
 EXPECTED = {
     "as-installed/miopen": ("wrong", "conv2d"),
@@ -61,6 +68,7 @@ EXPECTED = {
     "deprecated-solvers/miopen": ("pass", None),
     "override-1030/miopen": ("pass", None),
     "small-bar/miopen": ("not-applicable", "variants"),
+    "no-svm/miopen": ("queue-failed", "smoke"),
 }
 
 

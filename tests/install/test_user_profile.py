@@ -105,14 +105,20 @@ def test_dry_run_prints_the_plan_and_changes_nothing(scratch, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name,reason", [("override-1030", "RDNA2 code on RDNA1 hardware"), ("small-bar", "no evidence it changes Conv2d")]
+    "name,reason",
+    [
+        ("override-1030", "RDNA2 code on RDNA1 hardware"),
+        ("small-bar", "no evidence it changes Conv2d"),
+        ("no-svm", "reproduces the BO-backed CWSR failure with a stock driver"),
+    ],
 )
 def test_experiment_controls_are_refused_with_their_reason(scratch, tmp_path, name, reason):
     before = etc_state(scratch / "etc")
     proc = cli("profile", "install", name, check=False)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert f"profile '{name}' is an experiment control" in proc.stderr and reason in proc.stderr
-    assert "install one of: " in proc.stderr and "override-1030" not in proc.stderr.split("install one of: ")[1]
+    offered = proc.stderr.split("install one of: ")[1]
+    assert "override-1030" not in offered and "no-svm" not in offered
     assert etc_state(scratch / "etc") == before and not (tmp_path / "state").exists()
     assert "experiment only" in cli("profile", "list").stdout
 
