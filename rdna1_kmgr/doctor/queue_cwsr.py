@@ -242,8 +242,9 @@ _NEEDS = (
 )
 _CONFIRM = (
     f"to confirm: `capability` in /sys/class/kfd/kfd/topology/nodes/N/properties (decimal) has bit "
-    f"0x{SVM_API:08x} on every GPU node; `rdna1-kmgr experiment --profile no-svm` reproduces the BO case "
-    f"({USE_SVM}=0): it fails with the stock amdgpu and passes with {QUIRK}"
+    f"0x{SVM_API:08x} on every GPU node; `rdna1-kmgr experiment --profile no-svm` forces the BO case "
+    f"({USE_SVM}=0): it fails to create queues with the stock amdgpu and passes with {QUIRK} (with the build "
+    "installed, `rdna1-kmgr experiment kernel --kernel-cell quirks-off --cells 'no-svm/*'` is the stock side)"
 )
 _WHY = (
     "libhsakmt since rocm-systems #6125 maps a CWSR area for 40 waves per CU on RDNA1, KFD expects 32 "
