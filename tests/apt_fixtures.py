@@ -89,3 +89,72 @@ def build_deb(staging: Path, out: Path, control: dict[str, str], compress: bool 
         capture_output=True,
     )
     return out
+
+
+# Debian 13's /etc/os-release (base-files 13.x; DEBIAN_VERSION_FULL is new in trixie).
+DEBIAN_TRIXIE_OS_RELEASE = """PRETTY_NAME="Debian GNU/Linux 13 (trixie)"
+NAME="Debian GNU/Linux"
+VERSION_ID="13"
+VERSION="13 (trixie)"
+VERSION_CODENAME=trixie
+DEBIAN_VERSION_FULL=13.2
+ID=debian
+HOME_URL="https://www.debian.org/"
+SUPPORT_URL="https://www.debian.org/support"
+BUG_REPORT_URL="https://bugs.debian.org/"
+"""
+
+# Debian 12's /etc/os-release.
+DEBIAN_BOOKWORM_OS_RELEASE = """PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
+NAME="Debian GNU/Linux"
+VERSION_ID="12"
+VERSION="12 (bookworm)"
+VERSION_CODENAME=bookworm
+ID=debian
+HOME_URL="https://www.debian.org/"
+SUPPORT_URL="https://www.debian.org/support"
+BUG_REPORT_URL="https://bugs.debian.org/"
+"""
+
+
+def trixie_sources(
+    mirror: str, security: str, trust: str = "Signed-By: /usr/share/keyrings/debian-archive-keyring.pgp"
+) -> str:
+    """/etc/apt/sources.list.d/debian.sources as Debian 13's installer writes it (deb822: the release and
+    -updates from the mirror, -security from the security archive, no backports), for the given URIs; `trust`
+    is each stanza's key field (a local test repository: "Trusted: yes")."""
+    return (
+        f"Types: deb deb-src\nURIs: {mirror}\nSuites: trixie trixie-updates\nComponents: main non-free-firmware\n"
+        f"{trust}\n\n"
+        f"Types: deb deb-src\nURIs: {security}\nSuites: trixie-security\nComponents: main non-free-firmware\n"
+        f"{trust}\n"
+    )
+
+
+def debian_sysroot(
+    root: Path,
+    os_release: str,
+    release: str,
+    sources_list: str = "",
+    parts: dict[str, str] | None = None,
+    monkeypatch=None,
+    extra: str = "",
+) -> Path:
+    """A Debian system as rdna1-kmgr reads one: etc/os-release, its running kernel `release`, and its apt
+    sources (etc/apt/sources.list, etc/apt/sources.list.d/`parts`). With monkeypatch, APT_CONFIG makes apt
+    (and so apt_sources) read the sysroot's sources; `extra` is added to that apt.conf."""
+    (root / "etc/apt/sources.list.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/os-release").write_text(os_release)
+    (root / "etc/apt/sources.list").write_text(sources_list)
+    for name, text in (parts or {}).items():
+        (root / "etc/apt/sources.list.d" / name).write_text(text)
+    (root / "proc/sys/kernel").mkdir(parents=True, exist_ok=True)
+    (root / "proc/sys/kernel/osrelease").write_text(release + "\n")
+    conf = root / "apt.conf"
+    conf.write_text(
+        f'Dir::Etc::sourcelist "{root}/etc/apt/sources.list";\n'
+        f'Dir::Etc::sourceparts "{root}/etc/apt/sources.list.d";\n' + extra
+    )
+    if monkeypatch is not None:
+        monkeypatch.setenv("APT_CONFIG", str(conf))
+    return root

@@ -41,6 +41,9 @@ class Platform:
     current_kernel: str | None = None  # how to find the release the kernel metapackage points to
     guest_image: tuple[str, ...] = ()  # package name patterns, {release} for uname -r
     headers_from_backports: bool = False
+    release_suites: tuple[str, ...] = ()  # suite name patterns, {codename} for a release's
+    other_releases: tuple[str, ...] = ()
+    other_suites: tuple[str, ...] = ()
 
     @property
     def supported(self) -> bool:
@@ -49,6 +52,14 @@ class Platform:
     def guest_image_packages(self, release: str) -> list[str]:
         """The packages holding kernel `release`'s image and modules, the image's first (none: not fetched)."""
         return [pattern.format(release=release) for pattern in self.guest_image]
+
+    def archive_suites(self, codename: str) -> list[str]:
+        """The suites to search for a kernel's packages on release `codename`, most likely first: the release's
+        own (release_suites), then those of the other releases, then the other suites."""
+        releases = [codename] if codename else []
+        releases += [release for release in self.other_releases if release != codename]
+        names = [pattern.format(codename=release) for release in releases for pattern in self.release_suites]
+        return list(dict.fromkeys(names + list(self.other_suites)))
 
 
 @functools.cache
@@ -76,6 +87,9 @@ def entries() -> tuple[Platform, ...]:
             current_kernel=entry.get("current_kernel"),
             guest_image=tuple(entry.get("guest_image", ())),
             headers_from_backports=entry.get("headers_from_backports", False),
+            release_suites=tuple(entry.get("release_suites", ())),
+            other_releases=tuple(entry.get("other_releases", ())),
+            other_suites=tuple(entry.get("other_suites", ())),
         )
         for name, entry in _data()["platforms"].items()
     )

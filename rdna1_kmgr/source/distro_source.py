@@ -34,7 +34,7 @@ def _debian_package(release: str, system: SystemIdentity) -> tuple[str | None, s
 
 
 def _debian_fetch(release: str, version: str, system: SystemIdentity) -> tuple[Path, dict]:
-    tree = kernel_source.fetch_debian_source(version)
+    tree = kernel_source.fetch_debian_source(version, system=system)
     kernel_source.require_version(tree, version)
     origin = kernel_source.source_origin(tree) or {}
     return tree, {"package": origin.get("package"), "version": version, "distro": "debian"}

@@ -35,6 +35,9 @@ from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import link_in_place, sha256_file, write_json
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import Progress
+from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host.system_identity import SystemIdentity
+from rdna1_kmgr.source import suite_search
 from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
 
 # What of the kernel tree an out-of-tree amdgpu build and the patch renderer read.
@@ -42,8 +45,6 @@ AMD_SUBSET = ("Makefile", "drivers/gpu/drm/amd")
 AMDGPU_DIR = "drivers/gpu/drm/amd/amdgpu"
 # Written into every unpacked tree: where it came from (render's manifest can quote it).
 ORIGIN_FILE = ".rdna1-kmgr-source.json"
-# Where Debian keeps linux-source-X.Y, most likely first: the system's own suites, then the others.
-DEBIAN_SUITES = ("bookworm-security", "bookworm", "bookworm-backports", "trixie", "sid")
 
 _CHUNK = 1 << 20
 _MB = 1 << 20
@@ -134,16 +135,20 @@ class DebianSource:
     suite: str  # bookworm-security
 
 
-def debian_source_for(debian_version: str) -> DebianSource:
-    """The linux-source package of a Debian kernel version (e.g. 6.1.192-2) and the suite that has it."""
+def debian_source_for(debian_version: str, system: SystemIdentity | None = None) -> DebianSource:
+    """The linux-source package of a Debian kernel version (e.g. 6.1.192-2) and the suite that has it, searched
+    in the suites of `system`'s release first (default: this machine; see suite_search)."""
     package = _source_package_of(check_debian_version(debian_version))
     upstream = upstream_version(debian_version)
-    for suite in DEBIAN_SUITES:
-        if debian_version in PrivateArchive(suite).versions(package):
-            return DebianSource(package, debian_version, suite)
+    system = system or system_identity.read()
+    found = suite_search.search(
+        suite_search.suites_for(system), system.codename, lambda archive: debian_version in archive.versions(package)
+    )
+    if found.archive is not None:
+        return DebianSource(package, debian_version, found.archive.suite)
     tarball = f"https://cdn.kernel.org/pub/linux/kernel/v{upstream.major}.x/linux-{upstream}.tar.xz"
     raise SourceError(
-        f"Debian's archive no longer has {package} {debian_version} (searched {', '.join(DEBIAN_SUITES)})",
+        f"Debian's archive no longer has {package} {debian_version} ({found.describe()})",
         f"give --source with an unpacked tree, or the upstream tarball {tarball} (without Debian's patches)",
     )
 
@@ -170,8 +175,9 @@ def debian_kernel_version_in(proc_version: str | None) -> str | None:
     return found.group(1) if found else None
 
 
-def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
-    """The unpacked amd subset of Debian's source for a kernel version, downloaded and unpacked once."""
+def fetch_debian_source(debian_version: str, suite: str | None = None, system: SystemIdentity | None = None) -> Path:
+    """The unpacked amd subset of Debian's source for a kernel version, downloaded and unpacked once: from
+    `suite`, else from the first suite of `system`'s search that has it (debian_source_for)."""
     tree = cache_dir() / "src" / check_debian_version(debian_version)
     if (tree / ORIGIN_FILE).is_file():
         # A .deb an earlier rdna1-kmgr kept after unpacking it: only disk.
@@ -181,9 +187,10 @@ def fetch_debian_source(debian_version: str, suite: str | None = None) -> Path:
     found = (
         DebianSource(_source_package_of(debian_version), debian_version, suite)
         if suite
-        else debian_source_for(debian_version)
+        else debian_source_for(debian_version, system)
     )
-    return unpack_download(PrivateArchive(found.suite).download(found.package, found.version))
+    codename = system.codename if system is not None else None
+    return unpack_download(PrivateArchive(found.suite, codename or None).download(found.package, found.version))
 
 
 def unpack_download(download: Path) -> Path:

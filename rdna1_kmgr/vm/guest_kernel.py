@@ -26,9 +26,7 @@ from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.platform import Platform
 from rdna1_kmgr.modbuild import module_elf
-from rdna1_kmgr.source import apt_sources
-from rdna1_kmgr.source.debian_archive import PrivateArchive
-from rdna1_kmgr.source.kernel_source import DEBIAN_SUITES
+from rdna1_kmgr.source import apt_sources, suite_search
 
 HOST_ROOT = Path("/")
 
@@ -101,8 +99,9 @@ def fetch_image(release: str) -> GuestKernel:
                 "fetching a kernel image needs a Debian-based host; install the kernel on this host instead",
             )
         image, *modules = packages
-        deb = _download(image, _suites(system))
-        debs = [deb] + [_download(package, _suites(system), required=False) for package in modules]
+        suites = _suites(system)
+        deb = _download(image, suites, system.codename)
+        debs = [deb] + [_download(package, suites, system.codename, required=False) for package in modules]
         with cache_entry.staging(kernels, release) as tmp:
             for each in filter(None, debs):
                 progress.say(f"unpacking {each.name} into {root} (not installing it)")
@@ -236,30 +235,29 @@ def image_packages(release: str, platform: Platform) -> list[str]:
     return platform.guest_image_packages(release)
 
 
-def _suites(system: system_identity.SystemIdentity) -> tuple[tuple[str, str | None], ...]:
-    """(suite, release codename) pairs to search, most likely first: the release's own suites where the
-    distribution's archive is one of its releases (Ubuntu's), else Debian's."""
+def _suites(system: system_identity.SystemIdentity) -> tuple[str, ...]:
+    """The suites to search, most likely first: the release's own suites its apt sources list where the
+    distribution's archive is one of its releases (Ubuntu's), else those its platform record names (Debian's:
+    suite_search)."""
     if system.platform.kernel_source in _RELEASE_ARCHIVES:
-        return tuple((suite, system.codename) for suite in apt_sources.system_suites(system.codename))
-    return tuple((suite, None) for suite in DEBIAN_SUITES)
+        return tuple(apt_sources.system_suites(system.codename))
+    return suite_search.suites_for(system)
 
 
 # Kernel source kinds whose images come from the suites of the system's own release.
 _RELEASE_ARCHIVES = {"ubuntu-archive"}
 
 
-def _download(package: str, suites, required: bool = True) -> Path | None:
+def _download(package: str, suites: tuple[str, ...], codename: str, required: bool = True) -> Path | None:
     if shutil.which("dpkg-deb") is None:
         raise HostError("dpkg-deb is not installed", "fetching a kernel image needs a Debian-based host")
-    for suite, codename in suites:
-        archive = PrivateArchive(suite, codename)
-        if archive.candidate(package) is not None:
-            return archive.download(package)
+    found = suite_search.search(suites, codename, lambda archive: archive.candidate(package) is not None)
+    if found.archive is not None:
+        return found.archive.download(package)
     if not required:
         return None
-    names = ", ".join(suite for suite, _ in suites)
     raise SourceError(
-        f"no suite has {package} (searched {names})",
+        f"no suite has {package} ({found.describe()})",
         "check the kernel release; the archive drops old ABIs (see `apt-cache depends linux-image-amd64`)",
     )
 

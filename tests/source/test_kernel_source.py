@@ -178,6 +178,21 @@ def test_debian_kernel_version_from_proc_version():
     )
 
 
+def test_debian_13_kernel_version_from_proc_version():
+    """Debian 13's kernels are named X.Y.Z+deb13-FLAVOUR; /proc/version names the package version after its
+    compiler's own "(Debian 14.2.0-19)" (the format of trixie's 6.12 kernels' boot line)."""
+    running = (
+        "Linux version 6.12.118+deb13-amd64 (debian-kernel@lists.debian.org) (x86_64-linux-gnu-gcc-14 "
+        "(Debian 14.2.0-19) 14.2.0, GNU ld (GNU Binutils for Debian) 2.44) #1 SMP PREEMPT_DYNAMIC "
+        "Debian 6.12.118-1 (2026-11-02)\n"
+    )
+    version = kernel_source.debian_kernel_version("6.12.118+deb13-amd64", proc_version=running)
+    assert version == "6.12.118-1"
+    assert kernel_source.upstream_version(version) == Version("6.12.118")
+    # trixie-backports' kernels: 7.3.4+bpo-amd64, package version 7.3.4-1~bpo13+1
+    assert kernel_source.upstream_version("7.3.4-1~bpo13+1") == Version("7.3.4")
+
+
 @pytest.mark.parametrize("bad", ["../../etc", "6.1.192-2/..", "-o", ""])
 def test_a_malformed_debian_version_never_reaches_a_path(cache, bad):
     with pytest.raises(UsageError):
