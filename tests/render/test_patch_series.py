@@ -131,7 +131,7 @@ CRAT_FACT = {
 @pytest.mark.parametrize(
     "version, shape, mtype_variant, crat_variant, kfd_hook",
     [
-        ("5.10.262", "5.10", "kfd-picks-mtype", "kgd", True),
+        ("5.10.262", "5.10", "kfd-picks-mtype-no-uncached", "kgd", True),
         ("6.1.192", "6.1", "kfd-picks-mtype", "largebar-param", True),
         ("6.2.0", "6.2", "gmc-picks-mtype-no-ext", "largebar-param", False),
         ("6.12.95", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
@@ -143,7 +143,7 @@ CRAT_FACT = {
         ("5.14.0", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
         ("5.14.0", "6.18", "vm-flags", "largebar-debug-mask", False),
         # and a 5.10 driver under a newer number
-        ("6.6.0", "5.10", "kfd-picks-mtype", "kgd", True),
+        ("6.6.0", "5.10", "kfd-picks-mtype-no-uncached", "kgd", True),
     ],
 )
 def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype_variant, crat_variant, kfd_hook):
@@ -170,6 +170,8 @@ def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype
     # never sees its name, in the hook's code or the self-test
     ext = mtype_variant in ("gmc-picks-mtype", "vm-flags")
     assert ("RDNA1_KFD(EXT_COHERENT)" in core) == ("AMDGPU_GEM_CREATE_EXT_COHERENT" in core) == ext
+    # the same for UNCACHED, which 5.10's KFD does not name
+    assert ("RDNA1_KFD(UNCACHED)" in core) == (mtype_variant != "kfd-picks-mtype-no-uncached")
     # the 5.10 - 5.16 KFD keeps no copy of the memory info: the self-test asks into a local as it does
     assert ("&node->local_mem_info" in core) == (crat_variant != "kgd")
     # the manifest and the patch say which facts chose the variant
@@ -193,7 +195,7 @@ def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_
         run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"),
         out,
         "quirk coarse-mtype: no variant fits",
-        "kfd-picks-mtype (first seen in Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
+        "kfd-picks-mtype (first seen in Linux up to 6.1, once KFD names UNCACHED (6.1 read)): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
         "gmc-picks-mtype (first seen in Linux about 6.8 - 6.17 (6.12 read and built)): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
         "gmc-picks-mtype-no-ext (first seen in Linux 6.2 - 6.7): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
         "vm-flags (first seen in Linux 6.18 and later): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `vm_flags`",
