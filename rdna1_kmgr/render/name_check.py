@@ -163,7 +163,7 @@ class PastingMacro:
         """The body with each parameter replaced by its argument and `##` joined, or None if the count differs."""
         if len(arguments) != len(self.parameters):
             return None
-        given = dict(zip(self.parameters, arguments))
+        given = dict(zip(self.parameters, arguments, strict=True))
         body = re.sub(r"[A-Za-z_]\w*", lambda m: given.get(m.group(0), m.group(0)), self.body)
         return re.sub(r"\s*##\s*", "", body).strip()
 

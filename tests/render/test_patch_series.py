@@ -1,5 +1,6 @@
 """The renderer on a tiny fake kernel tree: series shape, real `patch`, variants, refusals."""
 
+import dataclasses
 import json
 import re
 import shutil
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from fake_kernel import AMD, make_tree
 
 from rdna1_kmgr.cli import main
+from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.patch_series import count_selftest_cases
 
 GMC = f"{AMD}/amdgpu/gmc_v10_0.c"
@@ -282,6 +284,34 @@ def test_a_name_the_tree_lacks_is_refused_before_anything_is_written(tmp_path):
         run_cli("render", "--source", tree, "--out", out),
         out,
         "`is_imported` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)",
+    )
+
+
+def test_uncached_cases_render_only_where_the_tree_names_the_flag_and_the_name_check_sees_through_the_macro(
+    tmp_path, monkeypatch
+):
+    # with the flag (the 6.1 shape) the self-test keeps UNCACHED allocations UC; without it (5.10) it has none
+    for shape, uncached in (("6.1", True), ("5.10", False)):
+        tree = make_tree(tmp_path / shape, "6.1.192", shape)
+        result = run_cli("render", "--source", tree, "--out", tmp_path / f"out-{shape}", "--quirk", "coarse-mtype")
+        assert result.exit_code == 0, result.stderr
+        core = (tmp_path / f"out-{shape}" / "0002-rdna1-core.patch").read_text()
+        assert ("RDNA1_KFD(UNCACHED)" in core) == uncached
+    # a variant that rendered them anyway on the tree without the flag is stopped by the name check, as the
+    # compiler would stop it (the macro's argument was skipped before)
+    catalog = quirk_catalog.load_quirks()
+    coarse = catalog["coarse-mtype"]
+    variants = tuple(
+        dataclasses.replace(v, vars={**v.vars, "uncached": True}) if v.id == "kfd-picks-mtype-no-uncached" else v
+        for v in coarse.variants
+    )
+    catalog["coarse-mtype"] = dataclasses.replace(coarse, variants=variants)
+    monkeypatch.setattr(quirk_catalog, "load_quirks", lambda: catalog)
+    out = tmp_path / "out"
+    assert_refused(
+        run_cli("render", "--source", tmp_path / "5.10", "--out", out, "--quirk", "coarse-mtype"),
+        out,
+        "`KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED` (a name, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)",
     )
 
 
