@@ -157,14 +157,14 @@ def check_follows(
 ) -> None:
     """Check that the statement anchored at `anchor` comes after every occurrence inside `function` of a
     statement in any of its `forms` (what the hook reads is computed there; comments are not code).
-    AnchorNotFound when the function has none before the anchor, AnchorMisplaced when one comes after it:
-    the anchor found is not the statement the hook was written for."""
+    AnchorMisplaced, in one line, when the function has none before the anchor or one after it: the anchor
+    found is not the statement the hook was written for."""
     inside = body(text, path, function)
     code = without_comments(text)
     found = [m for f in forms for m in _folded(f).finditer(code, inside.start, inside.end)]
     said, anchor_said = " or ".join(f"`{f}`" for f in forms), f"`{anchor_forms[0]}`"
     if not [m for m in found if m.end() <= anchor.start]:
-        raise AnchorNotFound(path, f"statement {said} before {anchor_said} in {function}()")
+        raise AnchorMisplaced(path, f"{function}() has no {said} before the hook's anchor {anchor_said}")
     late = [m for m in found if m.end() > anchor.start]
     if late:
         raise AnchorMisplaced(

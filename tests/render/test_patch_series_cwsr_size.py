@@ -179,13 +179,16 @@ def test_the_hook_sits_after_the_size_and_before_the_cwsr_lookup(tmp_path):
     "tail, words",
     [
         # the lookup before the size is computed: the hook would read an unset size
-        (CWSR_GET + "\n" + SIZE, ["statement `total_cwsr_size = ALIGN(total_cwsr_size, PAGE_SIZE);` before"]),
+        (
+            CWSR_GET + "\n" + SIZE,
+            ["has no `total_cwsr_size = ALIGN(total_cwsr_size, PAGE_SIZE);` before the hook's anchor"],
+        ),
         # the size computed in a form the edit does not list: refused until the form is added
         (
             "\ttotal_cwsr_size = ALIGN((properties->ctx_save_restore_area_size +\n"
             "\t\t\t\t topo_dev->node_props.debug_memory_size) * NUM_XCC(pdd->dev->xcc_mask), PAGE_SIZE);\n\n"
             + CWSR_GET,
-            ["statement `total_cwsr_size = ALIGN(total_cwsr_size, PAGE_SIZE);` before"],
+            ["has no `total_cwsr_size = ALIGN(total_cwsr_size, PAGE_SIZE);` before the hook's anchor"],
         ),
         # the size computed again after the lookup: not the shape the hook was written for
         (SIZE + CWSR_GET + SIZE, ["again after the hook's anchor", "kfd_queue_acquire_buffers()"]),

@@ -123,9 +123,11 @@ def test_an_anchor_after_every_statement_it_follows_passes():
     )
 
 
-def test_an_anchor_with_nothing_to_follow_before_it_is_not_found():
+def test_an_anchor_with_nothing_to_follow_before_it_is_misplaced():
     text = SIZED.replace("\tsize = ALIGN(size, PAGE_SIZE);\n", "").replace("return err;", "size = ALIGN(size, 4);")
-    with pytest.raises(c_anchors.AnchorNotFound, match=r"q.c: statement `size = ALIGN\(size, PAGE_SIZE\);` before"):
+    with pytest.raises(
+        c_anchors.AnchorMisplaced, match=r"q.c: acquire\(\) has no `size = ALIGN\(size, PAGE_SIZE\);` before"
+    ):
         c_anchors.check_follows(
             text, "q.c", "acquire", anchor(text), ("err = get(vm, size);",), ("size = ALIGN(size, PAGE_SIZE);",)
         )
