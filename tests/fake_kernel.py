@@ -29,7 +29,9 @@ def series_names(tree: Path) -> set[str]:
         for line in p.text.splitlines(keepends=True)
         if line.startswith("+") and not line.startswith("+++")
     )
-    return set(re.findall(r"[A-Za-z_]\w*", name_check.code_of(added)))
+    code = name_check.code_of(added)
+    code = name_check.expand_pasting(code, name_check.pasting_macros([code]))
+    return set(re.findall(r"[A-Za-z_]\w*", code))
 
 
 def names_header(names: set[str]) -> str:
@@ -143,6 +145,11 @@ EXT_COHERENT = """
 	if (flags & KFD_IOC_ALLOC_MEM_FLAGS_EXT_COHERENT)
 		alloc_flags |= AMDGPU_GEM_CREATE_EXT_COHERENT;"""
 
+# amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu() maps KFD's UNCACHED flag (not in 5.10, per the catalog)
+UNCACHED = """
+	if (flags & KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED)
+		alloc_flags |= AMDGPU_GEM_CREATE_UNCACHED;"""
+
 # amdgpu_amdkfd_get_local_mem_info(), where KFD learns the board's memory: through a struct kgd_dev
 # before 5.17, per XCP partition from 6.5 or so
 MEM_INFO = {
@@ -251,6 +258,7 @@ OLD = dict(
     gmc="mapping",
     kfd="picks",
     ext=False,
+    uncached=True,
     mem_info="adev",
     largebar="param",
     node="kfd_dev",
@@ -258,7 +266,7 @@ OLD = dict(
     init="return",
 )
 SHAPES = {
-    "5.10": {**OLD, "mem_info": "kgd", "probe": "driver_data", "node": "kfd_dev-kgd"},
+    "5.10": {**OLD, "mem_info": "kgd", "probe": "driver_data", "node": "kfd_dev-kgd", "uncached": False},
     "6.1": OLD,
     "6.2": {**OLD, "gmc": "mapping-uc", "kfd": "default"},
     "6.12": {
@@ -293,7 +301,7 @@ def make_tree(
 ) -> Path:
     """Write a fake tree for `version` ("7.3-rc2" style for a release candidate) under root, its hooked
     places in the forms of SHAPES[shape], each overridable: gmc=, kfd=, ext= (True: EXT_COHERENT known),
-    mem_info=, largebar=, node=, probe=, init=.
+    uncached= (True: UNCACHED known), mem_info=, largebar=, node=, probe=, init=.
 
     omit: the name of a function to leave out, to see the renderer refuse.
     missing_names: names the tree's headers do not declare; every other name the series uses is
@@ -363,6 +371,7 @@ static int __init amdgpu_init(void)
             "\tu64 alloc_flags = 0;\n\n"
             "\tif (flags & KFD_IOC_ALLOC_MEM_FLAGS_COHERENT)\n"
             "\t\talloc_flags |= AMDGPU_GEM_CREATE_COHERENT;"
+            + (UNCACHED if forms["uncached"] else "")
             + (EXT_COHERENT if forms["ext"] else "")
             + "\n\treturn alloc_flags;\n}\n\n"
             "static int kfd_mem_attach(struct amdgpu_device *adev, struct kgd_mem *mem, struct amdgpu_vm *vm)\n{\n"

@@ -16,6 +16,9 @@ cheap, so the renderer does it first:
   FIELD_PREP from <linux/bitfield.h>, PCI_VENDOR_ID_ATI from <linux/pci_ids.h>) are taken on trust: a driver
   tree does not carry those headers, and many never spell them (`build` confirms them with a compile probe);
 - the paths of `#include <...>` lines are not names;
+- a use of one of the series' own token-pasting macros (`#define RDNA1_KFD(flag) KFD_IOC_ALLOC_MEM_FLAGS_##flag`,
+  one line) is expanded first, and the names it makes are checked like any other: `RDNA1_KFD(UNCACHED)` on a
+  tree that never names KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED (5.10) is refused;
 - in a hook placed inside a function, a lower-case name that is neither called nor a member must occur
   in that very function (it is one of its locals or parameters).
 
@@ -118,11 +121,11 @@ def check(tree: TreeNames, added: list[Added], series_files: dict[str, str], ker
     own_decl = set(kernel_names).union(
         *(declared(code_of(t)) | set(_LABEL.findall(code_of(t))) for t in series_files.values())
     )
-    pasting = {m for t in series_files.values() for m in _PASTING.findall(code_of(t))}
+    pasting = pasting_macros(code_of(t) for t in series_files.values())
     for piece in added:
         if not piece.file.endswith((".c", ".h")):
             continue  # Makefiles and the like: kbuild's names, not C's
-        code = _without_pasted_arguments(code_of(piece.code), pasting)
+        code = expand_pasting(code_of(piece.code), pasting)
         members = set(_MEMBER.findall(code))
         for name in sorted(members):
             if not OWN.match(name) and name not in tree.declared and name not in own_decl:
@@ -145,14 +148,45 @@ def check(tree: TreeNames, added: list[Added], series_files: dict[str, str], ker
 
 
 _LABEL = re.compile(r"^[ \t]*([A-Za-z_]\w*):(?!:)", re.M)  # goto targets the series defines
-# A function-like macro of the series that pastes its arguments into names (`RDNA1_KFD(VRAM)` ->
-# KFD_IOC_ALLOC_MEM_FLAGS_VRAM): its arguments are pieces of names, which the compile checks.
-_PASTING = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\([^)\n]*\)[^\n]*##", re.M)
+# A one-line function-like macro of the series that pastes its arguments into names (`RDNA1_KFD(VRAM)` ->
+# KFD_IOC_ALLOC_MEM_FLAGS_VRAM): (name, parameters, body).
+_PASTING = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([^)\n]*)\)([^\n]*##[^\n]*)$", re.M)
 
 
-def _without_pasted_arguments(code: str, macros: set[str]) -> str:
-    for macro in macros:
-        code = re.sub(rf"\b{macro}\s*\([^()]*\)", macro, code)
+@dataclass(frozen=True)
+class PastingMacro:
+    name: str
+    parameters: tuple[str, ...]
+    body: str
+
+    def expand(self, arguments: list[str]) -> str | None:
+        """The body with each parameter replaced by its argument and `##` joined, or None if the count differs."""
+        if len(arguments) != len(self.parameters):
+            return None
+        given = dict(zip(self.parameters, arguments, strict=True))
+        body = re.sub(r"[A-Za-z_]\w*", lambda m: given.get(m.group(0), m.group(0)), self.body)
+        return re.sub(r"\s*##\s*", "", body).strip()
+
+
+def pasting_macros(codes) -> dict[str, PastingMacro]:
+    """The token-pasting macros the code texts (comments and literals already out) define, by name."""
+    return {
+        name: PastingMacro(name, tuple(p.strip() for p in parameters.split(",")), body)
+        for code in codes
+        for name, parameters, body in _PASTING.findall(code)
+    }
+
+
+def expand_pasting(code: str, macros: dict[str, PastingMacro]) -> str:
+    """The code with the macros' definitions blanked and each use replaced by what it expands to, so that the
+    names it builds are checked; a use whose arguments do not fit is left as it is."""
+    code = _PASTING.sub(lambda m: m.group(0) if m.group(1) not in macros else "", code)
+    for macro in macros.values():
+        code = re.sub(
+            rf"\b{macro.name}\s*\(([^()]*)\)",
+            lambda m, macro=macro: macro.expand([a.strip() for a in m.group(1).split(",")]) or m.group(0),
+            code,
+        )
     return code
 
 

@@ -93,6 +93,8 @@ def _place(text: str, rel: str, edit: quirk_catalog.Edit) -> tuple[int, int]:
     """The span an edit replaces (empty for insertions)."""
     if edit.function and edit.statement:
         span = c_anchors.statement(text, rel, edit.function, edit.statement)
+        if edit.follows:
+            c_anchors.check_follows(text, rel, edit.function, span, edit.statement, edit.follows)
     elif edit.function and edit.at == "end":
         span = c_anchors.body(text, rel, edit.function)
         return span.end, span.end

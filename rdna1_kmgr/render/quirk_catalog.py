@@ -12,7 +12,10 @@ The schema (kmod/README.md says the same with an example):
               before/after/replace), `function` + `statement` (a statement in its body), or `line` (a
               whole top-level line, e.g. in a Makefile). `statement` is the LIST of the forms that
               statement has had across the supported kernels (a lone string is one form); the earliest
-              form found in the body is the anchor.
+              form found in the body is the anchor. `follows` (with `function` + `statement`, optional): the
+              list of forms of a statement the hook reads the result of (say, a size computed just before);
+              the anchor must come after every occurrence of it in the function, else render refuses in one
+              line (the anchor found is not the statement the hook was written for).
 needed_when   (quirk.toml only) facts that say the kernel has what the quirk fixes; where one fails the quirk is
               left out with one line (nothing to fix), never refused. evidence: links; changes: one line.
 [[variants]]  (quirk.toml only) id, edits (ids of [[edits]]), vars (for the templates), facts (a list of
@@ -44,6 +47,7 @@ class Edit:
     function: str | None = None
     statement: tuple[str, ...] = ()  # the accepted forms of one statement
     line: str | None = None
+    follows: tuple[str, ...] = ()  # the accepted forms of a statement the anchor must come after
 
 
 @dataclass(frozen=True)
@@ -152,11 +156,17 @@ def kmod_root() -> Path:
     return Path(str(resources.files("rdna1_kmgr.kmod")))
 
 
+def _forms(raw: dict, key: str) -> tuple[str, ...]:
+    forms = raw.get(key, ())
+    return (forms,) if isinstance(forms, str) else tuple(forms)
+
+
 def _edit(raw: dict, origin: Path) -> Edit:
-    forms = raw.get("statement", ())
-    edit = Edit(**{**raw, "statement": (forms,) if isinstance(forms, str) else tuple(forms)})
+    edit = Edit(**{**raw, "statement": _forms(raw, "statement"), "follows": _forms(raw, "follows")})
     if edit.at not in PLACES or not (edit.function or edit.line):
         raise ValueError(f"{origin}: edit {edit.id}: `at` must be one of {PLACES} with a function or a line")
+    if edit.follows and not edit.statement:
+        raise ValueError(f"{origin}: edit {edit.id}: `follows` needs a `function` and a `statement` to anchor on")
     return edit
 
 

@@ -21,6 +21,15 @@ class AnchorNotFound(Exception):
         self.what = what
 
 
+class AnchorMisplaced(AnchorNotFound):
+    """The anchor was found, but not where the hook needs it (before a statement it must follow)."""
+
+    def __init__(self, path: str, what: str):
+        Exception.__init__(self, f"{path}: {what}")
+        self.path = path
+        self.what = what
+
+
 @dataclass(frozen=True)
 class Span:
     start: int  # offset of the first character
@@ -141,6 +150,28 @@ def statement(text: str, path: str, function: str, forms: tuple[str, ...] | list
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
     return Span(start, len(text) if end < 0 else end + 1)
+
+
+def check_follows(
+    text: str, path: str, function: str, anchor: Span, anchor_forms: tuple[str, ...], forms: tuple[str, ...]
+) -> None:
+    """Check that the statement anchored at `anchor` comes after every occurrence inside `function` of a
+    statement in any of its `forms` (what the hook reads is computed there; comments are not code).
+    AnchorMisplaced, in one line, when the function has none before the anchor or one after it: the anchor
+    found is not the statement the hook was written for."""
+    inside = body(text, path, function)
+    code = without_comments(text)
+    found = [m for f in forms for m in _folded(f).finditer(code, inside.start, inside.end)]
+    said, anchor_said = " or ".join(f"`{f}`" for f in forms), f"`{anchor_forms[0]}`"
+    if not [m for m in found if m.end() <= anchor.start]:
+        raise AnchorMisplaced(path, f"{function}() has no {said} before the hook's anchor {anchor_said}")
+    late = [m for m in found if m.end() > anchor.start]
+    if late:
+        raise AnchorMisplaced(
+            path,
+            f"{function}() has {said} again after the hook's anchor {anchor_said}: the hook must follow every "
+            "one of them",
+        )
 
 
 def comment_above(text: str, offset: int) -> int:

@@ -222,11 +222,14 @@ def test_debian_5_10_renders_and_applies(real_source_510, tmp_path):
     """Debian 11's own kernel (bullseye-security): read by hand, its get_pte_flags() ends with
     `return amdgpu_gem_va_map_flags(adev, mapping_flags);`, amdgpu_amdkfd_get_local_mem_info() takes a
     struct kgd_dev and reads the DMA mask through adev->dev, and kfd_dev_is_large_bar() asks it into a local;
-    KFD has no kfd_queue.c (no CWSR size check)."""
+    KFD has no kfd_queue.c (no CWSR size check) and no UNCACHED allocation flag."""
     out = tmp_path / "out"
     manifest = render(real_source_510, out)
     assert manifest.kernel_version.startswith("5.10.")
-    assert {q.id: q.variant for q in manifest.quirks} == {"crat-mem": "kgd", "coarse-mtype": "kfd-picks-mtype"}
+    assert {q.id: q.variant for q in manifest.quirks} == {
+        "crat-mem": "kgd",
+        "coarse-mtype": "kfd-picks-mtype-no-uncached",
+    }
     assert [q.id for q in manifest.left_out] == ["cwsr-size"]
     patched = patched_copy(real_source_510, out, tmp_path / "patched")
     pte = (patched / GPUVM).read_text()
@@ -239,5 +242,7 @@ def test_debian_5_10_renders_and_applies(real_source_510, tmp_path):
     assert "amdgpu_amdkfd_get_local_mem_info((struct kgd_dev *)ctx->adev, info);" in core
     assert "ctx->adev->dev = &ctx->pdev->dev;" in core and "ctx->adev->dev = NULL;" in core
     assert "EXT_COHERENT" not in code_of(added_code(out))  # comments may name it, the code may not
+    # nor UNCACHED: 5.10's uapi header has no KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED (the module would not compile)
+    assert "UNCACHED)" not in code_of(core) and "KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED" not in code_of(core)
     # both opt-in quirks asked for by id fit too
     assert render(real_source_510, tmp_path / "asked", ["crat-mem", "coarse-mtype"]).left_out == ()

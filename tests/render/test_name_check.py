@@ -86,3 +86,28 @@ def test_names_the_series_declares_and_kernel_names_pass(tree):
 
 def test_makefiles_are_not_c(tree):
     name_check.check(tree, [Added(f"{AMD}/amdgpu/Makefile", "amdgpu-y += amdgpu_rdna1.o\n")], {})
+
+
+PASTING_CORE = {
+    f"{AMD}/amdgpu/amdgpu_rdna1.c": "#define RDNA1_KFD(flag)\tKFD_NODE_##flag\n"
+    "static const int cases[] = {\n\tRDNA1_KFD(MAX) | RDNA1_KFD( MAX ),\n};\n"
+}
+
+
+def test_names_built_by_the_series_pasting_macros_are_expanded_and_checked(tree):
+    core = dict(PASTING_CORE)
+    added = [name_check.Added(rel, text) for rel, text in core.items()]
+    name_check.check(tree, added, core)  # KFD_NODE_MAX is in the tree's header
+    core = {rel: text.replace("RDNA1_KFD( MAX )", "RDNA1_KFD(MIN)") for rel, text in PASTING_CORE.items()}
+    added = [name_check.Added(rel, text) for rel, text in core.items()]
+    with pytest.raises(SourceError, match=r"`KFD_NODE_MIN` \(a name, in .*amdgpu_rdna1.c\)"):
+        name_check.check(tree, added, core)
+
+
+def test_a_pasting_macro_expands_its_parameters_only():
+    macros = name_check.pasting_macros(["#define RDNA1_PAIR(a, b)\tPREFIX_##a##_##b | a_b\n"])
+    assert name_check.expand_pasting("x = RDNA1_PAIR(ONE, TWO);", macros) == "x = PREFIX_ONE_TWO | a_b;"
+    # the definition itself is not a use; a use with the wrong number of arguments is left as it is
+    assert name_check.expand_pasting("#define RDNA1_PAIR(a, b)\tPREFIX_##a##_##b | a_b\nRDNA1_PAIR(X)", macros) == (
+        "\nRDNA1_PAIR(X)"
+    )

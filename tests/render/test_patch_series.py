@@ -1,5 +1,6 @@
 """The renderer on a tiny fake kernel tree: series shape, real `patch`, variants, refusals."""
 
+import dataclasses
 import json
 import re
 import shutil
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from fake_kernel import AMD, make_tree
 
 from rdna1_kmgr.cli import main
+from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.patch_series import count_selftest_cases
 
 GMC = f"{AMD}/amdgpu/gmc_v10_0.c"
@@ -131,7 +133,7 @@ CRAT_FACT = {
 @pytest.mark.parametrize(
     "version, shape, mtype_variant, crat_variant, kfd_hook",
     [
-        ("5.10.262", "5.10", "kfd-picks-mtype", "kgd", True),
+        ("5.10.262", "5.10", "kfd-picks-mtype-no-uncached", "kgd", True),
         ("6.1.192", "6.1", "kfd-picks-mtype", "largebar-param", True),
         ("6.2.0", "6.2", "gmc-picks-mtype-no-ext", "largebar-param", False),
         ("6.12.95", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
@@ -143,7 +145,7 @@ CRAT_FACT = {
         ("5.14.0", "6.12", "gmc-picks-mtype", "largebar-debug-mask", False),
         ("5.14.0", "6.18", "vm-flags", "largebar-debug-mask", False),
         # and a 5.10 driver under a newer number
-        ("6.6.0", "5.10", "kfd-picks-mtype", "kgd", True),
+        ("6.6.0", "5.10", "kfd-picks-mtype-no-uncached", "kgd", True),
     ],
 )
 def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype_variant, crat_variant, kfd_hook):
@@ -170,6 +172,8 @@ def test_variant_follows_the_facts_of_the_source(tmp_path, version, shape, mtype
     # never sees its name, in the hook's code or the self-test
     ext = mtype_variant in ("gmc-picks-mtype", "vm-flags")
     assert ("RDNA1_KFD(EXT_COHERENT)" in core) == ("AMDGPU_GEM_CREATE_EXT_COHERENT" in core) == ext
+    # the same for UNCACHED, which 5.10's KFD does not name
+    assert ("RDNA1_KFD(UNCACHED)" in core) == (mtype_variant != "kfd-picks-mtype-no-uncached")
     # the 5.10 - 5.16 KFD keeps no copy of the memory info: the self-test asks into a local as it does
     assert ("&node->local_mem_info" in core) == (crat_variant != "kgd")
     # the manifest and the patch say which facts chose the variant
@@ -193,7 +197,7 @@ def test_no_variant_fits_a_partial_backport_refused_naming_each_failed_fact(tmp_
         run_cli("render", "--source", tree, "--out", out, "--quirk", "coarse-mtype"),
         out,
         "quirk coarse-mtype: no variant fits",
-        "kfd-picks-mtype (first seen in Linux 5.10 - 6.1): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
+        "kfd-picks-mtype (first seen in Linux up to 6.1, once KFD names UNCACHED (6.1 read)): amdgpu_amdkfd_gpuvm.c: get_pte_flags() does not contain `AMDGPU_VM_MTYPE_UC`",
         "gmc-picks-mtype (first seen in Linux about 6.8 - 6.17 (6.12 read and built)): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
         "gmc-picks-mtype-no-ext (first seen in Linux 6.2 - 6.7): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not contain `AMDGPU_GEM_CREATE_COHERENT`",
         "vm-flags (first seen in Linux 6.18 and later): gmc_v10_0.c: gmc_v10_0_get_vm_pte() does not take `vm_flags`",
@@ -280,6 +284,34 @@ def test_a_name_the_tree_lacks_is_refused_before_anything_is_written(tmp_path):
         run_cli("render", "--source", tree, "--out", out),
         out,
         "`is_imported` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)",
+    )
+
+
+def test_uncached_cases_render_only_where_the_tree_names_the_flag_and_the_name_check_sees_through_the_macro(
+    tmp_path, monkeypatch
+):
+    # with the flag (the 6.1 shape) the self-test keeps UNCACHED allocations UC; without it (5.10) it has none
+    for shape, uncached in (("6.1", True), ("5.10", False)):
+        tree = make_tree(tmp_path / shape, "6.1.192", shape)
+        result = run_cli("render", "--source", tree, "--out", tmp_path / f"out-{shape}", "--quirk", "coarse-mtype")
+        assert result.exit_code == 0, result.stderr
+        core = (tmp_path / f"out-{shape}" / "0002-rdna1-core.patch").read_text()
+        assert ("RDNA1_KFD(UNCACHED)" in core) == uncached
+    # a variant that rendered them anyway on the tree without the flag is stopped by the name check, as the
+    # compiler would stop it (the macro's argument was skipped before)
+    catalog = quirk_catalog.load_quirks()
+    coarse = catalog["coarse-mtype"]
+    variants = tuple(
+        dataclasses.replace(v, vars={**v.vars, "uncached": True}) if v.id == "kfd-picks-mtype-no-uncached" else v
+        for v in coarse.variants
+    )
+    catalog["coarse-mtype"] = dataclasses.replace(coarse, variants=variants)
+    monkeypatch.setattr(quirk_catalog, "load_quirks", lambda: catalog)
+    out = tmp_path / "out"
+    assert_refused(
+        run_cli("render", "--source", tmp_path / "5.10", "--out", out, "--quirk", "coarse-mtype"),
+        out,
+        "`KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED` (a name, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)",
     )
 
 

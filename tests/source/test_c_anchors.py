@@ -99,3 +99,43 @@ def test_a_snippet_is_matched_as_whole_words_at_its_ends():
     body = c_anchors.body(text, "x.c", "f")
     assert c_anchors.find(text, body, "kdev->adev") == text.index("kdev->adev;")
     assert c_anchors.find(text, body, "dev->adev") == -1
+
+
+SIZED = """int acquire(void)
+{
+	size = base + extra;
+	/* size = base + extra; in a comment is not code */
+	size = ALIGN(size, PAGE_SIZE);
+
+	err = get(vm, size);
+	return err;
+}
+"""
+
+
+def anchor(text):
+    return c_anchors.statement(text, "q.c", "acquire", ["err = get(vm, size);"])
+
+
+def test_an_anchor_after_every_statement_it_follows_passes():
+    c_anchors.check_follows(
+        SIZED, "q.c", "acquire", anchor(SIZED), ("err = get(vm, size);",), ("size = base + extra;",)
+    )
+
+
+def test_an_anchor_with_nothing_to_follow_before_it_is_misplaced():
+    text = SIZED.replace("\tsize = ALIGN(size, PAGE_SIZE);\n", "").replace("return err;", "size = ALIGN(size, 4);")
+    with pytest.raises(
+        c_anchors.AnchorMisplaced, match=r"q.c: acquire\(\) has no `size = ALIGN\(size, PAGE_SIZE\);` before"
+    ):
+        c_anchors.check_follows(
+            text, "q.c", "acquire", anchor(text), ("err = get(vm, size);",), ("size = ALIGN(size, PAGE_SIZE);",)
+        )
+
+
+def test_an_anchor_followed_by_the_statement_again_is_misplaced():
+    text = SIZED.replace("\treturn err;", "\tsize = base + extra;\n\treturn err;")
+    with pytest.raises(c_anchors.AnchorMisplaced, match=r"acquire\(\) has `size = base \+ extra;` again after"):
+        c_anchors.check_follows(
+            text, "q.c", "acquire", anchor(text), ("err = get(vm, size);",), ("size = base + extra;",)
+        )

@@ -127,9 +127,10 @@ def test_the_612_selftest_runs_the_cwsr_size_cases_and_the_default_mask_is_cwsr_
 ):
     out, manifest = passing_vm_test(built_module_612, vm_env)
     assert "cwsr-size" in [q["id"] for q in manifest["quirks"]]
-    # 6.12: 12 crat-mem, 125 coarse-mtype, 14 cwsr-size (2 boards x 7: both layouts, a third size, bit off,
-    # an unlisted board); at least the cwsr-size ones on top of what 6.12 had before
-    assert manifest["selftest_cases"] >= 137 + 14
+    # 6.12: 12 crat-mem, 125 coarse-mtype, 31 cwsr-size (Navi10 36 CUs, Navi14 20 and 22, Navi12 40, 7 each:
+    # both layouts, a third size, bit off, an unlisted board; and 3 with no waves per SIMD in the topology);
+    # at least the cwsr-size ones on top of what 6.12 had before
+    assert manifest["selftest_cases"] >= 137 + 31
     load = selftest_load(out)
     # the default mask is the one bit with evidence that owners need it: cwsr-size, bit 4
     assert load["after"]["parameters"]["rdna1_quirks"] == str(manifest["quirks_mask"]) == str(1 << 4)
@@ -147,6 +148,28 @@ def test_a_cwsr_acceptance_widened_to_any_size_fails_the_selftest_and_forces_the
 ):
     out = broken_build(
         built_module_612, "quirks/cwsr-size/cwsr_size.c.j2", ACCEPT, "\treturn mapped;\n", vm_env, tmp_path, monkeypatch
+    )
+    assert_every_quirk_forced_off(out, "cwsr-size")
+    assert_nothing_left_running(vm_env)
+
+
+# The guard: a topology without max_waves_per_simd must keep KFD's size.
+GUARD = "\tif (!props->simd_per_cu || !props->max_waves_per_simd || !num_xcc)\n"
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_a_cwsr_size_without_the_wave_count_guard_fails_the_selftest_and_forces_the_quirks_off(
+    built_module_612, guest_kernel_612, vm_env, tmp_path, monkeypatch
+):
+    out = broken_build(
+        built_module_612,
+        "quirks/cwsr-size/cwsr_size.c.j2",
+        GUARD,
+        "\tif (!props->simd_per_cu || !num_xcc)\n",
+        vm_env,
+        tmp_path,
+        monkeypatch,
     )
     assert_every_quirk_forced_off(out, "cwsr-size")
     assert_nothing_left_running(vm_env)
