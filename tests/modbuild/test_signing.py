@@ -6,14 +6,13 @@ headers and signed with the kernel's own sign-file, so what openssl verifies is 
 
 import hashlib
 import json
+import os
 import shutil
 import stat
 import subprocess
 from pathlib import Path
 
 import hellomod
-import os
-
 import pytest
 from click.testing import CliRunner
 from dkms_helpers import installed_release, kbuild, make_keys, sign_file_for
