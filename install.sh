@@ -62,7 +62,7 @@ if [ "$bindir" != /usr/local/sbin ] && [ -L "$old" ] && [ "$(readlink "$old")" =
     rm -f "$old"
 fi
 # Where every command logs the programs it ran (core/command_log.py writes only where this folder exists).
-install -d -m 0755 /var/log/rdna1-kmgr
+install -d -m 0700 /var/log/rdna1-kmgr && chmod 0700 /var/log/rdna1-kmgr  # root's logs (issue 40)
 # Kernel upgrades: /etc/kernel/{postinst,header_postinst,postrm}.d, apt's DPkg::Post-Invoke and a boot unit,
 # all calling this installation's `rdna1-kmgr follow`. They do nothing until the owner installs a module.
 echo "install.sh: placing the kernel hooks"

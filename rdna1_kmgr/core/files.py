@@ -10,8 +10,11 @@ import errno
 import hashlib
 import json
 import os
+import secrets
 import shutil
 from pathlib import Path
+
+from rdna1_kmgr.core import paths
 
 
 def sha256_file(path: Path) -> str:
@@ -33,27 +36,58 @@ def fsync_dir(path: Path) -> None:
 
 
 def make_dirs(path: Path) -> None:
-    """mkdir -p, with every directory it creates made durable in its parent."""
+    """mkdir -p, with every directory it creates made durable in its parent. A folder inside a private root
+    (state, logs: core.paths) is created 0700, root's alone; any other 0755."""
+    private = [root for root in paths.private_roots() if path.is_relative_to(root)]
     missing = []
     probe = path
     while not probe.exists():
         missing.append(probe)
         probe = probe.parent
     for folder in reversed(missing):
-        folder.mkdir(exist_ok=True)
+        mode = 0o700 if any(folder.is_relative_to(root) for root in private) else 0o755
+        folder.mkdir(mode=mode, exist_ok=True)
+        os.chmod(folder, mode)  # the umask may have narrowed it
         fsync_dir(folder.parent)
 
 
+# Creating a file never follows a link planted at its name, nor reuses a file someone made there first.
+_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def create_new(path: Path, mode: int = 0o600) -> int:
+    """A new file at `path`, opened for writing with `mode` whatever the umask; FileExistsError when anything
+    (a file, a link) is already there."""
+    fd = os.open(path, _CREATE_NEW, mode)
+    os.fchmod(fd, mode)
+    return fd
+
+
+def open_private_log(path: Path):
+    """`path` opened for appending, 0600, never through a link (a log root's own files)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file may be 0644
+    return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
+
+
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data`, atomically and durably, with `mode` whatever the umask."""
-    tmp = path.with_name(f".{path.name}.rdna1-kmgr-{os.getpid()}")
+    """Replace `path` with `data`, atomically and durably, with `mode` whatever the umask. The temporary file
+    has an unguessable name and is created O_EXCL|O_NOFOLLOW: a link planted beside `path` is never written
+    through."""
+    for _ in range(8):
+        tmp = path.with_name(f".{path.name}.rdna1-kmgr-{secrets.token_hex(8)}")
+        try:
+            fd = create_new(tmp, mode)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, mode)  # the umask may have narrowed it
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -300,7 +300,9 @@ def run_session(
     """
     log.info("run (session, %.0f s, output in %s): %s", timeout, output, shlex.join(str(a) for a in argv))
     started = time.monotonic()
-    with open(output, "wb") as sink:
+    # 0600 and never through a link planted at its name: logs are root's (issue 40)
+    sink_fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(sink_fd, "wb") as sink:
         proc = _popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd
         )

@@ -6,13 +6,13 @@ from pathlib import Path
 from rdna1_kmgr.core.errors import UsageError
 
 # A kernel release as uname -r prints it: 6.1.0-56-amd64, 6.12.95+deb12-amd64, 7.2.0-rc3.
-_KREL = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?[A-Za-z0-9.+_~-]*$")
+_KREL = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?[A-Za-z0-9.+_~-]*")
 # domain:bus:device.function, as sysfs names PCI devices.
-_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
+_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]")
 
 
 def kernel_release(value: str) -> str:
-    if not value or "/" in value or ".." in value or len(value) > 64 or not _KREL.match(value):
+    if not value or "/" in value or ".." in value or len(value) > 64 or not _KREL.fullmatch(value):
         raise UsageError(
             f"invalid kernel release {value!r}",
             "give a release as `uname -r` prints it, e.g. 6.1.0-56-amd64",
@@ -40,7 +40,7 @@ def pci_address(value: str) -> str:
     bdf = value.lower()
     if len(bdf) == 7:  # bus:dev.fn without the domain
         bdf = "0000:" + bdf
-    if not _BDF.match(bdf):
+    if not _BDF.fullmatch(bdf):
         raise UsageError(
             f"invalid PCI address {value!r}", "give it as DDDD:BB:DD.F, e.g. 0000:03:00.0 (see `lspci -D`)"
         )

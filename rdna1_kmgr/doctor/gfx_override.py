@@ -20,7 +20,7 @@ _VERSION = re.compile(r"^([0-9]+)\.([0-9]+)\.([0-9]+)$")
 
 def processor_of(value: str) -> str | None:
     """gfx1030 for "10.3.0"; None for a value ROCm would not accept."""
-    match = _VERSION.match(value.strip())
+    match = _VERSION.fullmatch(value.strip())
     return code_objects.gfx_name(*(int(g) for g in match.groups())) if match else None
 
 

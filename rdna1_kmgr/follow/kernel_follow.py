@@ -35,7 +35,7 @@ from typing import TextIO
 
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import BuildError, Exit, HostError, KmgrError
-from rdna1_kmgr.core.files import make_dirs
+from rdna1_kmgr.core.files import make_dirs, open_private_log
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.host import system_identity
@@ -122,7 +122,7 @@ class Story:
         self.stream = stream
         self.log = log
         make_dirs(log.parent)
-        self._file = open(log, "a", buffering=1)
+        self._file = open_private_log(log)
 
     def write(self, text: str) -> int:
         self.stream.write(text)

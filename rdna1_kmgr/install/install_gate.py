@@ -149,7 +149,7 @@ def check_no_foreign_module(candidate: Candidate, root: TargetRoot, trees: dkms.
     """A module where ours goes that no journal of ours accounts for would be overwritten: refuse."""
     dest = installed_path(candidate, root).parent
     pattern = re.compile(rf"^{re.escape(candidate.module_name)}\.ko(\.xz|\.zst|\.gz)?$")
-    found = [p for p in dest.iterdir() if pattern.match(p.name)] if dest.is_dir() else []
+    found = [p for p in dest.iterdir() if pattern.fullmatch(p.name)] if dest.is_dir() else []
     if not found:
         return
     # DKMS's kernel hook (`dkms autoinstall`, run when a kernel package is installed) may have put one of

@@ -43,7 +43,7 @@ from pathlib import Path
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import Exit, HostError, KmgrError
-from rdna1_kmgr.core.files import fsync_dir, make_dirs, move_into_place, sha256_file
+from rdna1_kmgr.core.files import create_new, fsync_dir, make_dirs, move_into_place, sha256_file
 from rdna1_kmgr.core.paths import state_dir
 
 # Test-only: `RDNA1_KMGR_TEST_ABORT_AFTER=<step>` makes install or rollback die like `kill -9` (exit 137)
@@ -85,17 +85,30 @@ def lock_path() -> Path:
 # --- durable writes -----------------------------------------------------------------------------------
 
 
-def copy_durably(src: Path, dst: Path) -> str:
-    """Copy a file's bytes to `dst` (fsynced with its directory); the sha256 of what was copied."""
+def copy_durably(src: Path, dst: Path, like: os.stat_result | None = None) -> str:
+    """Copy a file's bytes to a new `dst` (fsynced with its directory); the sha256 of what was copied. `dst` is
+    created 0600, never through a link (whatever was at its name, a leftover of a crashed run or a planted link,
+    is removed first); `like`: then given that file's owner and mode (a backup keeps its original's)."""
     digest = hashlib.sha256()
-    with open(src, "rb") as inp, open(dst, "wb") as out:
+    dst.unlink(missing_ok=True)
+    with open(src, "rb") as inp, os.fdopen(create_new(dst), "wb") as out:
         for block in iter(lambda: inp.read(1 << 20), b""):
             digest.update(block)
             out.write(block)
         out.flush()
+        if like is not None:
+            _own_like(out.fileno(), like.st_uid, like.st_gid, like.st_mode & 0o7777)
         os.fsync(out.fileno())
     fsync_dir(dst.parent)
     return digest.hexdigest()
+
+
+def _own_like(fd: int, uid: int, gid: int, mode: int) -> None:
+    """Give an open file an owner and mode (owner first: chown clears set-id bits). Only root may give a file
+    away; anyone else keeps its own (the tests' runs as a user)."""
+    if os.geteuid() == 0:
+        os.fchown(fd, uid, gid)
+    os.fchmod(fd, mode)
 
 
 def check_writable() -> None:
@@ -176,7 +189,7 @@ def locked(command: str) -> Iterator[None]:
     """Hold the run lock for the block. A second run is refused at once, naming the holder."""
     try:
         make_dirs(state_dir())
-        fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as err:
         raise _state_error(err) from None
     handle = os.fdopen(fd, "r+")
@@ -272,7 +285,8 @@ class Journal:
     def _read(self) -> tuple[list[dict], int]:
         """The records and the length of the file's whole lines (a torn last write is not one of them)."""
         try:
-            raw = self.path.read_bytes()
+            with os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as handle:
+                raw = handle.read()  # never through a link planted at its name
         except (FileNotFoundError, NotADirectoryError):
             return [], 0  # no journal (NotADirectoryError: the state path runs through a file; writing says so)
         except OSError as err:
@@ -320,10 +334,10 @@ class Journal:
             creating = not self.path.exists()
             if creating:
                 make_dirs(self.dir)
-            elif self.path.stat().st_size != whole:
-                os.truncate(self.path, whole)  # drop a torn last write before appending after it
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "ab") as out:
+                if os.fstat(fd).st_size != whole:
+                    os.ftruncate(fd, whole)  # drop a torn last write before appending after it
                 out.write(_canonical(line) + b"\n")
                 out.flush()
                 os.fsync(out.fileno())
@@ -369,7 +383,7 @@ class Journal:
         try:
             make_dirs(self.backups)
             stat = path.stat()
-            digest = copy_durably(path, self.backups / name)
+            digest = copy_durably(path, self.backups / name, like=stat)
         except OSError as err:
             raise _state_error(err) from None
         return {
@@ -430,12 +444,11 @@ def _remove(path: Path) -> None:
 
 
 def _set_owner_mode(path: Path, entry: dict) -> None:
-    os.chmod(path, entry["mode"])
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        os.chown(path, entry["uid"], entry["gid"])
-    except PermissionError as err:
-        if err.errno != errno.EPERM or os.geteuid() == 0:
-            raise
+        _own_like(fd, entry["uid"], entry["gid"], entry["mode"])
+    finally:
+        os.close(fd)
 
 
 def remove_created_dirs(dirs: list[str]) -> list[str]:

@@ -27,7 +27,7 @@ import jinja2
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import BuildError, HostError
-from rdna1_kmgr.core.files import publish_tree, write_atomic
+from rdna1_kmgr.core.files import make_dirs, publish_tree, write_atomic
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import is_compiled_object
 
@@ -439,14 +439,15 @@ def build(
         follower.join()
     dkms_output = result.stdout
 
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(
+    make_dirs(log_path.parent)  # 0700 under the log root
+    text = (
         f"# rdna1-kmgr: dkms build {package.ref} for {kernel}, exit status {result.returncode}\n"
         + dkms_output
         + "\n# make.log\n"
         + "\n".join(tail.lines)
         + "\n"
     )
+    write_atomic(log_path, text.encode(errors="replace"), 0o600)  # root's log, never through a link
     if result.returncode != 0:
         raise _build_failure(dkms_output, "\n".join(tail.lines), log_path, result.returncode)
 

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import paths, runner
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.files import move_into_place
 from rdna1_kmgr.host import system_identity
@@ -62,16 +62,29 @@ def resolve(key: str | Path | None = None, cert: str | Path | None = None, platf
 
 
 def check_usable(pair: KeyPair) -> None:
-    """The pair exists and the private key is not readable by anyone but its owner."""
+    """The pair exists and the private key is its user's alone: owned by the user running the tool (root),
+    not readable by anyone else, in folders only that user (or root) can change (issue 40, M5: a key another
+    user owns or can swap signs whatever that user wants)."""
     for path, what in ((pair.key, "signing key"), (pair.cert, "certificate")):
         if not path.is_file():
             hint = "run `rdna1-kmgr keys generate`" if pair.convention != "given" else "check the path"
             raise HostError(f"{what} {path} does not exist", hint)
-    mode = pair.key.stat().st_mode & 0o777
+    if pair.key.is_symlink():
+        raise HostError(f"signing key {pair.key} is a symbolic link", "give the key file itself")
+    info = pair.key.stat()
+    mode = info.st_mode & 0o777
     if mode & 0o077:
         raise HostError(
             f"signing key {pair.key} is readable by others (mode {mode:04o})", f"run `chmod 600 {pair.key}`"
         )
+    if info.st_uid != os.geteuid():
+        raise HostError(
+            f"signing key {pair.key} is owned by uid {info.st_uid}, not by uid {os.geteuid()} which signs with it",
+            f"run `chown root:root {pair.key}` if the key is yours, else make a new one",
+        )
+    problem = paths.root_problem(pair.key.parent.absolute())
+    if problem:
+        raise HostError(f"signing key {pair.key} is in an unsafe folder: {problem}", "keep it in root's folders")
 
 
 def ensure(pair: KeyPair) -> bool:

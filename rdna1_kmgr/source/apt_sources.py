@@ -137,7 +137,7 @@ def archive_for(suite: str, codename: str, entries: list[SourceEntry] | None = N
     `<codename>-security` from; every other suite (another release, -updates, -backports) from the URI of the
     release itself (`<codename>`), which is where the distribution keeps them.
     """
-    if not _SUITE.match(suite):
+    if not _SUITE.fullmatch(suite):
         raise HostError(f"invalid suite name {suite!r}", "a suite looks like bookworm or noble-updates")
     entries = system_entries() if entries is None else entries
     wanted = [suite, f"{codename}-security"] if suite.endswith("-security") else [suite, codename]

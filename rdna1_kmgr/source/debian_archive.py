@@ -54,7 +54,7 @@ class PrivateArchive:
     """
 
     def __init__(self, suite: str, codename: str | None = None):
-        if not _SUITE.match(suite):
+        if not _SUITE.fullmatch(suite):
             raise UsageError(f"invalid suite name {suite!r}", "a suite looks like bookworm or noble-updates")
         self.suite = suite
         self.codename = codename or system_identity.read().codename or suite.partition("-")[0]
@@ -278,13 +278,13 @@ def parse_record(text: str) -> dict[str, str]:
 
 
 def _check_package(name: str) -> None:
-    if not _PACKAGE.match(name):
+    if not _PACKAGE.fullmatch(name):
         raise UsageError(f"invalid Debian package name {name!r}", "e.g. linux-source-6.1")
 
 
 def check_debian_version(version: str) -> str:
     """A Debian version from the user, before it reaches a command line or a path (it never holds a /)."""
-    if not _VERSION.match(version):
+    if not _VERSION.fullmatch(version):
         raise UsageError(f"invalid Debian version {version!r}", "e.g. 6.1.192-2")
     return version
 

@@ -46,7 +46,7 @@ class FedoraKernel:
 
 
 def fedora_kernel(krel: str) -> FedoraKernel | None:
-    match = _RELEASE.match(krel)
+    match = _RELEASE.fullmatch(krel)
     return FedoraKernel(match.group(1), match.group(2)) if match else None
 
 
@@ -153,7 +153,7 @@ def _rpm2cpio(srpm: Path, dest: Path) -> list[Path]:
 
 
 def _one(files: list[Path], pattern: re.Pattern, srpm: Path, what: str) -> Path:
-    found = [p for p in files if pattern.match(p.name)]
+    found = [p for p in files if pattern.fullmatch(p.name)]
     if len(found) != 1:
         raise SourceError(
             f"{srpm.name} holds {len(found)} files that look like the {what}", "is it Fedora's kernel SRPM?"

@@ -118,7 +118,7 @@ def require_version(src_root: Path, expected: Version | str) -> Version:
 
 def matches_package(tree: Version, expected: Version | str) -> bool:
     """Whether a tree of Linux `tree` is the kernel `expected` names (a Version, a plain or package version)."""
-    if isinstance(expected, str) and UBUNTU_ABI_VERSION.match(expected):
+    if isinstance(expected, str) and UBUNTU_ABI_VERSION.fullmatch(expected):
         return tree.release[:2] == upstream_version(expected).release[:2]
     return tree == (expected if isinstance(expected, Version) else upstream_version(expected))
 
@@ -487,7 +487,7 @@ def check_url(url: str) -> urllib.parse.SplitResult:
 
 def _tarball_name(parts: urllib.parse.SplitResult) -> str:
     name = parts.path.rsplit("/", 1)[-1]
-    if not _TARBALL_NAME.match(name):
+    if not _TARBALL_NAME.fullmatch(name):
         raise UsageError(
             f"{name or parts.path!r} in the URL is not a tarball name",
             "give the URL of a .tar.xz, .tar.gz, .tar.bz2 or .tar file",
@@ -496,7 +496,7 @@ def _tarball_name(parts: urllib.parse.SplitResult) -> str:
 
 
 def _check_sha256(value: str) -> str:
-    if not _SHA256.match(value):
+    if not _SHA256.fullmatch(value):
         raise UsageError(f"invalid SHA-256 {value!r}", "give 64 hex digits")
     return value.lower()
 

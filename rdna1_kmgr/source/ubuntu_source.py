@@ -50,7 +50,7 @@ class UbuntuKernel:
     @property
     def source_packages(self) -> list[str]:
         """The binary packages that may hold its source, most likely first."""
-        base = UBUNTU_ABI_VERSION.match(self.version).group(1)
+        base = UBUNTU_ABI_VERSION.fullmatch(self.version).group(1)
         if self.source_name:
             return [f"linux-source-{base}" if self.source_name == "linux" else f"{self.source_name}-source-{base}"]
         names = [f"linux-source-{base}"]
@@ -71,13 +71,13 @@ class SourcePackage:
 
 def parse_signature(text: str) -> tuple[str, str, str] | None:
     """(package version, flavour, Linux version) from /proc/version_signature, or None for another format."""
-    match = _SIGNATURE.match(text.strip())
+    match = _SIGNATURE.fullmatch(text.strip())
     return match.groups() if match else None
 
 
 def ubuntu_kernel(krel: str, system: SystemIdentity) -> UbuntuKernel | None:
     """What Ubuntu build kernel `krel` is, or None when nothing says (not installed, not running)."""
-    release = _RELEASE.match(user_input.kernel_release(krel))
+    release = _RELEASE.fullmatch(user_input.kernel_release(krel))
     if release is None:
         return None
     version, source_name = _dpkg_version(krel) if system.on_host else (None, None)
@@ -88,7 +88,7 @@ def ubuntu_kernel(krel: str, system: SystemIdentity) -> UbuntuKernel | None:
             version, upstream = signature[0], signature[2]
     if version is None:
         return None
-    abi = UBUNTU_ABI_VERSION.match(version)
+    abi = UBUNTU_ABI_VERSION.fullmatch(version)
     if abi is None or (abi.group(1), abi.group(2)) != (release.group(1), release.group(2)):
         raise HostError(
             f"kernel {krel} says it is package version {version}, which is not its ABI",

@@ -65,7 +65,7 @@ def _profile(name: str, table: dict) -> Profile:
             {SOLVER_PREFIX + family: "0" for family in SOLVER_FAMILIES if family not in (solver, FALLBACK_FAMILY)}
         )
     for key, value in values.items():
-        if not _NAME.match(key) or not _VALUE.match(value):
+        if not _NAME.fullmatch(key) or not _VALUE.fullmatch(value):
             raise ValueError(f"profiles.toml: {name}: {key}={value!r} is not a ROCm variable and a plain value")
     unset = tuple(table.get("unset", ()))
     return Profile(name, table["summary"], values, unset, str(table.get("experiment_only", "")))

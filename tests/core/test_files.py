@@ -15,3 +15,55 @@ def test_write_json_without_layout_is_one_line_in_the_callers_key_order(tmp_path
     path = tmp_path / "current.json"
     write_json(path, {"folder": "/var/lib/x", "a": None})
     assert path.read_text() == '{"folder": "/var/lib/x", "a": null}\n'
+
+
+def test_a_link_planted_at_the_old_predictable_temporary_name_is_not_written_through(tmp_path):
+    """M4 of issue 40: write_atomic wrote `.<name>.rdna1-kmgr-<pid>` with O_TRUNC, following a link there: a
+    planted link made root overwrite a 0600 file and make it 0644."""
+    import os
+    import stat
+
+    from rdna1_kmgr.core.files import create_new, write_atomic
+
+    victim = tmp_path / "shadow"
+    victim.write_bytes(b"root's secret")
+    victim.chmod(0o600)
+    target = tmp_path / "record.json"
+    planted = tmp_path / f".{target.name}.rdna1-kmgr-{os.getpid()}"
+    planted.symlink_to(victim)
+    write_atomic(target, b"{}\n")
+    assert target.read_bytes() == b"{}\n" and not target.is_symlink()
+    assert victim.read_bytes() == b"root's secret" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    # a new file is never made through a link, even a dangling one
+    (tmp_path / "dangling").symlink_to(tmp_path / "made-by-root")
+    try:
+        create_new(tmp_path / "dangling")
+        raise AssertionError("create_new followed a link")
+    except FileExistsError:
+        pass
+    assert not (tmp_path / "made-by-root").exists()
+
+
+def test_the_command_log_is_0600_and_not_written_through_a_link(tmp_path, monkeypatch):
+    import logging
+    import stat
+
+    from rdna1_kmgr.core import command_log
+
+    logs = tmp_path / "log"
+    logs.mkdir(mode=0o700)
+    victim = tmp_path / "shadow"
+    victim.write_bytes(b"root's secret")
+    (logs / "commands.log").symlink_to(victim)
+    monkeypatch.setenv("RDNA1_KMGR_LOG", str(logs))
+    logger = logging.getLogger("rdna1_kmgr")
+    monkeypatch.setattr(logger, "handlers", [])
+    command_log.start()
+    assert logger.handlers == [] and victim.read_bytes() == b"root's secret"
+    (logs / "commands.log").unlink()
+    command_log.start()
+    logger.info("a line")
+    assert stat.S_IMODE((logs / "commands.log").stat().st_mode) == 0o600
+    assert "a line" in (logs / "commands.log").read_text()
+    for handler in logger.handlers:
+        handler.stream.close()

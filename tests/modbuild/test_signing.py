@@ -6,6 +6,7 @@ headers and signed with the kernel's own sign-file, so what openssl verifies is 
 
 import hashlib
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -75,6 +76,28 @@ def test_a_key_others_can_read_is_refused(tmp_path):
     pair = make_keys(tmp_path)
     pair.key.chmod(0o644)
     with pytest.raises(HostError, match=r"readable by others \(mode 0644\)"):
+        signing.check_usable(pair)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a key away: root only")
+def test_a_key_another_user_owns_or_can_swap_is_refused(tmp_path):
+    """Issue 40, M5: only the key's mode was checked; a 0600 key owned by another user (who can rewrite it)
+    or in a folder others can write (where it can be swapped) signed modules all the same."""
+    pair = make_keys(tmp_path)
+    signing.check_usable(pair)
+    os.chown(pair.key, 65534, 65534)
+    with pytest.raises(HostError, match="is owned by uid 65534, not by uid 0"):
+        signing.check_usable(pair)
+    os.chown(pair.key, 0, 0)
+    pair.key.parent.chmod(0o777)
+    with pytest.raises(HostError, match=r"unsafe folder: .* is writable by group or others \(mode 0777\)"):
+        signing.check_usable(pair)
+    pair.key.parent.chmod(0o755)
+    signing.check_usable(pair)
+    moved = tmp_path / "elsewhere.key"
+    pair.key.rename(moved)
+    pair.key.symlink_to(moved)
+    with pytest.raises(HostError, match="is a symbolic link"):
         signing.check_usable(pair)
 
 
