@@ -16,7 +16,11 @@ Read in MIOpen (ROCm/MIOpen, the 2024 tree; newer MIOpen lives in ROCm/rocm-libr
   (the newer static_ck_common.hpp could not be read here). On a native gfx1010, implicit GEMM therefore has
   little or nothing to offer; what the owner's notes measured with it ran with HSA_OVERRIDE_GFX_VERSION=10.3.0,
   where MIOpen sees a gfx1030;
-- MIOPEN_FIND_MODE picks how hard MIOpen searches (NORMAL, FAST, HYBRID, DYNAMIC_HYBRID and their numbers).
+- MIOPEN_FIND_MODE picks how hard MIOpen searches. MIOpen in ROCm/rocm-libraries (projects/miopen/src/
+  find_controls.cpp, GetFindModeValueImpl2) upper-cases the value and accepts NORMAL, FAST, HYBRID, DYNAMIC_HYBRID,
+  TRUST_VERIFY, TRUST_VERIFY_FULL, else a number from 1 to 7 (miopen.h: Normal 1, Fast 2, Hybrid 3, the deprecated
+  fast hybrid 4, DynamicHybrid 5, TrustVerify 6, TrustVerifyFull 7; 5 is the default). `DEFAULT` is none of
+  them: its number parse fails (the 2024 ROCm/MIOpen tree knew neither TRUST_VERIFY name).
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ from rdna1_kmgr.userspace.profiles import SOLVER_PREFIX
 
 FALSE = ("0", "no", "off", "false", "disable", "disabled")
 TRUE = ("1", "yes", "on", "true", "enable", "enabled")
-FIND_MODES = ("1", "2", "3", "4", "5", "NORMAL", "FAST", "HYBRID", "DYNAMIC_HYBRID", "DEFAULT")
+FIND_MODES = (
+    "NORMAL",
+    "FAST",
+    "HYBRID",
+    "DYNAMIC_HYBRID",
+    "TRUST_VERIFY",
+    "TRUST_VERIFY_FULL",
+    *(str(n) for n in range(1, 8)),
+)
 DEPRECATED = "MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS"
 GATED_TO = "gfx803, gfx900, gfx906, gfx908, gfx90a and gfx103x"
 
@@ -129,7 +141,8 @@ def findings(found: list[environment_files.Assignment], loads: str, checked: str
                     where,
                     "how long MIOpen searches for a solver on first use"
                     if known
-                    else f"not one of MIOpen's find modes ({', '.join(FIND_MODES)})",
+                    else f"not a find mode MIOpen parses ({', '.join(FIND_MODES)}): its number parse fails on "
+                    "it; unset, MIOpen uses DYNAMIC_HYBRID (5)",
                     "" if known else f"correct it in {a.where()}",
                     a.to_json(),
                 )

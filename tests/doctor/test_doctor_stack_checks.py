@@ -130,6 +130,20 @@ def test_miopen_unset_is_ok_and_a_value_miopen_refuses_is_a_problem(tmp_path):
     assert bad["level"] == "problem" and "Invalid value" in bad["why"]
 
 
+@pytest.mark.parametrize(
+    "value,level",
+    # MIOpen's find_controls.cpp (ROCm/rocm-libraries, projects/miopen): the six names, upper-cased, and the
+    # numbers 1..7 of miopen.h's miopenConvolutionFindMode_t; DEFAULT is not parsed.
+    [("TRUST_VERIFY", "info"), ("trust_verify_full", "info"), ("7", "info"), ("DEFAULT", "warn"), ("8", "warn")],
+)
+def test_miopen_find_mode_as_miopen_parses_it(tmp_path, value, level):
+    tree = board_root(tmp_path).file("home/owner/.bashrc", f"export MIOPEN_FIND_MODE={value}\n")
+    finding = by_check(run(tree), "miopen-settings")[0]
+    assert finding["level"] == level, finding
+    if level == "warn":
+        assert "/home/owner/.bashrc:1" in finding["todo"] and "TRUST_VERIFY_FULL" in finding["why"]
+
+
 # --- the kernel log and KFD's io_links --------------------------------------------------------------------------
 
 
