@@ -22,6 +22,8 @@ def apply(cell_id: str | None = None, dry_run: bool = False) -> dict:
         raise UsageError("no experiment has run on this machine", "run `rdna1-kmgr experiment` first")
     if cell_id is None:
         chosen = record.get("recommended")
+        if chosen is None and record.get("dead_end"):
+            raise UsageError(f"the last experiment tried no setting: {record['dead_end']}", "run doctor first")
         if chosen is None:
             raise UsageError("the last experiment found no passing cell to apply", f"see {record.get('html')}")
     else:
