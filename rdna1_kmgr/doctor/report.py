@@ -12,6 +12,7 @@ from rdna1_kmgr.doctor import (
     compute_hangs,
     gfx_override,
     kfd_access,
+    kpack_settings,
     miopen_settings,
     mixed_stacks,
     pcie_atomics,
@@ -72,6 +73,9 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     )
     found += miopen_settings.findings(
         environment_files.assignments(sysroot, home, miopen_settings.wanted, environ), loads, checked
+    )
+    found += kpack_settings.findings(
+        environment_files.assignments(sysroot, home, kpack_settings.wanted, environ), checked
     )
     records = kmsg.records(sysroot)
     found += pcie_atomics.findings(sysroot, [n for n in nodes if n.is_gpu], records, device is not None)

@@ -195,3 +195,32 @@ def test_a_root_without_board_rocm_or_torch_is_a_clean_report(tmp_path):
     assert not checks & {"queue", "pcie-atomics", "rocm-sdk"}  # nothing to say without a board or TheRock
     text = subprocess.run([CLI, "doctor", "--sysroot", str(tree.root)], capture_output=True, text=True, timeout=120)
     assert text.returncode == 0 and "0 problem(s)" in text.stdout
+
+
+# --- the kpack loader's settings (rocm-kpack's kpack_cache_create) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line,level,says",
+    [
+        ("ROCM_KPACK_DISABLE=1", "problem", "refuses every load"),
+        ("ROCM_KPACK_DISABLE=0", "info", "off as the loader reads it"),
+        ("ROCM_KPACK_PATH=/srv/kpack:/opt/k", "warn", "/srv/kpack, /opt/k are searched"),
+        ("ROCM_KPACK_PATH_PREFIX=/srv/kpack", "info", "before the libraries' own paths"),
+        ("ROCM_KPACK_DEBUG=1", "info", "logs which archives"),
+    ],
+)
+def test_kpack_loader_settings_are_read_and_reported(tmp_path, line, level, says):
+    tree = board_root(tmp_path).file("etc/environment", line + "\n")
+    finding = by_check(run(tree), "kpack-settings")[0]
+    assert finding["level"] == level and says in finding["why"], finding
+    assert finding["seen"].startswith(line + " in /etc/environment:1")
+
+
+def test_kpack_unset_is_ok_and_a_missing_device_wheel_suggests_kpack_debug(tmp_path):
+    tree = board_root(tmp_path)
+    therock_venv(tmp_path / "root/home/owner/venv", device=None)
+    result = run(tree)
+    assert [f["level"] for f in by_check(result, "kpack-settings")] == ["ok"]
+    torch = by_check(result, "torch")[0]
+    assert "device kernel image is invalid" in torch["why"] and "ROCM_KPACK_DEBUG=1" in torch["why"]
