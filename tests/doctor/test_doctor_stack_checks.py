@@ -130,6 +130,15 @@ def test_miopen_unset_is_ok_and_a_value_miopen_refuses_is_a_problem(tmp_path):
     assert bad["level"] == "problem" and "Invalid value" in bad["why"]
 
 
+def test_deprecated_solvers_restore_opencl_direct_not_implicit_gemm_on_gfx1010(tmp_path):
+    """MIOpen (rocm-libraries): ConvOclDirectFwd is gated by ThisSolverIsDeprecatedStatic; the implicit-GEMM
+    solvers also by IsComposableKernelSupportedHardware, whose list has gfx103x and no gfx101x."""
+    tree = board_root(tmp_path).file("etc/environment", "MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS=1\n")
+    finding = by_check(run(tree), "miopen-settings")[0]
+    assert finding["level"] == "info" and "OpenCL direct solvers" in finding["why"]
+    assert "implicit GEMM stays off" in finding["why"]
+
+
 @pytest.mark.parametrize(
     "value,level",
     # MIOpen's find_controls.cpp (ROCm/rocm-libraries, projects/miopen): the six names, upper-cased, and the
