@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.doctor.kfd_access import invoking_user
 from rdna1_kmgr.install import rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
 from rdna1_kmgr.install.profile_journal import ProfileJournal, write_files
@@ -56,7 +55,8 @@ def shell_conflicts(profile: profiles.Profile, root: Path, home: Path | None) ->
     ]
 
 
-def plan(profile: profiles.Profile, root: TargetRoot) -> list[str]:
+def plan(profile: profiles.Profile, root: TargetRoot, home: Path | None = None) -> list[str]:
+    """The steps, and a warning for each line of a shell file (the system's, `home`'s) the profile cannot undo."""
     lines = []
     current = ProfileJournal()
     if current.exists():
@@ -69,17 +69,17 @@ def plan(profile: profiles.Profile, root: TargetRoot) -> list[str]:
         lines.append(f"  {verb} {path} (backed up in the journal first):")
         lines += [f"      {line}" for line in data.decode().splitlines() if not line.startswith("#")]
     lines.append(f"  journal: {current.path}")
-    user = invoking_user(root.path)
-    return lines + shell_conflicts(profile, root.path, user.home if user is not None else None)
+    return lines + shell_conflicts(profile, root.path, home)
 
 
-def install(name: str, dry_run: bool = False) -> dict:
+def install(name: str, dry_run: bool = False, home: Path | None = None) -> dict:
+    """`home`: the owner's home folder, whose shell files are checked for lines the profile cannot undo."""
     profile = profiles.installable(name)
     if profile.changes_nothing:
         raise UsageError(f"profile {name!r} changes nothing", "choose a profile that sets or unsets something")
     root = TargetRoot.from_env()
     refuse_if_busy()
-    lines = plan(profile, root)
+    lines = plan(profile, root, home)
     if dry_run:
         return {"profile": profile.to_json(), "dry_run": True, "plan": lines}
     said = []
