@@ -94,6 +94,8 @@ def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_time
         )
     if record.get("stopped"):
         ctx.exit(Exit.GPU_LOST)
+    if record.get("dead_end"):
+        ctx.exit(Exit.HOST)
 
 
 @experiment.command("apply")

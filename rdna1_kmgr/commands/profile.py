@@ -3,7 +3,9 @@
 import click
 
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.doctor.kfd_access import invoking_home
 from rdna1_kmgr.install import user_profile
+from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.userspace import profiles
 
 
@@ -36,7 +38,7 @@ def list_profiles(as_json):
 def install(name, dry_run, as_json):
     """Write profile NAME to /etc/environment.d and /etc/profile.d (journaled; replaces an installed one).
     Experiment controls (override-1030, small-bar) are refused with the reason."""
-    result = user_profile.install(name, dry_run=dry_run)
+    result = user_profile.install(name, dry_run=dry_run, home=invoking_home(TargetRoot.from_env().path))
     if as_json:
         emit_json(result)
     elif dry_run:

@@ -34,6 +34,20 @@ def effective(found: list[environment_files.Assignment]) -> environment_files.As
     return last if last is not None and last.value is not None else None
 
 
+def remedy(assignment: environment_files.Assignment, board: str) -> str:
+    """What to do about one assignment: edit that file's line. No profile can undo it: an `export` in
+    ~/.bashrc runs after /etc/profile.d in a login shell, and environment.d reaches only systemd user units."""
+    if assignment.scope == "process":
+        edit = "`unset` it in that shell, then remove the line that set it (doctor lists the files it read)"
+    else:
+        edit = (
+            f"edit {assignment.path} and delete (or comment out) line {assignment.line}; a profile cannot "
+            "undo it (a shell file's `export` runs after /etc/profile.d, environment.d reaches only systemd "
+            "user units)"
+        )
+    return f"{edit}; then use libraries with {board} code (see rocblas, torch, rocm-sdk)"
+
+
 def findings(found: list[environment_files.Assignment], board: str, checked: str) -> tuple[list[Finding], str]:
     """Findings for every place the override is set, and the processor ROCm loads code for (`board` when
     nothing overrides it). `checked` says which files and environments were read."""
@@ -63,10 +77,7 @@ def findings(found: list[environment_files.Assignment], board: str, checked: str
                 f"{OVERRIDE}={assignment.value} in {assignment.where()}" + (" (in force)" if active else ""),
                 f"{what}: code built for another processor on RDNA1 hardware; owners report crashes with the "
                 f"common 10.3.0 advice and working PyTorch without it on libraries built for {board}",
-                f"remove it from {assignment.where()}"
-                + (" (e.g. `unset` it in that shell)" if assignment.scope == "process" else "")
-                + f", and use libraries with {board} code "
-                "(see rocblas, torch); `rdna1-kmgr profile install` writes a profile without it",
+                remedy(assignment, board),
                 assignment.to_json(),
             )
         )

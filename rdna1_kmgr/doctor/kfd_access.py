@@ -103,6 +103,12 @@ class User:
     group_names: tuple[str, ...]
 
 
+def invoking_home(sysroot: Path) -> Path | None:
+    """The home folder of the user doctor speaks for (SUDO_USER under sudo), None when unknown."""
+    user = invoking_user(sysroot)
+    return user.home if user is not None else None
+
+
 def invoking_user(sysroot: Path, name: str | None = None) -> User | None:
     """The user doctor speaks for: `name`, else SUDO_USER under sudo, else who runs it. Read from the
     sysroot's /etc/passwd and /etc/group (on / the system's databases, which may be LDAP too)."""

@@ -9,14 +9,20 @@ Read in MIOpen (ROCm/MIOpen, the 2024 tree; newer MIOpen lives in ROCm/rocm-libr
 - the naive solvers, MIOpen's last resort, are registered in the direct family (src/solver.cpp,
   ConvDirectNaiveConv*), so `MIOPEN_DEBUG_CONV_DIRECT=0` removes the fallback: problems no other solver
   takes then fail with "No suitable algorithm";
-- the "deprecated" solvers, which include the non-XDLOPS implicit-GEMM ones, run only on gfx803, gfx900,
-  gfx906, gfx908, gfx90a and gfx103x unless MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS is true
-  (`ThisSolverIsDeprecatedStatic`, src/solver.cpp); composable-kernel solvers list their processors
-  (`is_ck_supported_hardware`, src/include/miopen/solver/ck_utility_common.hpp) and gfx1010 is not among them
-  (the newer static_ck_common.hpp could not be read here). On a native gfx1010, implicit GEMM therefore has
-  little or nothing to offer; what the owner's notes measured with it ran with HSA_OVERRIDE_GFX_VERSION=10.3.0,
-  where MIOpen sees a gfx1030;
-- MIOPEN_FIND_MODE picks how hard MIOpen searches (NORMAL, FAST, HYBRID, DYNAMIC_HYBRID and their numbers).
+- the "deprecated" solvers run only on gfx803, gfx900, gfx906, gfx908, gfx90a and gfx103x unless
+  MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS is true (`ThisSolverIsDeprecatedStatic`, src/solver.cpp). In
+  rocm-libraries' MIOpen the old OpenCL direct solvers (ConvOclDirectFwd and its kin) are among them, so on a
+  gfx1010 the setting brings those back. The implicit-GEMM solvers are deprecated too, but each also checks
+  `IsComposableKernelSupportedHardware` (src/include/miopen/solver/static_ck_common.hpp:
+  gfx803 with 64 CUs, gfx900, gfx906, gfx908, gfx90a, gfx942, gfx95x, gfx103x), which excludes gfx101x: the
+  setting does not bring implicit GEMM to a native gfx1010. What the owner's notes measured with it ran with
+  HSA_OVERRIDE_GFX_VERSION=10.3.0, where MIOpen sees a gfx1030. With the deprecated solvers off, the direct
+  family on gfx1010 is the naive direct solver: slow, a correctness floor;
+- MIOPEN_FIND_MODE picks how hard MIOpen searches. MIOpen in ROCm/rocm-libraries (projects/miopen/src/
+  find_controls.cpp, GetFindModeValueImpl2) upper-cases the value and accepts NORMAL, FAST, HYBRID, DYNAMIC_HYBRID,
+  TRUST_VERIFY, TRUST_VERIFY_FULL, else a number from 1 to 7 (miopen.h: Normal 1, Fast 2, Hybrid 3, the deprecated
+  fast hybrid 4, DynamicHybrid 5, TrustVerify 6, TrustVerifyFull 7; 5 is the default). `DEFAULT` is none of
+  them: its number parse fails (the 2024 ROCm/MIOpen tree knew neither TRUST_VERIFY name).
 """
 
 from __future__ import annotations
@@ -28,7 +34,15 @@ from rdna1_kmgr.userspace.profiles import SOLVER_PREFIX
 
 FALSE = ("0", "no", "off", "false", "disable", "disabled")
 TRUE = ("1", "yes", "on", "true", "enable", "enabled")
-FIND_MODES = ("1", "2", "3", "4", "5", "NORMAL", "FAST", "HYBRID", "DYNAMIC_HYBRID", "DEFAULT")
+FIND_MODES = (
+    "NORMAL",
+    "FAST",
+    "HYBRID",
+    "DYNAMIC_HYBRID",
+    "TRUST_VERIFY",
+    "TRUST_VERIFY_FULL",
+    *(str(n) for n in range(1, 8)),
+)
 DEPRECATED = "MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS"
 GATED_TO = "gfx803, gfx900, gfx906, gfx908, gfx90a and gfx103x"
 
@@ -95,9 +109,9 @@ def findings(found: list[environment_files.Assignment], loads: str, checked: str
             gated = ""
             if name == SOLVER_PREFIX + "IMPLICIT_GEMM" and loads == "gfx1010":
                 gated = (
-                    f"; on gfx1010 MIOpen runs its deprecated implicit-GEMM solvers only on {GATED_TO}, "
-                    "and its composable-kernel ones not at all: the setting the owner's notes measured "
-                    "worked under HSA_OVERRIDE_GFX_VERSION=10.3.0"
+                    "; on gfx1010 MIOpen runs no implicit-GEMM solver (their hardware check lists gfx103x "
+                    "but no gfx101x, MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS or not): the setting the owner's "
+                    "notes measured worked under HSA_OVERRIDE_GFX_VERSION=10.3.0"
                 )
             result.append(
                 Finding(
@@ -129,7 +143,8 @@ def findings(found: list[environment_files.Assignment], loads: str, checked: str
                     where,
                     "how long MIOpen searches for a solver on first use"
                     if known
-                    else f"not one of MIOpen's find modes ({', '.join(FIND_MODES)})",
+                    else f"not a find mode MIOpen parses ({', '.join(FIND_MODES)}): its number parse fails on "
+                    "it; unset, MIOpen uses DYNAMIC_HYBRID (5)",
                     "" if known else f"correct it in {a.where()}",
                     a.to_json(),
                 )
@@ -140,9 +155,9 @@ def findings(found: list[environment_files.Assignment], loads: str, checked: str
                     "miopen-settings",
                     "info",
                     where,
-                    f"MIOpen's deprecated solvers, kept for "
-                    f"{GATED_TO}, also run on gfx1010: untested there by MIOpen; the experiment's "
-                    "deprecated-solvers profile measures it",
+                    f"MIOpen's deprecated solvers, kept for {GATED_TO}, also run on gfx1010: that restores the "
+                    "old OpenCL direct solvers (untested there by MIOpen); implicit GEMM stays off, a separate "
+                    "hardware check excludes gfx101x; the experiment's deprecated-solvers profile measures it",
                     "",
                     a.to_json(),
                 )

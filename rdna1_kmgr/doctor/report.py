@@ -12,6 +12,7 @@ from rdna1_kmgr.doctor import (
     compute_hangs,
     gfx_override,
     kfd_access,
+    kpack_settings,
     miopen_settings,
     mixed_stacks,
     pcie_atomics,
@@ -60,7 +61,7 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     found += torch_builds.findings(builds, sites, processor, loads, sysroot)
     bundled = [i for b in builds for i in b.bundled]
     installs = rocm_libraries.find_installs(rocm_libraries.lib_dirs(sysroot), processors)
-    found += rocm_libraries.findings(installs, processor, loads, bundled)
+    found += rocm_libraries.findings(installs, processor, loads, bundled, any(b.hip for b in builds))
 
     sdks = [s for s in (therock_wheels.find(site) for site in sites) if s is not None]
     found += queue_cwsr.findings(
@@ -79,10 +80,14 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     found += miopen_settings.findings(
         environment_files.assignments(sysroot, home, miopen_settings.wanted, environ), loads, checked
     )
+    found += kpack_settings.findings(
+        environment_files.assignments(sysroot, home, kpack_settings.wanted, environ), checked
+    )
     records = kmsg.records(sysroot)
     found += pcie_atomics.findings(sysroot, [n for n in nodes if n.is_gpu], records, device is not None)
     found += compute_hangs.findings(records, bool(records))
-    found += versions.findings(sysroot, facts.kernel_release)
+    wheels = [f"TheRock's rocm-sdk-core {s.core_version} in {s.site}" for s in sdks if s.core_version]
+    found += versions.findings(sysroot, facts.kernel_release, wheels)
     found += profile_check.findings(sysroot, home)
     return {
         "sysroot": str(sysroot),

@@ -31,6 +31,7 @@ class Family:
     lacking: str  # what a gfx1010 board loses when the family has no code for it
     needed: bool  # lacking gfx1010 code is a problem (else a warning)
     prebuilt: bool = True  # False: the family compiles its kernels at run time, no code objects expected
+    not_built_for: str = ""  # why no build has gfx101X code by design: its absence is a fact, not a fault
 
 
 FAMILIES = (
@@ -61,6 +62,8 @@ FAMILIES = (
         "int8 and FP8 matrix products (torch._int_mm, torch._scaled_mm) fail; fp32, fp16 and bf16 products "
         "go through rocBLAS, which PyTorch uses where hipBLASLt has no code",
         needed=False,
+        not_built_for="hipBLASLt is not built for gfx101X by design (TheRock's therock_amdgpu_targets.cmake, "
+        "ROCm/TheRock#1062); nothing to install",
     ),
     Family(
         "hip",
@@ -189,10 +192,13 @@ def _read_data_folder(install: Install, folder: Path, processors: tuple[str, ...
                 install.mismatched.append(str(path))
 
 
-def findings(installs: list[Install], board: str, loads: str, bundled: list[Install] = ()) -> list[Finding]:
+def findings(
+    installs: list[Install], board: str, loads: str, bundled: list[Install] = (), rocm_torch: bool = False
+) -> list[Finding]:
     """One finding per installed family and place; `board` is the processor, `loads` the one ROCm loads
     code for (another one under HSA_OVERRIDE_GFX_VERSION). `bundled`: the copies Python packages bring
-    (PyTorch's torch/lib, TheRock's _rocm_sdk_* trees), reported with their PyTorch."""
+    (PyTorch's torch/lib, TheRock's _rocm_sdk_* trees), reported with their PyTorch. `rocm_torch`: a ROCm
+    PyTorch was found; without one a library that is not installed is a fact, not a fault."""
     result = []
     for family in FAMILIES:
         places = [i for i in installs if i.family is family]
@@ -212,7 +218,7 @@ def findings(installs: list[Install], board: str, loads: str, bundled: list[Inst
             result.append(
                 Finding(
                     family.id,
-                    "warn" if family.needed else "info",
+                    "warn" if family.needed and rocm_torch else "info",
                     f"{family.name}: not installed (looked in {', '.join(LIB_GLOBS)})",
                     f"without it {family.lacking}" if family.needed else "",
                     "nothing to do if PyTorch brings its own ROCm (TheRock's wheels do); install "
@@ -252,8 +258,18 @@ def install_finding(install: Install, board: str, loads: str) -> Finding:
         )
         return Finding(family.id, level, seen, f"ROCm loads {loads} code on this board", todo, facts)
     level = "problem" if family.needed and family.prebuilt else "warn" if family.prebuilt else "info"
-    seen = f"{where}: NO {loads} code; it carries {' '.join(targets) or 'no GPU code'}"
+    if family.not_built_for and not install.has(board):
+        level = "info"
+    if targets:
+        carried = f"it carries {' '.join(targets)}"
+    elif install.split:  # TheRock's split library: its code is in the device wheels' archives, none here
+        carried = "its kernels live in kpack archives, and no installed archive holds them"
+    else:
+        carried = "it carries no GPU code"
+    seen = f"{where}: NO {loads} code; {carried}"
     why = f"ROCm loads {loads} code on this board; without it {family.lacking}"
+    if family.not_built_for:
+        why = f"{family.not_built_for}: {family.lacking}"
     if loads != board:
         fix = "remove HSA_OVERRIDE_GFX_VERSION (see gfx-override)" if install.has(board) else f"use a build for {board}"
         todo = f"this library has {'' if install.has(board) else 'no '}{board} code of the board's own; {fix}"
@@ -270,10 +286,10 @@ def install_finding(install: Install, board: str, loads: str) -> Finding:
             f"AMD's /opt/rocm 6.3 and 6.4 no longer ship {board} rocBLAS files; Debian's librocblas (trixie, "
             "sid) does"
             if family.needed
-            else f"nothing to install: no {family.name} has {board} code"
-            if family.id == "hipblaslt"
             else ""
         )
+    if family.not_built_for and not install.has(board):
+        todo = ""
     return Finding(family.id, level, seen, why, todo, facts)
 
 

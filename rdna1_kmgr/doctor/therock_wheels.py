@@ -11,6 +11,13 @@ folders. ROCm's libraries sit in `site-packages/_rocm_sdk_core*/lib` (HIP runtim
 `_rocm_sdk_libraries*/lib` (rocBLAS, hipBLASLt, MIOpen); build_tools/packaging/python/templates/rocm/src/
 rocm_sdk/_dist_info.py names them. Device wheels are version-locked to their host wheels (`Requires-Dist ==`,
 RFC0008): a mismatch is as broken as a missing one. Versions are read from the `*.dist-info` folders.
+
+Channels (TheRock's docs/packaging/versioning.md, docs/development/s3_buckets.md and
+docs/packaging/legacy_per_family_releases.md): a stable release is `X.Y.Z` (torch `2.12.0+rocm10.1.0`) on the
+release index, a prerelease `X.Y.ZrcN` on the prerelease index, a nightly `X.Y.ZaYYYYMMDD` (optionally
+`+bkc.YYYYMMDD`) on the nightly index, a dev build `X.Y.Z.devN+<commit>` on the dev index. Legacy per-family
+releases (`rocm-sdk-libraries-<family>`, e.g. gfx110X-all) were served from a per-family index of their own and
+are no longer produced. A pip line pinned to a release but pointed at the nightly index cannot resolve.
 """
 
 from __future__ import annotations
@@ -22,7 +29,23 @@ from pathlib import Path
 from rdna1_kmgr.doctor import kpack
 from rdna1_kmgr.doctor.finding import Finding
 
-INDEX = "https://rocm.nightlies.amd.com/whl-multi-arch/"
+NIGHTLY_INDEX = "https://rocm.nightlies.amd.com/whl-multi-arch/"
+INDEXES = {
+    "release": "https://repo.amd.com/rocm/whl-multi-arch/",
+    "prerelease": "https://rocm.prereleases.amd.com/whl-multi-arch/",
+    "nightly": NIGHTLY_INDEX,
+    "dev": "https://rocm.devreleases.amd.com/whl-multi-arch/",
+}
+LEGACY_INDEX = "https://rocm.nightlies.amd.com/v2/{family}/"
+# A ROCm version as TheRock writes it, per channel (versioning.md's table).
+_CHANNEL_VERSIONS = (
+    ("release", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")),
+    ("prerelease", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+rc[0-9]+")),
+    ("nightly", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+a20[0-9]{6}(\+bkc\.20[0-9]{6})?")),
+    ("dev", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.dev[0-9]+(\+[0-9a-f]+)?")),
+)
+_TORCH_LOCAL = re.compile(r"[^+]+\+rocm(?P<rocm>[0-9].*)")
+_LEGACY_LIBRARIES = re.compile(r"rocm-sdk-libraries-(?P<family>gfx[0-9a-z]+(-[a-z]+)?)")
 CORE_GLOB = "_rocm_sdk_core*"
 LIBRARIES_GLOB = "_rocm_sdk_libraries*"
 
@@ -104,20 +127,86 @@ def device_wheel(package: str, processor: str) -> str:
     return f"{package}-device-{processor}"
 
 
+@dataclass(frozen=True)
+class Channel:
+    """Where an install came from: its channel, the ROCm version that says so, and the pip index serving it."""
+
+    name: str  # release, prerelease, nightly, dev, legacy (per-family) or unknown
+    rocm: str | None
+    index: str
+    family: str | None = None  # legacy per-family releases: the family, e.g. gfx110X-all
+
+    def covers(self, processor: str) -> bool:
+        """Whether a legacy family's wheels carry code for `processor` (gfx101X-dgpu covers gfx1010)."""
+        if self.family is None:
+            return True
+        stem = self.family.split("-")[0]
+        return re.fullmatch(stem.replace("X", "[0-9a-f]"), processor) is not None
+
+    def to_json(self) -> dict:
+        return {"channel": self.name, "rocm": self.rocm, "index": self.index, "family": self.family}
+
+
+def channel_of(versions: dict[str, str]) -> Channel:
+    """The channel of a site's TheRock install, from rocm-sdk-core's version, else torch's `+rocm` local version,
+    else a legacy `rocm-sdk-libraries-<family>` distribution."""
+    for name in versions:
+        legacy = _LEGACY_LIBRARIES.fullmatch(name)
+        if legacy:
+            family = re.sub(r"x(?=-|$)", "X", legacy.group("family"))
+            return Channel("legacy", versions[name], LEGACY_INDEX.format(family=family), family)
+    rocm = versions.get("rocm-sdk-core") or versions.get("rocm")
+    if rocm is None:
+        local = _TORCH_LOCAL.fullmatch(versions.get("torch", ""))
+        rocm = local.group("rocm") if local else None
+    for name, pattern in _CHANNEL_VERSIONS:
+        if rocm is not None and pattern.fullmatch(rocm):
+            return Channel(name, rocm, INDEXES[name])
+    return Channel("unknown", rocm, NIGHTLY_INDEX)
+
+
 def pip_line(site: Path, sysroot: Path, processor: str, versions: dict[str, str]) -> str:
     """The install command that brings the device wheels for `processor` at the installed host versions, for
-    the interpreter that owns `site`."""
+    the interpreter that owns `site`, on the index of the installed channel, with that channel named. A
+    legacy per-family install whose family lacks `processor` gets the multi-arch nightly line (per-family
+    releases ended); an unknown channel gets the nightly line and the release line beside it."""
     root = site.parents[2] if len(site.parents) > 2 else site
     python = root / "bin/python"
     runner = f"{_shown(python, sysroot)} -m pip" if (root / "pyvenv.cfg").is_file() else "pip"
-    wanted = []
-    for package in ("torch", "torchvision"):
-        if package in versions:
-            wanted.append(f'"{package}[device-{processor}]=={versions[package]}"')
-    if not wanted:
-        core = versions.get("rocm-sdk-core") or versions.get("rocm")
-        wanted.append(f'"rocm[libraries,device-{processor}]' + (f'=={core}"' if core else '"'))
-    return f"{runner} install --index-url {INDEX} {' '.join(wanted)}"
+    channel = channel_of(versions)
+
+    def line(index: str, pinned: bool) -> str:
+        wanted = []
+        for package in ("torch", "torchvision"):
+            if package in versions:
+                pin = f"=={versions[package]}" if pinned and versions[package] else ""
+                wanted.append(f'"{package}[device-{processor}]{pin}"')
+        if not wanted:
+            core = versions.get("rocm-sdk-core") or versions.get("rocm")
+            wanted.append(f'"rocm[libraries,device-{processor}]' + (f'=={core}"' if core and pinned else '"'))
+        return f"{runner} install --index-url {index} {' '.join(wanted)}"
+
+    if channel.name == "legacy":
+        if channel.covers(processor):
+            return (
+                f"`{line(channel.index, True)}` (legacy per-family {channel.family} channel, as installed, no "
+                f"longer published; TheRock's multi-arch nightly channel: `{line(NIGHTLY_INDEX, False)}`)"
+            )
+        return (
+            f"`{line(NIGHTLY_INDEX, False)}` (TheRock's multi-arch nightly channel: the installed legacy "
+            f"per-family {channel.family} wheels carry no {processor} code, and per-family releases ended)"
+        )
+    if channel.name == "unknown":
+        unsure = f"the installed ROCm version {channel.rocm} names no channel; " if channel.rocm else ""
+        return (
+            f"`{line(NIGHTLY_INDEX, False)}` (nightly channel; {unsure}the stable release channel: "
+            f"`{line(INDEXES['release'], False)}`)"
+        )
+    other = "release" if channel.name != "release" else "nightly"
+    return (
+        f"`{line(channel.index, True)}` ({channel.name} channel, ROCm {channel.rocm}, as installed; "
+        f"the {other} channel instead: `{line(INDEXES[other], False)}`)"
+    )
 
 
 def _shown(path: Path, sysroot: Path) -> str:
@@ -128,23 +217,51 @@ def _shown(path: Path, sysroot: Path) -> str:
 
 
 def findings(sdk: RocmSdk, sysroot: Path, board: str, loads: str) -> list[Finding]:
-    """The ROCm SDK wheels of one site: their versions and the device wheel for the processor ROCm loads."""
-    facts = sdk.to_json()
+    """The ROCm SDK wheels of one site: their versions, channel and the device wheel for the board. The wanted
+    device code is always the board's own: under HSA_OVERRIDE_GFX_VERSION ROCm loads another processor's
+    code, and the fix is to remove the override (gfx-override), never to install that processor's wheel."""
+    channel = channel_of(sdk.versions)
+    facts = {**sdk.to_json(), "channel": channel.to_json()}
     core, libraries = sdk.core_version, sdk.libraries_version
-    wanted = device_wheel("rocm-sdk", loads)
+    wanted = device_wheel("rocm-sdk", board)
     device = sdk.versions.get(wanted)
     carried = sorted({a for archive in sdk.archives for a in archive.arches})
-    where = f"TheRock ROCm in {sdk.site} (rocm-sdk-core {core or '?'}, rocm-sdk-libraries {libraries or '?'})"
+    where = (
+        f"TheRock ROCm in {sdk.site} (rocm-sdk-core {core or '?'}, rocm-sdk-libraries {libraries or '?'}; "
+        f"{channel.name} channel)"
+    )
     kernels = f"kpack archives for: {' '.join(carried) or 'no processor'}"
+    override = (
+        ""
+        if loads == board
+        else f"; HSA_OVERRIDE_GFX_VERSION makes ROCm load {loads} code instead: remove it (see gfx-override), "
+        f"do not install {loads}'s device wheel"
+    )
+    pip = pip_line(sdk.site, sysroot, board, sdk.versions)
+    if channel.name == "legacy":
+        level = "ok" if channel.covers(board) else "problem"
+        return [
+            Finding(
+                "rocm-sdk",
+                level,
+                f"{where}: legacy per-family wheels for {channel.family}"
+                + ("" if level == "ok" else f", which carry no {board} code"),
+                "per-family wheels carry their family's kernels in the libraries themselves (no device wheels)"
+                + ("" if level == "ok" else f": every ROCm library call on the {board} fails")
+                + override,
+                "" if level == "ok" else f"install TheRock's multi-arch wheels: {pip}",
+                facts,
+            )
+        ]
     if device is None:
         return [
             Finding(
                 "rocm-sdk",
                 "problem",
                 f"{where}: {wanted} is NOT installed; {kernels}",
-                f"the host wheels carry no device code: every ROCm library call on the {loads} fails "
-                '("device kernel image is invalid", kpack_load_code_object)',
-                f"install the device wheels: `{pip_line(sdk.site, sysroot, loads, sdk.versions)}`",
+                f"the host wheels carry no device code: every ROCm library call on the {board} fails "
+                '("device kernel image is invalid", kpack_load_code_object)' + override,
+                f"install the device wheels: {pip}",
                 facts,
             )
         ]
@@ -156,12 +273,11 @@ def findings(sdk: RocmSdk, sysroot: Path, board: str, loads: str) -> list[Findin
                 f"{where}: {wanted} {device} does not match " f"rocm-sdk-libraries {libraries}",
                 "device wheels are version-locked to their host wheels: the archives' offsets belong to "
                 "the exact host libraries they were split from (TheRock RFC0008)",
-                f"reinstall both at one version: `{pip_line(sdk.site, sysroot, loads, sdk.versions)}`",
+                f"reinstall both at one version: {pip}",
                 facts,
             )
         ]
-    level = "ok" if loads in carried or not sdk.archives else "warn"
+    level = "ok" if board in carried or not sdk.archives else "warn"
     seen = f"{where}: {wanted} {device}; {kernels}"
     todo = "" if level == "ok" else f"reinstall {wanted}: its archives are not in the .kpack folders"
-    why = "" if loads == board else f"HSA_OVERRIDE_GFX_VERSION makes ROCm load {loads} code, not the board's {board}"
-    return [Finding("rocm-sdk", level, seen, why, todo, facts)]
+    return [Finding("rocm-sdk", level, seen, override.lstrip("; "), todo, facts)]

@@ -157,8 +157,8 @@ def findings(
                     f"{where}: {kind}, no HIP",
                     "it cannot use an AMD GPU at all",
                     f"install a ROCm build of PyTorch that carries {board} code: pytorch.org's ROCm "
-                    "wheels do not; TheRock's multi-arch wheels do (`pip install --index-url "
-                    f'{therock_wheels.INDEX} "torch[device-{board}]"`)',
+                    "wheels do not; TheRock's multi-arch wheels do: "
+                    + therock_wheels.pip_line(build.site, sysroot, board, {"torch": ""}),
                     facts,
                 )
             )
@@ -171,36 +171,60 @@ def findings(
             continue
         targets = " ".join(sorted(build.kernels.targets)) or "none readable"
         unread = f"; {len(build.kernels.unreadable)} compressed bundle(s) unread" if build.kernels.unreadable else ""
-        if build.kernels.has(loads):
-            level, seen = "ok", f"{where} (HIP {build.hip}): libtorch_hip carries {loads} code"
-            why, todo = "", ""
+        override = (
+            f"HSA_OVERRIDE_GFX_VERSION makes ROCm load {loads} code instead: remove it (see gfx-override)"
+            if loads != board
+            else ""
+        )
+        if build.kernels.has(board):
+            level = "ok" if loads == board else "warn"
+            seen, why, todo = f"{where} (HIP {build.hip}): libtorch_hip carries {board} code", override, ""
         elif not build.kernels.targets and build.kernels.unreadable:
             level, seen = "warn", f"{where} (HIP {build.hip}): its GPU code could not be read{unread}"
             why, todo = "", build.kernels.unreadable[0]
         else:
             level = "problem"
-            seen = f"{where} (HIP {build.hip}): libtorch_hip has NO {loads} code (it has: {targets}){unread}"
+            seen = f"{where} (HIP {build.hip}): libtorch_hip has NO {board} code (it has: {targets}){unread}"
             why = 'every GPU operator fails with "HIP error: invalid device function"'
             todo = (
-                f"install TheRock's multi-arch PyTorch, which carries {board} code: `pip install --index-url "
-                f'{therock_wheels.INDEX} "torch[device-{board}]" "torchvision[device-{board}]"` '
-                "(in a venv); do not reach for HSA_OVERRIDE_GFX_VERSION"
+                f"install TheRock's multi-arch PyTorch, which carries {board} code (in a venv): "
+                + therock_wheels.pip_line(build.site, sysroot, board, _unpinned(build))
+                + "; do not reach for HSA_OVERRIDE_GFX_VERSION"
             )
         result.append(Finding("torch", level, seen, why, todo, facts))
+        if build.sdk is not None:  # TheRock's legacy per-family wheels: no kpack split, rocm-sdk wheels beside
+            result += therock_wheels.findings(build.sdk, sysroot, board, loads)
         for install in build.bundled:
             result.append(rocm_libraries.install_finding(install, board, loads))
     return result
 
 
+def _unpinned(build: TorchBuild) -> dict[str, str]:
+    """Versions for a pip line that replaces `build`: TheRock's own distributions say the channel (a legacy
+    per-family install among them); torch itself is not pinned, its version is not a multi-arch one."""
+    ours = build.versions if build.sdk is not None else {}
+    return {**ours, "torch": "", "torchvision": ""}
+
+
 def _split_finding(build: TorchBuild, where: str, sysroot: Path, board: str, loads: str) -> Finding:
-    """A TheRock torch: host-only libtorch_hip, the kernels in torch/.kpack from amd-torch-device-<gfx>."""
-    facts = build.to_json()
-    wheel = therock_wheels.device_wheel("amd-torch", loads)
+    """A TheRock torch: host-only libtorch_hip, the kernels in torch/.kpack from amd-torch-device-<gfx>. The
+    wanted device wheel is the board's own, also under HSA_OVERRIDE_GFX_VERSION (see gfx-override)."""
+    facts = {
+        **build.to_json(),
+        "channel": therock_wheels.channel_of({"torch": build.version, **build.versions}).to_json(),
+    }
+    wheel = therock_wheels.device_wheel("amd-torch", board)
     device = build.versions.get(wheel)
     torch = build.versions.get("torch", build.version)
-    found = build.archives_for(loads)
+    found = build.archives_for(board)
     carried = " ".join(sorted({a for archive in build.archives for a in archive.arches})) or "none"
-    pip = therock_wheels.pip_line(build.site, sysroot, loads, {"torch": torch, **build.versions})
+    pip = therock_wheels.pip_line(build.site, sysroot, board, {"torch": torch, **build.versions})
+    override = (
+        f"HSA_OVERRIDE_GFX_VERSION makes ROCm load {loads} code instead: remove it (see gfx-override), do not "
+        f"install {therock_wheels.device_wheel('amd-torch', loads)}"
+        if loads != board
+        else ""
+    )
     if found and device is not None and device != torch:
         return Finding(
             "torch",
@@ -208,20 +232,29 @@ def _split_finding(build: TorchBuild, where: str, sysroot: Path, board: str, loa
             f"{where}: {wheel} {device} does not match torch {torch}",
             "device wheels are locked to their host wheel's exact version: the archive belongs to "
             "another libtorch_hip",
-            f"reinstall both at one version: `{pip}`",
+            f"reinstall both at one version: {pip}",
             facts,
         )
     if found:
         names = ", ".join(f"torch/.kpack/{a.path.name}" for a in found)
         version = f" ({wheel} {device})" if device else ""
-        return Finding("torch", "ok", f"{where} (HIP {build.hip}): {loads} kernels in {names}{version}", "", "", facts)
+        return Finding(
+            "torch",
+            "ok" if loads == board else "warn",
+            f"{where} (HIP {build.hip}): {board} kernels in {names}{version}",
+            override,
+            "",
+            facts,
+        )
     return Finding(
         "torch",
         "problem",
         f"{where} (HIP {build.hip}): libtorch_hip is host-only (kpack marker) and "
-        f"torch/.kpack has no {loads} archive ({wheel} {'not installed' if device is None else device}; "
+        f"torch/.kpack has no {board} archive ({wheel} {'not installed' if device is None else device}; "
         f"archives for: {carried})",
-        'every GPU operator fails with "HIP error: device kernel image is invalid" ' "(kpack_load_code_object failed)",
-        f"install the device wheels: `{pip}`",
+        'every GPU operator fails with "HIP error: device kernel image is invalid" (kpack_load_code_object '
+        "failed); ROCM_KPACK_DEBUG=1 makes the loader say which archive it looked for"
+        + (f"; {override}" if override else ""),
+        f"install the device wheels: {pip}",
         facts,
     )

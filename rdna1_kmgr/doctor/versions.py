@@ -48,19 +48,37 @@ def opt_rocm(sysroot: Path) -> dict[str, str]:
     return found
 
 
-def findings(sysroot: Path, kernel: str) -> list[Finding]:
+def findings(sysroot: Path, kernel: str, wheels: list[str] = ()) -> list[Finding]:
+    """`wheels`: TheRock's ROCm in Python environments (rocm-sdk-core and where), a ROCm runtime too."""
     packages = installed_packages(sysroot)
     trees = opt_rocm(sysroot)
     out_of_tree = sorted(
         str(p.relative_to(sysroot)) for p in sysroot.glob(f"lib/modules/{kernel}/updates/dkms/amdgpu.ko*")
     )
-    facts = {"kernel": kernel, "packages": packages, "opt_rocm": trees, "updates_amdgpu": out_of_tree}
+    facts = {
+        "kernel": kernel,
+        "packages": packages,
+        "opt_rocm": trees,
+        "python_wheels": list(wheels),
+        "updates_amdgpu": out_of_tree,
+    }
     stacks = [f"{path} {version}" for path, version in trees.items()]
     hip = {k: v for k, v in packages.items() if k.startswith(("libamdhip64", "hip-runtime-amd"))}
     if hip:
         stacks.append("distribution " + " ".join(f"{k} {v}" for k, v in sorted(hip.items())))
     result = []
-    if not stacks:
+    if not stacks and wheels:
+        result.append(
+            Finding(
+                "versions",
+                "info",
+                f"ROCm: no system-wide stack; {'; '.join(wheels)} (Python wheels) with kernel {kernel}",
+                "the wheels bring their own ROCm runtime and libraries, loaded by the PyTorch beside them",
+                "",
+                facts,
+            )
+        )
+    elif not stacks:
         result.append(
             Finding(
                 "versions",

@@ -38,8 +38,30 @@ class Row:
     detail: str
 
 
+# A cell the workload could not start (no torch, or a torch that sees no GPU): no setting of the experiment can
+# change that, so the experiment stops there and points at the doctor findings that explain it.
+NOT_RUN = "not-run"
+
+
+def dead_end(detail: str) -> str:
+    """The experiment's stop when its first cell's precondition fails: the reason and the doctor findings."""
+    if "sees no GPU" in detail:
+        pointer = (
+            "`rdna1-kmgr doctor` names the cause: access (your user on /dev/kfd and /dev/dri/renderD*), torch "
+            "(a torch without gfx1010 code) or rocm-sdk (a missing device wheel)"
+        )
+    else:
+        pointer = "`rdna1-kmgr doctor` names the cause (its torch finding)"
+    return (
+        f"stopped at the first cell, whose precondition failed: {detail}. No profile or backend setting can "
+        f"change that, and the kernel axis is not the next step; {pointer}"
+    )
+
+
 def host_row(result: HostResult) -> Row:
     where = f"{result.stage}: {result.case}" if result.stage and result.case else (result.stage or "-")
+    if result.outcome == NOT_RUN:
+        where = f"precondition: {result.detail}"
     return Row(
         result.cell.id,
         "as running",
@@ -96,7 +118,10 @@ def recommend(results: list[HostResult]) -> HostResult | None:
     )
 
 
-def recommendation(best: HostResult | None, results: list[HostResult]) -> list[str]:
+def recommendation(best: HostResult | None, results: list[HostResult], stop: str | None = None) -> list[str]:
+    """The answer; `stop`: why the experiment stopped before a setting could be tried (dead_end)."""
+    if stop:
+        return [stop]
     controls = sorted({r.cell.id for r in results if r.outcome == "pass" and r.cell.profile.experiment_only})
     tail = [f"(controls that passed, never recommended: {', '.join(controls)})"] if controls else []
     if best is None:
@@ -180,7 +205,8 @@ def new_run_dir() -> Path:
 def write(folder: Path, results: list[HostResult], best: HostResult | None, context: dict) -> dict:
     """record.json and table.html in the run's folder, and experiments/host-latest.json (each atomically)."""
     rows = [host_row(r) for r in results]
-    lines = table(rows) + [""] + recommendation(best, results)
+    said = recommendation(best, results, context.get("dead_end"))
+    lines = table(rows) + [""] + said
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "kind": "host",
@@ -188,7 +214,7 @@ def write(folder: Path, results: list[HostResult], best: HostResult | None, cont
         "cells": [r.to_json() for r in results],
         "counts": {o: sum(r.outcome == o for r in results) for o in cell_outcomes.NAMES},
         "recommended": best.to_json() if best else None,
-        "answer": recommendation(best, results),
+        "answer": said,
         "folder": str(folder),
         "html": str(folder / "table.html"),
     }

@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.doctor.kfd_access import invoking_home
 from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
+from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import module_build
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.userspace import profiles as profile_data
@@ -22,6 +24,8 @@ def apply(cell_id: str | None = None, dry_run: bool = False) -> dict:
         raise UsageError("no experiment has run on this machine", "run `rdna1-kmgr experiment` first")
     if cell_id is None:
         chosen = record.get("recommended")
+        if chosen is None and record.get("dead_end"):
+            raise UsageError(f"the last experiment tried no setting: {record['dead_end']}", "run doctor first")
         if chosen is None:
             raise UsageError("the last experiment found no passing cell to apply", f"see {record.get('html')}")
     else:
@@ -33,7 +37,8 @@ def apply(cell_id: str | None = None, dry_run: bool = False) -> dict:
     backend = cell_outcomes.BACKENDS[chosen["backend"]]
     result = {"cell": chosen["cell"], "dry_run": dry_run, "profile": None, "code": backend.code or None}
     if not profile.changes_nothing:
-        result["profile"] = user_profile.install(profile.name, dry_run=dry_run)
+        home = invoking_home(TargetRoot.from_env().path)
+        result["profile"] = user_profile.install(profile.name, dry_run=dry_run, home=home)
     return result
 
 

@@ -75,7 +75,7 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
         f"{folder}"
     )
     results: list[cell_run.HostResult] = []
-    stopped = None
+    stopped = dead_end = None
     for number, cell in enumerate(cells, 1):
         say(f"[{number}/{len(cells)}] {cell.id} ...")
         result = cell_run.run_cell(
@@ -94,6 +94,10 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
             stopped = RESET_FAILED_TODO
             warn(stopped)
             break
+        if result.outcome == answer.NOT_RUN:
+            dead_end = answer.dead_end(result.detail)
+            warn(dead_end)
+            break
     best = answer.recommend(results)
     context = {
         "board": board.bdf,
@@ -105,6 +109,7 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
         "sweep": "experiment-quick" if request.quick else "experiment",
         "planned": [c.id for c in cells],
         "stopped": stopped,
+        "dead_end": dead_end,
     }
     record = answer.write(folder, results, best, context)
     return {"record": record, "results": results, "best": best, "folder": str(folder)}

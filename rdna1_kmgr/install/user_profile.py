@@ -19,7 +19,7 @@ from rdna1_kmgr.install import rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
 from rdna1_kmgr.install.profile_journal import ProfileJournal, write_files
 from rdna1_kmgr.install.target_root import TargetRoot
-from rdna1_kmgr.userspace import profiles
+from rdna1_kmgr.userspace import environment_files, profiles
 
 ENVIRONMENT_D = "etc/environment.d/90-rdna1-kmgr.conf"
 PROFILE_D = "etc/profile.d/rdna1-kmgr.sh"
@@ -40,7 +40,23 @@ def file_contents(profile: profiles.Profile) -> dict[str, bytes]:
     return {ENVIRONMENT_D: env_d.encode(), PROFILE_D: shell.encode()}
 
 
-def plan(profile: profiles.Profile, root: TargetRoot) -> list[str]:
+def shell_conflicts(profile: profiles.Profile, root: Path, home: Path | None) -> list[str]:
+    """Warnings for every line of another file that sets a variable this profile sets or unsets to something
+    else. The profile cannot win over them: an `export` in ~/.bashrc runs after /etc/profile.d in a login
+    shell, and environment.d reaches only systemd user units; the owner has to edit that line."""
+    ours = {Path("/") / ENVIRONMENT_D, Path("/") / PROFILE_D}
+    touched = set(profile.set) | set(profile.unset)
+    found = environment_files.assignments(root, home, lambda name: name in touched)
+    return [
+        f"warning: {a.path}:{a.line} sets {a.name}={a.value}; this profile cannot undo it (a shell file runs "
+        f"after /etc/profile.d, environment.d reaches only systemd user units): edit that line"
+        for a in found
+        if a.path not in ours and a.value is not None and a.value != profile.set.get(a.name)
+    ]
+
+
+def plan(profile: profiles.Profile, root: TargetRoot, home: Path | None = None) -> list[str]:
+    """The steps, and a warning for each line of a shell file (the system's, `home`'s) the profile cannot undo."""
     lines = []
     current = ProfileJournal()
     if current.exists():
@@ -53,16 +69,17 @@ def plan(profile: profiles.Profile, root: TargetRoot) -> list[str]:
         lines.append(f"  {verb} {path} (backed up in the journal first):")
         lines += [f"      {line}" for line in data.decode().splitlines() if not line.startswith("#")]
     lines.append(f"  journal: {current.path}")
-    return lines
+    return lines + shell_conflicts(profile, root.path, home)
 
 
-def install(name: str, dry_run: bool = False) -> dict:
+def install(name: str, dry_run: bool = False, home: Path | None = None) -> dict:
+    """`home`: the owner's home folder, whose shell files are checked for lines the profile cannot undo."""
     profile = profiles.installable(name)
     if profile.changes_nothing:
         raise UsageError(f"profile {name!r} changes nothing", "choose a profile that sets or unsets something")
     root = TargetRoot.from_env()
     refuse_if_busy()
-    lines = plan(profile, root)
+    lines = plan(profile, root, home)
     if dry_run:
         return {"profile": profile.to_json(), "dry_run": True, "plan": lines}
     said = []
@@ -74,7 +91,12 @@ def install(name: str, dry_run: bool = False) -> dict:
         journal.begin("profile-install", profile=name, root=str(root.path))
         said += write_files(journal, {root.path / rel: data for rel, data in file_contents(profile).items()})
         journal.append("commit")
-    return {"profile": profile.to_json(), "dry_run": False, "plan": lines, "done": said}
+    return {
+        "profile": profile.to_json(),
+        "dry_run": False,
+        "plan": lines,
+        "done": said + [line for line in lines if line.startswith("warning: ")],
+    }
 
 
 def remove(dry_run: bool = False) -> dict:

@@ -62,7 +62,7 @@ def test_debian_rocblas_carries_gfx1010_and_hipblaslt_does_not(rocm_root):
 
     hipblaslt = by_check(result, "hipblaslt")
     assert listed_names("hipblaslt", "gfx1010") == 0
-    assert hipblaslt[0]["level"] == "warn" and "NO gfx1010 code" in hipblaslt[0]["seen"]
+    assert hipblaslt[0]["level"] == "info" and "NO gfx1010 code" in hipblaslt[0]["seen"]  # by design: #1062
     assert "gfx1010" not in hipblaslt[0]["facts"]["code_object_files"]
     # hipBLASLt's .co files are zstd-compressed bundles: read, not skipped
     assert not hipblaslt[0]["facts"]["in_libraries"]["unreadable"]
@@ -88,7 +88,7 @@ def test_a_root_without_rocblas_says_so(tmp_path, debian_rocm):
     link_tree(debian_rocm["hipblaslt"], tree.root)
     result = doctor("--sysroot", str(tree.root))
     assert by_check(result, "rocblas")[0]["seen"].startswith("rocBLAS: not installed")
-    assert by_check(result, "hipblaslt")[0]["level"] == "warn"
+    assert by_check(result, "hipblaslt")[0]["level"] == "info"  # not built for gfx101X by design
 
 
 def test_on_this_machine_without_a_board_it_says_so_and_checks_the_rest():

@@ -137,6 +137,29 @@ def test_miopen_unset_is_ok_and_a_value_miopen_refuses_is_a_problem(tmp_path):
     assert bad["level"] == "problem" and "Invalid value" in bad["why"]
 
 
+def test_deprecated_solvers_restore_opencl_direct_not_implicit_gemm_on_gfx1010(tmp_path):
+    """MIOpen (rocm-libraries): ConvOclDirectFwd is gated by ThisSolverIsDeprecatedStatic; the implicit-GEMM
+    solvers also by IsComposableKernelSupportedHardware, whose list has gfx103x and no gfx101x."""
+    tree = board_root(tmp_path).file("etc/environment", "MIOPEN_DEBUG_ENABLE_DEPRECATED_SOLVERS=1\n")
+    finding = by_check(run(tree), "miopen-settings")[0]
+    assert finding["level"] == "info" and "OpenCL direct solvers" in finding["why"]
+    assert "implicit GEMM stays off" in finding["why"]
+
+
+@pytest.mark.parametrize(
+    "value,level",
+    # MIOpen's find_controls.cpp (ROCm/rocm-libraries, projects/miopen): the six names, upper-cased, and the
+    # numbers 1..7 of miopen.h's miopenConvolutionFindMode_t; DEFAULT is not parsed.
+    [("TRUST_VERIFY", "info"), ("trust_verify_full", "info"), ("7", "info"), ("DEFAULT", "warn"), ("8", "warn")],
+)
+def test_miopen_find_mode_as_miopen_parses_it(tmp_path, value, level):
+    tree = board_root(tmp_path).file("home/owner/.bashrc", f"export MIOPEN_FIND_MODE={value}\n")
+    finding = by_check(run(tree), "miopen-settings")[0]
+    assert finding["level"] == level, finding
+    if level == "warn":
+        assert "/home/owner/.bashrc:1" in finding["todo"] and "TRUST_VERIFY_FULL" in finding["why"]
+
+
 # --- the kernel log and KFD's io_links --------------------------------------------------------------------------
 
 
@@ -188,3 +211,32 @@ def test_a_root_without_board_rocm_or_torch_is_a_clean_report(tmp_path):
     assert not checks & {"queue", "pcie-atomics", "rocm-sdk"}  # nothing to say without a board or TheRock
     text = subprocess.run([CLI, "doctor", "--sysroot", str(tree.root)], capture_output=True, text=True, timeout=120)
     assert text.returncode == 0 and "0 problem(s)" in text.stdout
+
+
+# --- the kpack loader's settings (rocm-kpack's kpack_cache_create) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line,level,says",
+    [
+        ("ROCM_KPACK_DISABLE=1", "problem", "refuses every load"),
+        ("ROCM_KPACK_DISABLE=0", "info", "off as the loader reads it"),
+        ("ROCM_KPACK_PATH=/srv/kpack:/opt/k", "warn", "/srv/kpack, /opt/k are searched"),
+        ("ROCM_KPACK_PATH_PREFIX=/srv/kpack", "info", "before the libraries' own paths"),
+        ("ROCM_KPACK_DEBUG=1", "info", "logs which archives"),
+    ],
+)
+def test_kpack_loader_settings_are_read_and_reported(tmp_path, line, level, says):
+    tree = board_root(tmp_path).file("etc/environment", line + "\n")
+    finding = by_check(run(tree), "kpack-settings")[0]
+    assert finding["level"] == level and says in finding["why"], finding
+    assert finding["seen"].startswith(line + " in /etc/environment:1")
+
+
+def test_kpack_unset_is_ok_and_a_missing_device_wheel_suggests_kpack_debug(tmp_path):
+    tree = board_root(tmp_path)
+    therock_venv(tmp_path / "root/home/owner/venv", device=None)
+    result = run(tree)
+    assert [f["level"] for f in by_check(result, "kpack-settings")] == ["ok"]
+    torch = by_check(result, "torch")[0]
+    assert "device kernel image is invalid" in torch["why"] and "ROCM_KPACK_DEBUG=1" in torch["why"]

@@ -253,6 +253,23 @@ def test_a_failed_gpu_reset_stops_the_experiment_and_says_what_to_do(bench, torc
     assert cell["seconds"] < 60  # stopped when the log said so, not at the case limit
 
 
+def test_a_torch_that_sees_no_gpu_stops_after_one_cell_with_the_reason_everywhere(bench, torch_python):
+    bench["script"]({cell: {"do": "no-gpu"} for cell in ("as-installed/miopen", "no-override/miopen")})
+    args = ("--backend", "miopen", "--profile", "as-installed", "--profile", "no-override")
+    result = experiment(bench, torch_python, *args)
+    assert result.exit_code == 4, result.output
+    record = json.loads((bench["tmp"] / "state/experiments/host-latest.json").read_text())
+    assert [c["cell"] for c in record["cells"]] == ["as-installed/miopen"]  # stopped at the first cell
+    assert record["cells"][0]["outcome"] == "not-run" and "sees no GPU" in record["cells"][0]["detail"]
+    for said in (record["dead_end"], " ".join(record["answer"]), result.stdout):
+        assert "sees no GPU" in said and "rdna1-kmgr doctor" in said and "/dev/kfd" in said
+    assert "kernel axis (quirk masks" not in result.stdout and "experiment kernel" not in result.stdout
+    page = Path(record["html"]).read_text()
+    assert "sees no GPU" in page and "rdna1-kmgr doctor" in page
+    applied = CliRunner().invoke(main, ["experiment", "apply", "--dry-run"])
+    assert applied.exit_code == 2 and "sees no GPU" in applied.stderr and "doctor" in applied.stderr
+
+
 @pytest.mark.parametrize(
     "args, says",
     [

@@ -188,3 +188,20 @@ def test_on_this_machines_etc(tmp_path, monkeypatch):
             cli("rollback", "--yes")
         assert {d: etc_state(Path(d)) for d in before} == before
         assert Path("/etc/environment.d").exists() == had_env_d
+
+
+def test_install_warns_of_a_shell_file_that_sets_what_the_profile_sets(scratch):
+    """An `export` in a shell file runs after /etc/profile.d: the owner is told to edit that line."""
+    (scratch / "etc/profile.d/zz-rocm.sh").write_text("export HSA_OVERRIDE_GFX_VERSION=10.3.0\n")
+    plan = cli("profile", "install", "conv-gemm", "--dry-run").stdout
+    assert "warning: /etc/profile.d/zz-rocm.sh:1 sets HSA_OVERRIDE_GFX_VERSION=10.3.0" in plan
+    assert "edit that line" in plan
+    home = scratch / "home/owner"
+    home.mkdir(parents=True)
+    (home / ".bashrc").write_text("alias ll='ls -l'\nexport MIOPEN_FIND_MODE=NORMAL\n")
+    find_fast = user_profile.shell_conflicts(profiles.get("find-fast"), scratch, home)
+    assert any(
+        w.startswith("warning: /home/owner/.bashrc:2 sets MIOPEN_FIND_MODE=NORMAL") for w in find_fast
+    ), find_fast
+    (home / ".bashrc").write_text("export MIOPEN_FIND_MODE=FAST\n")  # the same value: nothing to warn of
+    assert not [w for w in user_profile.shell_conflicts(profiles.get("find-fast"), scratch, home) if ".bashrc" in w]

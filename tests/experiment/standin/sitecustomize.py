@@ -3,7 +3,7 @@ sitecustomize at start-up): a real CPU build of torch plays the board, and STAND
 each cell does, by the cell id the experiment gives the workload (RDNA1_KMGR_CELL):
 
     {"kmsg": "<the fake /dev/kmsg>", "log": "<a JSON-lines file of what each cell saw>",
-     "cells": {"<profile>/<backend>": {"do": "pass|wrong|raise|abort|hang|compile|ring|reset-failed",
+     "cells": {"<profile>/<backend>": {"do": "pass|wrong|raise|abort|hang|compile|ring|reset-failed|no-gpu",
                                         "at": "<case name prefix>", "message": "<error text>"}},
      "by_cmdline": {"<a word of /proc/cmdline>": {the same, for every cell of a boot with that word}}}
 
@@ -116,7 +116,7 @@ if SCRIPT and importlib.util.find_spec("torch") is not None:
 
     torch.Tensor.to, torch.Tensor.cpu = to, cpu
     torch.Tensor.cuda = lambda self, *a, **k: to(self, "cuda")
-    torch.cuda.is_available = lambda: True
+    torch.cuda.is_available = lambda: DOES["do"] != "no-gpu"  # "no-gpu": a torch that sees no GPU
     torch.cuda.get_device_name = lambda *a: "AMD Radeon RX 5600 XT (stand-in)"
     torch.version.hip = "7.1.52802-standin"
     torch.backends.cudnn.version = lambda: 3005000
