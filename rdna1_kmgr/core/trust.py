@@ -34,7 +34,7 @@ def untrusted(path: str | Path, uids: frozenset[int]) -> str | None:
                 continue  # a link's own mode means nothing; where it leads is the real path's check
             sticky = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX and info.st_uid == 0
             if info.st_mode & 0o022 and not sticky:
-                who = "its group" if info.st_mode & 0o020 else "all users"
+                who = "all users" if info.st_mode & 0o002 else "its group"
                 return f"{current} is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o})"
     return None
 
