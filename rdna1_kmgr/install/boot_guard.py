@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import runner, trust
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs
 from rdna1_kmgr.install import stock_loader
@@ -177,8 +176,9 @@ def default_target(root: TargetRoot) -> str:
 
 
 def tool_path() -> str:
-    """The rdna1-kmgr the units run: the one running now (its venv's console script)."""
-    return str(Path(sys.executable).parent / "rdna1-kmgr")
+    """The rdna1-kmgr the units run as root: the one running now (its venv's console script), when nobody but
+    root can change it (core/trust.py; else a HostError in one line)."""
+    return str(trust.this_command())
 
 
 def files(root: TargetRoot, settings: Settings) -> dict[Path, str]:
