@@ -175,6 +175,9 @@ def default_target(root: TargetRoot) -> str:
     return "multi-user.target"
 
 
+CHECK_TIMEOUT = 120  # seconds the boot-check unit may take before systemd stops it and the boot goes on
+
+
 def tool_path() -> str:
     """The rdna1-kmgr the units run as root: the one running now (its venv's console script), when nobody but
     root can change it (core/trust.py; else a HostError in one line)."""
@@ -199,6 +202,8 @@ Wants=getty-pre.target
 Type=oneshot
 ExecStart={tool} boot-check
 StandardOutput=journal+console
+# It only reads the kernel log and writes two small files; a check that hangs must not hold up the boot.
+TimeoutStartSec={CHECK_TIMEOUT}
 
 [Install]
 WantedBy=multi-user.target
