@@ -134,10 +134,25 @@ def _signal(sessions: list[tuple[int, int]], sig: int) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         for pid in members:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _signal_pinned(pid, session, started, sig)
+
+
+def _signal_pinned(pid: int, session: int, started: int, sig: int) -> None:
+    """Signal `pid` through a pidfd: once the fd is open the pid cannot name another process, so the check
+    made after opening it (still in `session`, started with or after its leader) holds when the
+    signal goes; os.kill after a check could reach a process that got the pid in between."""
+    try:
+        pinned = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already
+    try:
+        fields = _stat(pid)
+        if fields and int(fields[3]) == session and int(fields[19]) >= started:
+            signal.pidfd_send_signal(pinned, sig)
+    except OSError:
+        pass
+    finally:
+        os.close(pinned)
 
 
 # --- the runner's side -----------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from typing import IO
 
 from rdna1_kmgr.core import keeper
 from rdna1_kmgr.core.errors import HostError, KmgrError
+from rdna1_kmgr.core.owner import ROOT_PATH, Owner
 
 log = logging.getLogger("rdna1_kmgr.runner")
 
@@ -68,10 +69,17 @@ SYSTEM_PROGRAMS = "/usr/local/sbin:/usr/sbin:/sbin"
 
 
 def include_system_programs() -> None:
-    """Append SYSTEM_PROGRAMS to this process's PATH where missing, after the caller's own folders: what the
-    tool runs (DKMS's own programs too) finds them. The command line does it once, at the start."""
+    """Add SYSTEM_PROGRAMS to this process's PATH where missing: what the tool runs (DKMS's own programs too)
+    finds them. A user's after their own folders; root's before every other (ROOT_PATH, then the caller's
+    absolute folders): a `modprobe` or `dkms` early on a PATH that sudo -E or a root shell passed on is not the
+    one root runs. The command line does it once, at the start."""
     path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-    os.environ["PATH"] = os.pathsep.join(path + [d for d in SYSTEM_PROGRAMS.split(os.pathsep) if d not in path])
+    if os.geteuid() == 0:
+        system = ROOT_PATH.split(os.pathsep)
+        path = system + [d for d in path if d not in system and os.path.isabs(d)]
+    else:
+        path += [d for d in SYSTEM_PROGRAMS.split(os.pathsep) if d not in path]
+    os.environ["PATH"] = os.pathsep.join(path)
 
 
 def which(name: str) -> str | None:
@@ -102,6 +110,7 @@ def run(
     error: type[KmgrError] = HostError,
     doing: str | None = None,
     hint: str | None = None,
+    as_user: Owner | None = None,
 ) -> Result:
     """Run argv to its end and return what it printed.
 
@@ -109,7 +118,7 @@ def run(
     called twice a second while it runs: live progress for a long build. With `check`, a non-zero exit raises
     `error`: "<doing> failed (exit N): <last stderr line>".
     A program that is not there, or that runs past `timeout` seconds (killed with all its children), raises
-    `error` whatever `check` says."""
+    `error` whatever `check` says. `as_user`: run it as that user (`_as_owner`)."""
     argv = [str(arg) for arg in argv]
     what = doing or Path(argv[0]).name
     log.info("run: %s", shlex.join(argv))
@@ -125,6 +134,7 @@ def run(
         env=env,
         cwd=cwd,
         text=text,
+        as_user=as_user,
         **({"errors": "replace"} if text else {}),
     )
     timer = _Watchdog(proc, timeout)
@@ -287,13 +297,14 @@ def run_session(
     cwd: str | None = None,
     watch: Callable[[str], bool] | None = None,
     until: Callable[[], bool] | None = None,
+    as_user: Owner | None = None,
 ) -> Outcome:
     """Run argv with stdout and stderr into `output`; kill its whole session after `timeout` seconds.
 
     `watch` gets every new chunk of output as it arrives; when it returns True the run is stopped there
     (a probe that has seen enough). `until` is asked every poll (a tenth of a second), output or not; True
     stops the run the same way (a deadline of the caller's that moves, a kernel log it reads). Ctrl-C stops
-    the session too, then goes on up.
+    the session too, then goes on up. `as_user`: the session runs as that user (`_as_owner`).
 
     The output goes through a pipe that this process copies to `output`, not straight to the file:
     QEMU reopens /proc/self/fd/1 for its console with O_TRUNC, which would cut a file back to zero.
@@ -304,7 +315,13 @@ def run_session(
     sink_fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(sink_fd, "wb") as sink:
         proc = _popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            as_user=as_user,
         )
         pipe = proc.stdout
         os.set_blocking(pipe.fileno(), False)
@@ -393,11 +410,13 @@ _keeper_channel: socket.socket | None = None
 _live: dict[int, int] = {}  # session -> start time: this process's programs whose sessions still run
 
 
-def _popen(argv: list[str], **popen) -> subprocess.Popen:
+def _popen(argv: list[str], as_user: Owner | None = None, **popen) -> subprocess.Popen:
     """Popen in a session of its own, tied to this process's life: its parent death signal, the keeper, and
     whoever `reporting_starts` asked."""
     with _keeper_lock:
         _keeper_alive()  # before the program: a tool killed right after the fork still has its keeper
+    if as_user is not None:
+        popen.update(_as_owner(as_user, popen.get("env")))
     argv = _located(argv, popen.get("env"))
     proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=keeper.dies_with(os.getpid()), **popen)
     started = Started(proc.pid, keeper.start_time(proc.pid) or 0, keeper.boot_id(), tuple(argv))
@@ -463,6 +482,26 @@ def _ended(session: int) -> None:
     """The program is done; once nothing is left in its session, the keeper need not stop it."""
     if session in _live and not session_members(session):
         _track(session, None)
+
+
+# --- the owner's programs ---------------------------------------------------------------------------------
+
+# What says who a process is or where root's session lives: the owner's program gets the owner's (or none).
+_IDENTITY = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "MAIL", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"}
+
+
+def _as_owner(owner: Owner, env: dict[str, str] | None) -> dict:
+    """Popen's arguments that run a program as `owner`: their uid, gid and groups (set in the child before it
+    runs anything; its parent death signal is set after, as a change of user clears it), and a clean
+    environment: the caller's `env` (never this process's own) less what names root, plus the owner's HOME,
+    USER, LOGNAME and PATH. The one place the tool drops root."""
+    clean = {k: v for k, v in (env or {}).items() if k not in _IDENTITY and not k.startswith("SUDO_")}
+    clean.update(owner.environment())
+    if os.geteuid() == owner.uid:
+        return {"env": clean}
+    if os.geteuid() != 0:
+        raise HostError(f"cannot run a program as {owner.name}: this process is not root and not {owner.name}")
+    return {"env": clean, "user": owner.uid, "group": owner.gid, "extra_groups": owner.groups()}
 
 
 # --- internals ---------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """One cell on the host: the workload in a fresh process of the owner's PyTorch, watched, then classified.
 
-The process gets the cell's environment (its profile over the owner's), its own MIOpen caches in the cell's
-folder (MIOPEN_USER_DB_PATH, MIOPEN_CUSTOM_CACHE_DIR: no find result leaks from one cell into another), and
-the backend setting as workload arguments. It runs in a session of its own (core/runner.run_session), so a
-hung cell is killed with its whole process group.
+The process runs as the owner (core/owner.py), never as root: the interpreter and all it loads are the owner's.
+It gets the cell's environment (its profile over the owner's), its own MIOpen caches (MIOPEN_USER_DB_PATH,
+MIOPEN_CUSTOM_CACHE_DIR: no find result leaks from one cell into another) in a fresh folder the owner owns
+(the cell's record folder is root's, in root's state), and the backend setting as workload arguments. It runs in
+a session of its own (core/runner.run_session), so a hung cell is killed with its whole process group. The
+kernel log and the time limits stay root's.
 
 A case may take long: MIOpen compiles a kernel the first time it needs it, for minutes, printing nothing.
 The workload says when each case starts and beats once a second; the cell is a hang only when a case has
@@ -18,13 +20,18 @@ experiment after it (the GPU is gone until the machine restarts).
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rdna1_kmgr.core import runner
+from rdna1_kmgr.core.files import write_atomic
+from rdna1_kmgr.core.owner import Owner
 from rdna1_kmgr.doctor import compute_hangs
 from rdna1_kmgr.experiment.host_cells import HostCell
 from rdna1_kmgr.host import kmsg
@@ -38,6 +45,9 @@ RESET_FAILED = re.compile(
 )
 RING = re.compile(r"ring \S+ timeout", re.I)
 STARTUP = 120.0  # seconds before the first case: the interpreter, torch and the ROCm libraries load
+# Where each cell's folder for the owner is made: root's state folders are root's alone; a fresh folder in
+# /var/tmp (sticky, kept over a reboot for the kernel cells) is the owner's to write, and to look at after.
+SCRATCH = Path("/var/tmp")
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class HostResult:
     beats: int = 0
     folder: str = ""
     reset_failed: bool = False
+    caches: str = ""  # the owner's folder with the cell's MIOpen caches
 
     def to_json(self) -> dict:
         return {
@@ -77,6 +88,7 @@ class HostResult:
             "heartbeats": self.beats,
             "folder": self.folder,
             "reset_failed": self.reset_failed,
+            "caches": self.caches,
         }
 
 
@@ -152,6 +164,20 @@ class Monitor:
         return False
 
 
+def owner_folder(owner: Owner, script: Path) -> Path:
+    """A fresh folder `owner` owns, with the MIOpen caches' folders and a copy of the workload (the tool's own
+    copy may sit where the owner cannot read). Made as root and handed over last, so nothing can be planted in
+    it before: root writes nothing in it after."""
+    scratch = Path(tempfile.mkdtemp(prefix="rdna1-kmgr-cell-", dir=SCRATCH))  # 0700 and root's until handed over
+    made = [scratch / "miopen-db", scratch / "miopen-cache"]
+    for path in made:
+        path.mkdir()
+    write_atomic(scratch / script.name, script.read_bytes(), 0o644)
+    for path in (*made, scratch / script.name, scratch):
+        os.chown(path, owner.uid, owner.gid, follow_symlinks=False)
+    return scratch
+
+
 def run_cell(
     cell: HostCell,
     python: str,
@@ -160,19 +186,21 @@ def run_cell(
     folder: Path,
     limits: Limits,
     sysroot: Path,
+    owner: Owner,
     sweep: str = "experiment",
 ) -> HostResult:
-    """Run one cell in `folder` (created; its caches and output.log stay there) and classify it."""
-    db, cache = folder / "miopen-db", folder / "miopen-cache"
-    for path in (db, cache):
-        path.mkdir(parents=True, exist_ok=True)
+    """Run one cell as `owner`, its record in `folder` (created; output.log stays there), its caches in a fresh
+    folder of the owner's, and classify it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    scratch = owner_folder(owner, script)
+    db, cache = scratch / "miopen-db", scratch / "miopen-cache"
     env = cell.environment(base_env)
     env.update(
         MIOPEN_USER_DB_PATH=str(db), MIOPEN_CUSTOM_CACHE_DIR=str(cache), RDNA1_KMGR_CELL=cell.id, PYTHONUNBUFFERED="1"
     )
     argv = [
         python,
-        str(script),
+        str(scratch / script.name),
         "--device",
         "cuda",
         "--sweep",
@@ -185,7 +213,7 @@ def run_cell(
     monitor = Monitor(limits, [db, cache], kernel_log_reader(sysroot))
     output = folder / "output.log"
     ended = runner.run_session(
-        argv, output, limits.cell, env=env, cwd=str(folder), watch=monitor.feed, until=monitor.until
+        argv, output, limits.cell, env=env, cwd=str(scratch), watch=monitor.feed, until=monitor.until, as_user=owner
     )
     log_lines = tuple(monitor.kernel_log())
     text = output.read_text(errors="replace")
@@ -205,6 +233,7 @@ def run_cell(
         monitor.beats,
         str(folder),
         monitor.stopped == "reset-failed",
+        str(scratch),
     )
 
 
@@ -280,10 +309,12 @@ def _telling(text: str) -> str:
 
 
 def _bytes_in(folder: Path) -> int:
+    """The bytes of the plain files under the owner's `folder`: root only looks (lstat), follows no link."""
     total = 0
     for path in folder.rglob("*"):
         try:
-            total += path.stat().st_size if path.is_file() else 0
+            info = os.lstat(path)
         except OSError:
             continue
+        total += info.st_size if stat.S_ISREG(info.st_mode) else 0
     return total

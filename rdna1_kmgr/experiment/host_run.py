@@ -86,6 +86,7 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
             folder / "cells" / cell.id.replace("/", "--"),
             request.limits,
             request.sysroot,
+            python.owner,
             "experiment-quick" if request.quick else "experiment",
         )
         results.append(result)
@@ -102,6 +103,7 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
     context = {
         "board": board.bdf,
         "python": python.path,
+        "owner": python.owner.name,
         "torch": python.torch,
         "hip": python.hip,
         "kernel_log_readable": readable,

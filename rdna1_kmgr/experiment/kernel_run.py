@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core import owner as owners
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import make_dirs, write_json
@@ -77,6 +78,7 @@ class Plan:
     limits: cell_run.Limits
     quick: bool
     reboot: bool
+    owner: dict  # who the cells run as, recorded at `start` (name, uid, gid): the boot unit drops to them
 
     def to_json(self) -> dict:
         return {
@@ -89,6 +91,7 @@ class Plan:
             "limits": {"case": self.limits.case, "cell": self.limits.cell},
             "quick": self.quick,
             "reboot": self.reboot,
+            "owner": self.owner,
         }
 
     @classmethod
@@ -103,6 +106,7 @@ class Plan:
             cell_run.Limits(**data["limits"]),
             data["quick"],
             data["reboot"],
+            data.get("owner") or {},  # a plan without one runs no cell (Owner.from_json says so)
         )
 
 
@@ -251,6 +255,7 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
         "host_cells": [c.id for c in hosts],
         "board": board.bdf,
         "python": python.path,
+        "owner": python.owner.name,
     }
     if dry_run:
         return result
@@ -265,6 +270,7 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
         request.limits,
         request.quick,
         request.reboot,
+        python.owner.to_json(),
     )
     with locked("experiment kernel"):
         make_dirs(folder)
@@ -349,6 +355,9 @@ def boot_step(say: Callable[[str], None]) -> dict:
 def _run_host_cells(plan: Plan, cell: KernelCell, root: TargetRoot, say, number: int, total: int) -> list:
     by_id = {c.id: c for c in host_cells.select()}
     sweep = "experiment-quick" if plan.quick else "experiment"
+    # The unit is root's: the cells drop to the owner recorded at `start`, still that user, with a venv that
+    # still nobody else can change (checked again: it may have changed hands since).
+    owner = owners.of_python(plan.python, owners.Owner.from_json(plan.owner))
     results = []
     for host_id in plan.host_cells:
         say(f"rdna1-kmgr experiment: cell {number} of {total} ({cell.name}), {host_id} ...")
@@ -361,6 +370,7 @@ def _run_host_cells(plan: Plan, cell: KernelCell, root: TargetRoot, say, number:
             folder,
             plan.limits,
             Path(plan.sysroot),
+            owner,
             sweep,
         )
         say(

@@ -1,5 +1,8 @@
 """The owner's PyTorch the cells run: `--python PATH`, else the first ROCm build doctor finds (venvs and conda
-under the user's home, the system's site-packages); checked by running it once before any cell."""
+under the user's home, the system's site-packages); checked by running it once before any cell.
+
+Finding it only reads files. Running it, the probe as every cell, is done as its owner (core/owner.py), never
+as root, and only when nobody else can change that venv."""
 
 from __future__ import annotations
 
@@ -7,10 +10,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core import owner as owners
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, UsageError
+from rdna1_kmgr.core.owner import Owner
 from rdna1_kmgr.doctor import torch_builds
-from rdna1_kmgr.vm.experiment_board import invoking_home
 
 PROBE = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, "
@@ -24,6 +28,7 @@ class OwnerPython:
     torch: str
     hip: str | None
     cuda: str | None = None
+    owner: Owner | None = None  # who it runs as
 
 
 def default(sysroot: Path, home: Path | None) -> str:
@@ -59,14 +64,26 @@ def given(path: str | None, env: dict[str, str]) -> OwnerPython | None:
 def ready(given: OwnerPython | None, sysroot: Path, env: dict[str, str]) -> OwnerPython:
     """The Python the experiment runs, once the board is there: the one given, or the first ROCm PyTorch doctor
     finds (default); either with a HIP torch (usable), or a UsageError in one line."""
-    return usable(given or with_torch(default(sysroot, invoking_home()), env))
+    if given is None:
+        invoker = owners.invoking()  # the home searched is the one of who asked (sudo's user, checked)
+        given = with_torch(default(sysroot, Path(invoker.home) if invoker else Path.home()), env)
+    return usable(given)
 
 
 def with_torch(path: str, env: dict[str, str]) -> OwnerPython:
     if not Path(path).is_file():
         raise UsageError(f"--python {path!r} is not a file", "give the python of the venv that holds your PyTorch")
+    owner = owners.of_python(path)
     try:
-        result = runner.run([path, "-c", PROBE], timeout=300, check=False, env=env, doing=f"{path} -c 'import torch'")
+        result = runner.run(
+            [path, "-c", PROBE],
+            timeout=300,
+            check=False,
+            env=env,
+            cwd="/",  # `-c` imports from the working folder first: root's own, never one a user can write to
+            doing=f"{path} -c 'import torch'",
+            as_user=owner,
+        )
     except HostError as err:
         raise UsageError(f"--python {path!r} cannot be run: {err.what}", "give a python3 interpreter") from None
     lines = [line for line in str(result.stdout).splitlines() if line.startswith("{")]
@@ -76,7 +93,7 @@ def with_torch(path: str, env: dict[str, str]) -> OwnerPython:
             "give the python of the venv that holds your PyTorch",
         )
     facts = json.loads(lines[-1])
-    return OwnerPython(path, facts["torch"], facts["hip"], facts.get("cuda"))
+    return OwnerPython(path, facts["torch"], facts["hip"], facts.get("cuda"), owner)
 
 
 def usable(python: OwnerPython) -> OwnerPython:

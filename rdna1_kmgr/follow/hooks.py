@@ -19,11 +19,11 @@ Each file is a template in hooks/ with @CLI@ standing for the absolute path of t
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from rdna1_kmgr.core import trust
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.install.target_root import TargetRoot
@@ -49,9 +49,7 @@ HOOKS = (
 )
 
 
-def this_command() -> Path:
-    """The rdna1-kmgr of this installation (its venv's script), which the hooks call by absolute path."""
-    return Path(sys.executable).parent / "rdna1-kmgr"
+this_command = trust.this_command  # the rdna1-kmgr of this installation, checked: the hooks call it by path
 
 
 def content(hook: HookFile, cli: Path) -> bytes:
@@ -83,9 +81,11 @@ def plan(root: TargetRoot, cli: Path, removing: bool = False) -> list[str]:
 
 
 def install(root: TargetRoot, cli: Path, dry_run: bool = False) -> list[str]:
-    """Place every hook calling `cli`; what it did (or would do). Idempotent."""
+    """Place every hook calling `cli`; what it did (or would do). Idempotent. Refused (one line) when `cli`, or
+    what it runs, could be changed by anyone but root: the hooks run it as root."""
     if not cli.is_file():
         raise HostError(f"{cli} does not exist", "install rdna1-kmgr first (install.sh), then place the hooks")
+    trust.trusted_command(cli)
     lines = plan(root, cli)
     if dry_run:
         return lines
@@ -106,7 +106,7 @@ def install(root: TargetRoot, cli: Path, dry_run: bool = False) -> list[str]:
 
 
 def remove(root: TargetRoot, dry_run: bool = False) -> list[str]:
-    lines = plan(root, this_command(), removing=True)
+    lines = plan(root, Path("/nonexistent"), removing=True)  # removing: which command they call is no matter
     if dry_run:
         return lines
     for hook in HOOKS:

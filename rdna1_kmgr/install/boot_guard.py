@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import runner, trust
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs
 from rdna1_kmgr.install import stock_loader
@@ -176,9 +175,13 @@ def default_target(root: TargetRoot) -> str:
     return "multi-user.target"
 
 
+CHECK_TIMEOUT = 120  # seconds the boot-check unit may take before systemd stops it and the boot goes on
+
+
 def tool_path() -> str:
-    """The rdna1-kmgr the units run: the one running now (its venv's console script)."""
-    return str(Path(sys.executable).parent / "rdna1-kmgr")
+    """The rdna1-kmgr the units run as root: the one running now (its venv's console script), when nobody but
+    root can change it (core/trust.py; else a HostError in one line)."""
+    return str(trust.this_command())
 
 
 def files(root: TargetRoot, settings: Settings) -> dict[Path, str]:
@@ -199,6 +202,8 @@ Wants=getty-pre.target
 Type=oneshot
 ExecStart={tool} boot-check
 StandardOutput=journal+console
+# It only reads the kernel log and writes two small files; a check that hangs must not hold up the boot.
+TimeoutStartSec={CHECK_TIMEOUT}
 
 [Install]
 WantedBy=multi-user.target

@@ -109,10 +109,15 @@ stock "the kernel refused the rdna1-kmgr file (its reason is in the lines before
 
 
 def rule_text() -> str:
+    """The rule modprobe runs (through sh) instead of loading amdgpu. Without the loader (deleted by hand, an
+    initramfs made without it, a rollback cut short) amdgpu still loads, as the module index gives it: a
+    missing file must not leave the owner without a display driver."""
     return (
         "# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. amdgpu loads through rdna1-kmgr's\n"
-        "# loader: the distribution's own amdgpu on a fallback boot, or when the kernel refuses the rdna1-kmgr one.\n"
-        f"install amdgpu /{LOADER} $CMDLINE_OPTS\n"
+        "# loader: the distribution's own amdgpu on a fallback boot, or when the kernel refuses the rdna1-kmgr one;\n"
+        "# without the loader, amdgpu as the module index gives it.\n"
+        f"install amdgpu if [ -x /{LOADER} ]; then exec /{LOADER} $CMDLINE_OPTS; fi; "
+        "exec /sbin/modprobe --ignore-install amdgpu $CMDLINE_OPTS\n"
     )
 
 

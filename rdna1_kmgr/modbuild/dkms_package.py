@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -150,6 +151,7 @@ def render_conf(package: Package, patches: list[str], description: str) -> str:
         make_vars=package.module.make_vars,
         dest_module_location=package.module.dest_location,
         debug_info=package.debug_info,
+        python=sys.executable,
     )
 
 

@@ -198,9 +198,10 @@ def test_a_system_program_is_found_off_a_normal_users_path():
     assert runner.which("modinfo") is not None
 
 
-def test_the_system_program_folders_come_after_the_callers_own(monkeypatch):
+def test_the_system_program_folders_come_after_a_users_own(monkeypatch):
     """A normal user's PATH on Debian (/etc/profile) has no sbin folder; the tool appends them, never ahead of
     what the user put first and never twice."""
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
     monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games")
     runner.include_system_programs()
     assert (
@@ -209,3 +210,19 @@ def test_the_system_program_folders_come_after_the_callers_own(monkeypatch):
     monkeypatch.setenv("PATH", "/opt/x/bin:/usr/sbin:/usr/bin")
     runner.include_system_programs()
     assert os.environ["PATH"] == "/opt/x/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/sbin"
+
+
+def test_under_root_the_system_folders_come_before_the_callers(monkeypatch, tmp_path):
+    """The attack: a root shell (or `sudo -E`) with a user's folder first on PATH, holding a `modinfo` of theirs.
+    Under root the system's folders (Debian's root PATH) come first and relative folders go: the real one runs."""
+    if os.geteuid() != 0:
+        pytest.skip("root's PATH")
+    planted = tmp_path / "bin"
+    planted.mkdir()
+    (planted / "modinfo").write_text("#!/bin/sh\necho planted\n")
+    (planted / "modinfo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted}:.:/usr/games")
+    runner.include_system_programs()
+    assert os.environ["PATH"] == f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:{planted}:/usr/games"
+    if runner.which("modinfo") in ("/usr/sbin/modinfo", "/sbin/modinfo"):
+        assert "planted" not in runner.run(["modinfo", "--version"]).stdout

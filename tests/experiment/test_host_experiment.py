@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from sysfs_fixtures import no_gpu, rx5600xt
 
 from rdna1_kmgr.cli import main
+from rdna1_kmgr.experiment import cell_run
 
 STANDIN = Path(__file__).parent / "standin"
 CASE_LIMIT = 6  # seconds without progress; the stand-in's compilation takes 15 s, its hang forever
@@ -81,6 +82,8 @@ def bench(tmp_path, monkeypatch):
     monkeypatch.setenv("RDNA1_KMGR_ROOT", str((tmp_path / "root").resolve()))
     (tmp_path / "root").mkdir()
     monkeypatch.setenv("PYTHONPATH", str(STANDIN))
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.setattr(cell_run, "SCRATCH", tmp_path / "scratch")  # the owner's cell folders
 
     def script(cells: dict) -> Path:
         path = tmp_path / "standin.json"
@@ -177,10 +180,11 @@ def test_each_cell_has_its_own_miopen_caches_and_its_profile(bench, torch_python
     assert set(starts) == {"as-installed/miopen", "conv-gemm/miopen", "deprecated-solvers/miopen"}
     folders = {Path(e["db"]).parent for e in starts.values()} | {Path(e["cache"]).parent for e in starts.values()}
     assert len(folders) == 3  # one folder per cell holds both caches
-    state = bench["tmp"] / "state" / "experiments"
+    # The caches are the owner's, each cell's in a folder of its own outside root's state (the record's is root's).
+    scratch = bench["tmp"] / "scratch"
     for cell, start in starts.items():
         assert start["db_before"] == [] and start["cache_before"] == []  # nothing leaked in from another cell
-        assert Path(start["db"]).is_relative_to(state)
+        assert Path(start["db"]).parent.parent == scratch
         assert os.listdir(start["db"]) == [f"gfx1010_18.{cell.replace('/', '--')}.udb.txt"]
     assert starts["conv-gemm/miopen"]["env"]["MIOPEN_DEBUG_CONV_WINOGRAD"] == "0"
     assert "MIOPEN_DEBUG_CONV_DIRECT" not in starts["conv-gemm/miopen"]["env"]

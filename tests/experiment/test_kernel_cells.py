@@ -172,6 +172,7 @@ def test_apply_kernel_refuses_what_did_not_pass_and_needs_grub(state):
         kernel_run.cell_run.Limits(),
         True,
         False,
+        {"name": "root", "uid": 0, "gid": 0},
     )
     events = [
         {

@@ -288,3 +288,59 @@ def test_follow_dry_run_prints_the_plan_and_changes_nothing(host):
     assert any(line.startswith("  install: `rdna1-kmgr install --kernel") for line in lines)
     assert sorted(str(p) for p in host.state.rglob("*")) == before
     assert host.cli("follow", "--kernel", OLD, "--dry-run").stdout.startswith(f"nothing to do for {OLD}")
+
+
+def user_venv_copy(owner: str) -> Path:
+    """A venv in /tmp with a console script `rdna1-kmgr` (as pip writes one), handed to `owner`: a copy of the
+    tool that user can change at will."""
+    venv = Path(
+        subprocess.run(["mktemp", "-d", "/tmp/rdna1-kmgr-copy.XXXXXX"], capture_output=True, text=True).stdout.strip()
+    )
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    script = venv / "bin/rdna1-kmgr"
+    script.write_text(f"#!{venv}/bin/python\nfrom rdna1_kmgr.cli import main\nmain()\n")
+    script.chmod(0o755)
+    subprocess.run(["chown", "-R", owner, str(venv)], check=True)
+    return venv
+
+
+@pytest.mark.parametrize("how", ["a user's venv in /tmp", "a root-owned script in a venv a user can change"])
+def test_hooks_install_refuses_a_command_anyone_but_root_can_change(tmp_path, how):
+    """The review's M1: the hooks (run as root at every kernel update) called whatever copy placed them. A copy in
+    a user's /tmp venv, or whose interpreter or site-packages a user can change, is refused in one line, and
+    nothing is written."""
+    if os.geteuid() != 0:
+        pytest.skip("chowns to another user")
+    h = Host(tmp_path)
+    venv = user_venv_copy("nobody:nogroup")
+    try:
+        if how != "a user's venv in /tmp":
+            subprocess.run(
+                ["chown", "root:root", str(venv), str(venv / "bin"), str(venv / "bin/rdna1-kmgr")], check=True
+            )
+        proc = h.cli("hooks", "install", "--cli", str(venv / "bin/rdna1-kmgr"))
+        assert proc.returncode == 4, proc.stderr
+        line = proc.stderr.strip()
+        assert "\n" not in line and f"root would run {venv}/bin/rdna1-kmgr" in line and "is owned by nobody" in line
+        assert not (h.root / "etc/kernel").exists() and not (h.root / "etc/apt").exists()
+    finally:
+        shutil.rmtree(venv)
+
+
+def test_this_installation_in_a_users_venv_is_no_command_for_root(monkeypatch):
+    """The default command (this running copy's script) is checked the same way: run from a user's venv, the
+    units and hooks get no path to it."""
+    if os.geteuid() != 0:
+        pytest.skip("chowns to another user")
+    from rdna1_kmgr.core import trust
+    from rdna1_kmgr.core.errors import HostError
+
+    venv = user_venv_copy("nobody:nogroup")
+    try:
+        monkeypatch.setattr(trust.sys, "executable", str(venv / "bin/python"))
+        with pytest.raises(HostError, match=f"root would run {venv}/bin/rdna1-kmgr.*is owned by nobody"):
+            trust.this_command()
+        monkeypatch.undo()
+        assert trust.this_command() == CLI  # the suite's own venv: root's
+    finally:
+        shutil.rmtree(venv)

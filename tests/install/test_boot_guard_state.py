@@ -2,6 +2,7 @@
 all, is proven in test_boot_guard.py on a whole system."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,16 @@ def test_boot_guard_refuses_grub_on_the_efi_system_partition(tmp_path, monkeypat
     (tools / "grub-probe").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
     assert "EFI system partition" in boot_guard.env_not_writable(TargetRoot(tmp_path))
+
+
+def test_the_boot_check_unit_has_a_start_timeout_systemd_reads(tmp_path):
+    """The review: the boot-check unit (Type=oneshot, ordered before the login prompts) had no start timeout, so
+    a check that hung would hold the boot. systemd's own parser reads the value as a finite time."""
+    files = boot_guard.files(TargetRoot(tmp_path), boot_guard.Settings(mask=QuirkMask(3)))
+    unit = files[tmp_path / boot_guard.UNITS / boot_guard.CHECK_UNIT]
+    (timeout,) = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("TimeoutStartSec=")]
+    assert timeout.isdigit() and 0 < int(timeout) <= 300
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed")
+    analyze = subprocess.run(["systemd-analyze", "timespan", timeout], capture_output=True, text=True)
+    assert f"μs: {int(timeout) * 1000000}" in analyze.stdout, analyze.stdout + analyze.stderr

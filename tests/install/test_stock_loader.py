@@ -107,9 +107,45 @@ def test_stock_loader_a_refused_file_is_followed_by_the_stock_one(tmp_path):
 
 def test_stock_loader_rule_names_the_program_and_passes_the_options():
     rule = stock_loader.rule_text()
-    assert f"install amdgpu /{stock_loader.LOADER} $CMDLINE_OPTS" in rule.splitlines()
+    (line,) = [line for line in rule.splitlines() if line.startswith("install amdgpu ")]
+    assert f"then exec /{stock_loader.LOADER} $CMDLINE_OPTS;" in line
     root = TargetRoot(Path("/x"))
     files = stock_loader.files(root, initramfs.InitramfsTools(root))
     assert files[Path("/x") / stock_loader.LOADER][1] == 0o755
     hook = files[Path("/x/etc/initramfs-tools/hooks/rdna1-kmgr")][0]
     assert f"copy_exec /{stock_loader.LOADER}" in hook and f"/{stock_loader.STOCK_DIR}/amdgpu.ko*" in hook
+
+
+@pytest.mark.parametrize("loader_there", [True, False])
+def test_the_rule_loads_amdgpu_with_or_without_the_loader(tmp_path, loader_there):
+    """The review: with the loader file gone, the `install amdgpu` rule loaded nothing (no display driver). The
+    rule's command, as modprobe hands it to sh (kmod's system(): $CMDLINE_OPTS replaced by the options), with
+    the loader and /sbin/modprobe at scratch paths that record their calls."""
+    (line,) = [line for line in stock_loader.rule_text().splitlines() if line.startswith("install amdgpu ")]
+    command = line.removeprefix("install amdgpu ").replace("$CMDLINE_OPTS", "rdna1_quirks=0x3 dc=1")
+    calls = tmp_path / "calls"
+    for name in ("loader", "modprobe"):
+        (tmp_path / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n')
+        (tmp_path / name).chmod(0o755)
+    if not loader_there:
+        (tmp_path / "loader").unlink()
+    command = command.replace(f"/{stock_loader.LOADER}", str(tmp_path / "loader"))
+    command = command.replace("/sbin/modprobe", str(tmp_path / "modprobe"))
+    assert subprocess.run(["sh", "-c", command]).returncode == 0
+    expected = (
+        "loader rdna1_quirks=0x3 dc=1" if loader_there else "modprobe --ignore-install amdgpu rdna1_quirks=0x3 dc=1"
+    )
+    assert calls.read_text().splitlines() == [expected]
+
+
+def test_kmod_reads_the_rule(tmp_path):
+    """kmod's own parser takes the line whole: `modprobe --show-config` gives the command back as written."""
+    modprobe = shutil.which("modprobe") or shutil.which("modprobe", path="/usr/sbin:/sbin")
+    if modprobe is None:
+        pytest.skip("kmod's modprobe is not installed")
+    (tmp_path / "rule.conf").write_text(stock_loader.rule_text())
+    shown = subprocess.run(
+        [modprobe, "-C", str(tmp_path / "rule.conf"), "--showconfig"], capture_output=True, text=True
+    )
+    (line,) = [line for line in stock_loader.rule_text().splitlines() if line.startswith("install amdgpu ")]
+    assert line in shown.stdout.splitlines(), shown.stdout + shown.stderr
