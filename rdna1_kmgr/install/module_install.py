@@ -508,12 +508,9 @@ def run(
     verified: dict = {}
     steps = plan_steps(candidate, root, trees, tool, cert, verified.update, guard)
     lines = plan_lines(candidate, gate, steps, replacing)
-    # the build's own mask leaves the module as the stock one: say so before the plan, not after the reboot
-    nothing_on = candidate.manifest.nothing_on_note() if candidate.manifest and request.quirks is None else None
-    if nothing_on:
-        lines.insert(0, nothing_on)
-        if not request.dry_run:
-            stream.write(f"rdna1-kmgr: {nothing_on}\n")
+    # the build's own mask leaves the module as the stock one: said first, not found out after the reboot
+    if candidate.manifest and request.quirks is None and candidate.manifest.nothing_on_note():
+        lines.insert(0, candidate.manifest.nothing_on_note())
     if no_guard:
         lines.append(f"no boot guard: {no_guard}")
     summary = {

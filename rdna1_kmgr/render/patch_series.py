@@ -333,7 +333,7 @@ def _quirks_for(tree: SourceTree, quirk_ids: list[str] | None, without: list[str
     quirks, variants, left_out, kept = [], {}, [], []
     for quirk in sorted((catalog[i] for i in asked | extra), key=lambda q: q.bit):
         if quirk.id in declined:
-            left_out.append((quirk, "left out as asked (--no-quirk)"))
+            left_out.append((quirk, f"as asked (--no-quirk {quirk.id})"))
             continue
         why = quirk.not_needed(tree.read)
         if why:
