@@ -336,8 +336,9 @@ def _quirks_for(tree: SourceTree, quirk_ids: list[str] | None, without: list[str
             left_out.append((quirk, f"as asked (--no-quirk {quirk.id})"))
             continue
         why = quirk.not_needed(tree.read)
-        if why:
+        if why and quirk.id not in extra:  # a default-on quirk not asked for and not needed: nothing to say
             left_out.append((quirk, why))
+        if why:
             continue
         try:
             variants[quirk.id] = quirk.variant_for(tree.read)

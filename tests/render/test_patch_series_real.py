@@ -249,7 +249,7 @@ def replaced(old: bytes, new: bytes):
         (
             b": cu_num * 32;",
             b": cu_num * props->simd_per_cu * props->max_waves_per_simd;",
-            "kfd_queue.c: kfd_queue_ctx_save_restore_size() does not contain `: cu_num * 32;`",
+            "kfd_queue.c does not contain `cu_num * 32;`",
         ),
     ],
     ids=["covering-mapping", "sized-for-40-waves"],

@@ -54,7 +54,31 @@ def test_a_covering_mapping_check_means_upstream_already_accepts_rocms_size():
 
 def test_gfx10_sized_from_the_topology_means_upstream_already_accepts_rocms_size():
     sized = STOCK.replace(": cu_num * 32;", ": cu_num * props->simd_per_cu * props->max_waves_per_simd;")
-    assert why_left_out(sized) == (
-        "upstream already accepts ROCm's size: kfd_queue.c: kfd_queue_ctx_save_restore_size() does not contain "
-        "`: cu_num * 32;`"
+    assert why_left_out(sized) == "upstream already accepts ROCm's size: kfd_queue.c does not contain `cu_num * 32;`"
+
+
+def test_the_32_waves_moved_into_a_helper_as_in_7_2_still_need_cwsr_size():
+    """Debian's 7.2 (kfd_queue.c, read by hand) sizes waves in get_num_waves(): still 32 per CU on gfx10."""
+    moved = STOCK.replace(
+        """	wave_num = (gfxv < 100100) ?	/* GFX_VERSION_NAVI10 */
+		    min(cu_num * 40, props->array_count / props->simd_arrays_per_engine * 512)
+		    : cu_num * 32;""",
+        """	wave_num = get_num_waves(props, gfxv, cu_num);""",
     )
+    helper = """
+static u32 get_num_waves(struct kfd_node_properties *props, u32 gfxv, u32 cu_num)
+{
+	u32 wave_num = 0;
+
+	if (gfxv < 100100)
+		wave_num = min(cu_num * 40,
+				props->array_count / props->simd_arrays_per_engine * 512);
+	else if (gfxv < 120500)
+		wave_num = cu_num * 32;
+	else if (gfxv <= 120501)
+		wave_num = cu_num * 64;
+	return wave_num;
+}
+"""
+    assert moved != STOCK
+    assert why_left_out(helper + moved) is None
