@@ -30,13 +30,23 @@ def _confirm_install(plan_) -> bool:
     help="Driver source: an unpacked tree, a tarball or .deb, or a tarball URL (default: the distro's).",
 )
 @click.option("--sha256", metavar="HEX", help="Expected SHA-256 of the --source tarball.")
-@click.option("--quirk", "quirks", multiple=True, metavar="ID", help="Only this quirk (repeatable; default all).")
+@click.option(
+    "--quirk",
+    "quirks",
+    multiple=True,
+    metavar="ID",
+    help="Only this quirk, and the default-on ones this kernel needs (repeatable; default all).",
+)
+@click.option(
+    "--no-quirk", "without", multiple=True, metavar="ID", help="Leave this quirk out, default-on or not (repeatable)."
+)
 @click.option(
     "--device",
     "devices",
     multiple=True,
     metavar="0xNNNN",
-    help="RDNA1 PCI device id the quirks apply to (repeatable; default 0x731F).",
+    help="RDNA1 PCI device id the quirks apply to (repeatable; default: every id of the RDNA1 chips found on "
+    "this machine, 0x731F where there is none).",
 )
 @click.option(
     "-j", "--jobs", type=int, metavar="N", help=f"Parallel compile jobs (default: cores + 1 = {default_jobs()})."
@@ -59,7 +69,21 @@ def _confirm_install(plan_) -> bool:
 @click.option("--sysroot", metavar="DIR", help="With --dry-run: read the kernel and distribution facts under DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object describing the built module.")
 def build(
-    kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_install, debug_info, dry_run, sysroot, as_json
+    kernel,
+    source,
+    sha256,
+    quirks,
+    without,
+    devices,
+    jobs,
+    key,
+    cert,
+    yes,
+    no_install,
+    debug_info,
+    dry_run,
+    sysroot,
+    as_json,
 ):
     """Build the patched amdgpu module for a kernel through DKMS, sign it and verify it."""
     if jobs is not None and jobs < 1:
@@ -78,6 +102,7 @@ def build(
         source=source,
         sha256=sha256,
         quirks=list(quirks) or None,
+        without=list(without) or None,
         devices=[user_input.pci_device_id(d) for d in devices] or None,
         jobs=jobs,
         yes=yes,
@@ -103,9 +128,10 @@ def build(
     click.echo(f"  kernel {result.kernel}, package {result.package}/{result.package_version}")
     click.echo(f"  signed by {result.signer!r}, verified against {result.certificate}")
     click.echo(
-        f"  quirks {' '.join(result.quirks)}; devices {' '.join(result.devices)}; "
-        f"parameters {' '.join(result.parameters)}"
+        f"  on by default: {' '.join(result.quirks_on) or 'nothing'}; compiled in, off until switched on: "
+        f"{' '.join(result.quirks_off) or 'nothing'}"
     )
+    click.echo(f"  devices {' '.join(result.devices)}; parameters {' '.join(result.parameters)}")
     click.echo(f"  sha256 {result.sha256}")
     for old in result.removed_versions:
         click.echo(f"  removed the older build {result.package}/{old}")

@@ -6,6 +6,7 @@ import click
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.host import host_facts
 from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.patch_series import render as render_series
@@ -21,21 +22,31 @@ from rdna1_kmgr.render.patch_series import render as render_series
 )
 @click.option("--out", "out", required=True, metavar="OUT", help="Folder for series, patches and manifest.json.")
 @click.option(
-    "--quirk", "quirks", multiple=True, metavar="ID", help="Render only this quirk (repeatable; default all)."
+    "--quirk",
+    "quirks",
+    multiple=True,
+    metavar="ID",
+    help="Render only this quirk, and the default-on ones this kernel needs (repeatable; default all).",
+)
+@click.option(
+    "--no-quirk", "without", multiple=True, metavar="ID", help="Leave this quirk out, default-on or not (repeatable)."
 )
 @click.option(
     "--device",
     "devices",
     multiple=True,
     metavar="0xNNNN",
-    help="RDNA1 PCI device id the quirks apply to (repeatable; default 0x731F).",
+    help="RDNA1 PCI device id the quirks apply to (repeatable; default: every id of the RDNA1 chips found on "
+    "this machine, 0x731F where there is none).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, ...], as_json: bool):
+def render(
+    source: str, out: str, quirks: tuple[str, ...], without: tuple[str, ...], devices: tuple[str, ...], as_json: bool
+):
     """Render the amdgpu/amdkfd patch series for a kernel source."""
     src = user_input.existing_dir(source, "kernel source")
-    ids = [user_input.pci_device_id(d) for d in devices]
-    manifest = render_series(src, Path(out), list(quirks), ids)
+    ids = [user_input.pci_device_id(d) for d in devices] or list(host_facts.board_devices().ids)
+    manifest = render_series(src, Path(out), list(quirks), ids, list(without))
     if as_json:
         emit_json(manifest.to_json())
         return
@@ -43,8 +54,8 @@ def render(source: str, out: str, quirks: tuple[str, ...], devices: tuple[str, .
     for name in manifest.series:
         click.echo(f"  {name}")
     click.echo(f"devices: {' '.join(manifest.devices)}; self-test cases: {manifest.selftest_cases}")
-    for left in manifest.left_out:
-        click.echo(f"quirk {left.id} left out: {left.why}")
+    for line in manifest.notes():
+        click.echo(line)
     for q in manifest.quirks:
         click.echo(f"quirk {q.id}: variant {q.variant}, because this tree's")
         for fact in q.facts:
@@ -64,8 +75,9 @@ def quirks(as_json: bool):
                     id=q.id,
                     summary=q.summary,
                     changes=q.changes,
+                    scope=q.scope,
                     evidence=list(q.evidence),
-                    needed_when=[str(f) for f in q.needed_when],
+                    needed_when=[dict(fact=str(n.fact), otherwise=n.otherwise) for n in q.needed_when],
                     bits=[
                         dict(
                             bit=b.bit,
@@ -88,9 +100,11 @@ def quirks(as_json: bool):
         for b in q.bits:
             click.echo(f"    bit {b.bit} {b.id} ({'on' if b.default else 'off'} by default): {b.title}")
         click.echo(f"    changes: {q.changes}")
+        if q.scope:
+            click.echo(f"    matters: {q.scope}")
         click.echo("    evidence owners need it: " + ("; ".join(q.evidence) if q.evidence else "none (opt-in)"))
-        for fact in q.needed_when:
-            click.echo(f"    needed only where {fact}")
+        for need in q.needed_when:
+            click.echo(f"    needed only where {need.fact} (else left out: {need.otherwise})")
         for v in q.variants:
             click.echo(f"    {v.id} (first seen in Linux {v.kernels}) when:")
             for fact in v.facts:

@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -73,6 +73,7 @@ class Installed:
     trees: dkms.Trees
     quirks: list[str]
     devices: list[int]
+    without: list[str] = field(default_factory=list)  # the quirks the owner left out (--no-quirk)
 
 
 def finished_installs() -> dict[str, dict]:
@@ -109,7 +110,7 @@ def current_install(exclude: str | None = None) -> Installed | None:
     # what the owner asked the build for (None: the default, every quirk that fits the kernel)
     quirks = list(manifest.asked_quirks or ())
     devices = [int(d, 16) for d in manifest.devices]
-    return Installed(kernel, package, trees, quirks, devices)
+    return Installed(kernel, package, trees, quirks, devices, list(manifest.declined_quirks))
 
 
 # --- the log ----------------------------------------------------------------------------------------------------
@@ -195,6 +196,7 @@ def _build_request(kernel: module_build.Kernel, installed: Installed, source: st
         source=source,
         quirks=installed.quirks or None,
         devices=installed.devices or None,
+        without=installed.without or None,
         no_install=True,
     )
 
@@ -277,7 +279,8 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         tree, _origin = module_build.source_tree(request, target, system)
         story.say(f"source {tree}")
     with _stage("render", story), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-follow-") as tmp:
-        manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
+        devices, _found = module_build.devices_for(request)
+        manifest = render(tree, Path(tmp) / "series", request.quirks, devices, request.without)
         story.say(f"rendered {len(manifest.patches)} patches (patch set {manifest.patchset_sha256[:12]})")
     with _stage("build", story):
         built = module_build.run(request, stream=story)

@@ -14,7 +14,15 @@ import distro
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
 from rdna1_kmgr.host import sysfs
-from rdna1_kmgr.host.rdna1_boards import AMD_VENDOR, DEFAULT_TARGET, RDNA1_IDS, chip_of, format_id, is_rdna1
+from rdna1_kmgr.host.rdna1_boards import (
+    AMD_VENDOR,
+    DEFAULT_TARGET,
+    RDNA1_IDS,
+    chip_of,
+    family_ids,
+    format_id,
+    is_rdna1,
+)
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 SECURE_BOOT_VAR = f"sys/firmware/efi/efivars/SecureBoot-{EFI_GLOBAL_GUID}"
@@ -98,6 +106,28 @@ def detect(sysroot: Path = Path("/"), target: int = DEFAULT_TARGET) -> HostFacts
         iommu_enabled=_has_entries(sysroot / "sys/class/iommu") or _has_entries(sysroot / "sys/kernel/iommu_groups"),
         kvm_present=(sysroot / "dev/kvm").exists(),
     )
+
+
+@dataclass(frozen=True)
+class BoardDevices:
+    """The device ids a build applies its quirks to when none is given, and the boards they come from."""
+
+    ids: tuple[int, ...]
+    found: tuple[sysfs.PciDevice, ...]  # the RDNA1 boards of this machine; none: a build host
+
+    def describe(self) -> str:
+        ids = " ".join(format_id(i) for i in self.ids)
+        if not self.found:
+            return f"devices {ids} (no RDNA1 board found here: the RX 5600 XT's; --device names others)"
+        boards = ", ".join(f"{chip_of(d.device)} {format_id(d.device)} at {d.bdf}" for d in self.found)
+        return f"devices {ids} (every id of the RDNA1 chips found here: {boards})"
+
+
+def board_devices(sysroot: Path = Path("/")) -> BoardDevices:
+    """Every id of the chip families of the RDNA1 boards under sysroot's sysfs; the RX 5600 XT's id when there
+    is none (a machine that builds for another)."""
+    found = tuple(d for d in sysfs.list_display_devices(sysroot) if is_rdna1(d.vendor, d.device))
+    return BoardDevices(family_ids([d.device for d in found]) if found else (DEFAULT_TARGET,), found)
 
 
 def check_target(device_id: int) -> int:

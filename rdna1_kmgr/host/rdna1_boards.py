@@ -28,6 +28,12 @@ def chip_of(device_id: int) -> str | None:
     return None
 
 
+def family_ids(device_ids) -> tuple[int, ...]:
+    """Every id of the chips these boards are, sorted: an RX 5500 XT (0x7340) gives navi14's four. amdgpu's
+    pciidlist names one chip by several ids (board variants), and an owner's board may be any of them."""
+    return tuple(sorted({i for chip in CHIPS if set(chip.device_ids) & set(device_ids) for i in chip.device_ids}))
+
+
 def is_rdna1(vendor: int, device: int) -> bool:
     return vendor == AMD_VENDOR and device in RDNA1_IDS
 

@@ -508,6 +508,9 @@ def run(
     verified: dict = {}
     steps = plan_steps(candidate, root, trees, tool, cert, verified.update, guard)
     lines = plan_lines(candidate, gate, steps, replacing)
+    # the build's own mask leaves the module as the stock one: said first, not found out after the reboot
+    if candidate.manifest and request.quirks is None and candidate.manifest.nothing_on_note():
+        lines.insert(0, candidate.manifest.nothing_on_note())
     if no_guard:
         lines.append(f"no boot guard: {no_guard}")
     summary = {

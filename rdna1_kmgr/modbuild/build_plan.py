@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.modbuild import compile_probes, prerequisites, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
@@ -24,6 +25,7 @@ from rdna1_kmgr.modbuild.module_build import (
     Kernel,
     ccache_env,
     default_jobs,
+    devices_for,
     package_for,
     series_parameters,
     source_tree,
@@ -47,6 +49,9 @@ def plan(request: BuildRequest) -> dict:
         + (f" (package {kernel.package_version})" if kernel.package_version else "")
         + (f", Linux {kernel.upstream}" if kernel.upstream else "")
     )
+    devices, found = devices_for(request, root)
+    lines.append(found or f"devices {' '.join(format_id(d) for d in devices)} (as given)")
+    first_note = len(lines)  # what the render decides goes here, before the steps that do the work
     lines += _prerequisites(kernel, system, request)
 
     tree, origin = _source(request, kernel, system, lines)
@@ -64,6 +69,7 @@ def plan(request: BuildRequest) -> dict:
         "kernel": {"release": kernel.release, "package_version": kernel.package_version, "upstream": kernel.upstream},
         "source": {**origin, "tree": str(tree) if tree else None},
         "render": None,
+        "devices": [format_id(d) for d in devices],
     }
 
     if tree is None:
@@ -77,15 +83,18 @@ def plan(request: BuildRequest) -> dict:
         return result
 
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
-        manifest = render(tree, Path(tmp) / "series", request.quirks, request.devices)
+        manifest = render(tree, Path(tmp) / "series", request.quirks, devices, request.without)
         params = series_parameters(Path(tmp) / "series")
         touched = check_applies(tree, Path(tmp) / "series")
     package = package_for(manifest, request.debug_info)
+    lines[first_note:first_note] = manifest.notes()
     result["render"] = {
         "kernel_version": manifest.kernel_version,
         "patches": len(manifest.patches),
         "patchset_sha256": manifest.patchset_sha256,
         "devices": list(manifest.devices),
+        "quirks_on": list(manifest.bits_on),
+        "quirks_off": [b.id for b in manifest.bits_off],
         "applies": True,
         "files": touched,
         "package": package.ref,

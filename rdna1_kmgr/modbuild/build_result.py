@@ -8,7 +8,7 @@ by to_json, and read back by from_json.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from types import MappingProxyType
 
 from rdna1_kmgr.core.errors import UsageError
@@ -43,6 +43,8 @@ class BuildResult:
     removed_versions: tuple[str, ...]  # older builds removed for this kernel
     kept_installed_versions: tuple[str, ...]  # older builds left because they are installed
     seconds: float
+    quirks_on: tuple[str, ...] = ()  # the rdna1_quirks bits on by default for this kernel
+    quirks_off: tuple[str, ...] = ()  # the bits compiled in, off until rdna1_quirks switches them on
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source_package", MappingProxyType(dict(self.source_package)))
@@ -58,16 +60,26 @@ class BuildResult:
     def from_json(cls, data: Mapping) -> BuildResult:
         """A result printed by `build --json`; a wrong shape is one clear line."""
         names = {f.name for f in fields(cls)}
-        missing = sorted(names - set(data)) if isinstance(data, Mapping) else []
+        optional = {f.name for f in fields(cls) if f.default is not MISSING}
+        missing = sorted(names - optional - set(data)) if isinstance(data, Mapping) else []
         if not isinstance(data, Mapping) or missing:
             raise UsageError(
                 f"not a build result (missing {', '.join(missing) or 'everything'})",
                 "give the output of `rdna1-kmgr build --json`",
             )
-        values = {name: data[name] for name in names}
+        values = {name: data[name] for name in names if name in data}
         for name in _LISTS:
-            values[name] = tuple(values[name])
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 
-_LISTS = ("parameters", "quirks", "devices", "removed_versions", "kept_installed_versions")
+_LISTS = (
+    "parameters",
+    "quirks",
+    "devices",
+    "removed_versions",
+    "kept_installed_versions",
+    "quirks_on",
+    "quirks_off",
+)

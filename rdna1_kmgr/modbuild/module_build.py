@@ -26,7 +26,7 @@ from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.core.paths import cache_dir, log_dir
 from rdna1_kmgr.core.progress import Progress, count_sources
-from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.host import host_facts, system_identity
 from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
@@ -395,8 +395,8 @@ class BuildRequest:
     kernel: Kernel  # resolved once, where the command is given (resolve_kernel); nothing below validates it again
     source: str | None = None
     sha256: str | None = None
-    quirks: list[str] | None = None
-    devices: list[int] | None = None
+    quirks: list[str] | None = None  # only these (and the default-on quirks the kernel needs); None: all
+    devices: list[int] | None = None  # None: every id of the RDNA1 chips found here (devices_for)
     jobs: int | None = None
     yes: bool = False
     no_install: bool = False
@@ -404,6 +404,16 @@ class BuildRequest:
     cert: str | None = None
     sysroot: str | None = None  # read the kernel and distribution facts here (--dry-run only)
     debug_info: bool = False  # compile with the kernel config's -g (default: KCFLAGS=-g0)
+    without: list[str] | None = None  # quirks left out as asked (--no-quirk)
+
+
+def devices_for(request: BuildRequest, root: Path = Path("/")) -> tuple[list[int], str | None]:
+    """The device ids the build applies its quirks to: --device's, else every id of the chips of the RDNA1
+    boards under root (0x731F on a machine without one); and the line naming them (None: given)."""
+    if request.devices:
+        return sorted(set(request.devices)), None
+    found = host_facts.board_devices(root)
+    return list(found.ids), found.describe()
 
 
 def package_for(manifest: Manifest, debug_info: bool) -> dkms.Package:
@@ -468,12 +478,15 @@ def _run(
             "enroll it for Secure Boot with `rdna1-kmgr keys enroll`\n"
         )
     tree, origin = source_tree(request, kernel, system)
+    devices, found = devices_for(request)
+    if found:
+        stream.write(f"rdna1-kmgr: {found}\n")
 
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         series = Path(tmp) / "series"
-        manifest = render(tree, series, request.quirks, request.devices)
-        for left in manifest.left_out:
-            stream.write(f"rdna1-kmgr: quirk {left.id} left out: {left.why}\n")
+        manifest = render(tree, series, request.quirks, devices, request.without)
+        for line in manifest.notes():  # before the long compile: what the build will and will not change
+            stream.write(f"rdna1-kmgr: {line}\n")
         # what the driver tree could not show, confirmed against the headers before the long compile
         if compile_probes.confirm(kernel.release, manifest.kernel_names):
             stream.write(
@@ -518,6 +531,8 @@ def _run(
         parameters=tuple(built.report.parameters),
         quirks=tuple(quirk_ids),
         devices=tuple(format_id(d) for d in devices),
+        quirks_on=manifest.bits_on,
+        quirks_off=tuple(b.id for b in manifest.bits_off),
         patchset_sha256=manifest.patchset_sha256,
         reused=built.reused,
         compiled_objects=built.compiled,

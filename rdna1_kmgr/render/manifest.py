@@ -53,6 +53,8 @@ class Manifest:
     # what the owner asked for (None: the default, every quirk that fits), so that `follow` asks a new kernel
     # the same; a manifest from before it was recorded reads as the quirks it carried
     asked_quirks: tuple[str, ...] | None = None
+    kept_quirks: tuple[str, ...] = ()  # default-on quirks this kernel needs, kept beside the ones asked for
+    declined_quirks: tuple[str, ...] = ()  # what the owner left out (--no-quirk), for `follow` to leave out again
     bits: tuple[QuirkBit, ...] = ()
     quirks_mask: QuirkMask | None = None  # what the module applies on a listed board when rdna1_quirks is not given
     # the bits on by default; a manifest from before it was recorded reads as every quirk it carried
@@ -78,6 +80,38 @@ class Manifest:
         say: a build rendered before the manifest listed them carried its default mask only."""
         return self.all_bits_mask if self.all_bits_mask is not None else self.quirks_mask
 
+    @property
+    def bits_on(self) -> tuple[str, ...]:
+        """The bits the module applies on a listed board when rdna1_quirks is not given."""
+        return self.active_by_default if self.active_by_default is not None else ()
+
+    @property
+    def bits_off(self) -> tuple[QuirkBit, ...]:
+        """The bits the build carries that stay off until rdna1_quirks switches them on."""
+        return tuple(b for b in self.bits if b.id not in self.bits_on)
+
+    def nothing_on_note(self) -> str | None:
+        """One line when the module, loaded as built, behaves as the stock one (no bit on by default for this
+        kernel); None when some bit is on."""
+        if self.bits_on or not self.bits:
+            return None
+        opt_in = ", ".join(f"{b.id} (0x{1 << b.bit:x})" if b.bit is not None else b.id for b in self.bits_off)
+        return (
+            f"no kernel change needed by default: the patched module changes nothing here until you switch an "
+            f"opt-in bit on: {opt_in} (`rdna1-kmgr install --quirks MASK`; `rdna1-kmgr doctor` says what to check)"
+        )
+
+    def notes(self) -> list[str]:
+        """What the render decided that the owner did not ask for, one line each: quirks left out, default-on
+        quirks kept beside the ones asked for, and that nothing is on by default."""
+        lines = [f"quirk {q.id} left out: {q.why}" for q in self.left_out]
+        lines += [
+            f"quirk {q} kept: on by default and needed on this kernel (leave it out with --no-quirk {q})"
+            for q in self.kept_quirks
+        ]
+        note = self.nothing_on_note()
+        return lines + ([note] if note else [])
+
     def to_json(self) -> dict:
         return {
             "schema": SCHEMA,
@@ -89,6 +123,8 @@ class Manifest:
             ],
             "left_out": [{"id": q.id, "why": q.why} for q in self.left_out],
             "asked_quirks": list(self.asked_quirks) if self.asked_quirks is not None else None,
+            "kept_quirks": list(self.kept_quirks),
+            "declined_quirks": list(self.declined_quirks),
             "bits": [{"bit": b.bit, "id": b.id, "title": b.title, "default": b.default} for b in self.bits],
             "quirks_mask": _bits(self.quirks_mask),
             "active_by_default": list(self.active_by_default) if self.active_by_default is not None else None,
@@ -122,6 +158,8 @@ class Manifest:
                 if isinstance(q, Mapping)
             ),
             asked_quirks=None if asked is None else tuple(_quirk(q).id for q in _list(asked)),
+            kept_quirks=_strs(data.get("kept_quirks")),
+            declined_quirks=_strs(data.get("declined_quirks")),
             bits=tuple(
                 QuirkBit(_int(b.get("bit")), str(b.get("id")), str(b.get("title", "")), b.get("default") is True)
                 for b in _list(data.get("bits"))

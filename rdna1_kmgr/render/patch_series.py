@@ -231,9 +231,13 @@ def _core_files(env, quirks, variants, context) -> dict[str, str]:
 
 
 def render_series(
-    source_root: Path, quirk_ids: list[str] | None = None, devices: list[int] | None = None
+    source_root: Path,
+    quirk_ids: list[str] | None = None,
+    devices: list[int] | None = None,
+    without: list[str] | None = None,
 ) -> tuple[list[Patch], Manifest]:
-    """The series for a source, in memory: (patches, manifest)."""
+    """The series for a source, in memory: (patches, manifest). `quirk_ids`: only these (and the default-on
+    quirks this kernel needs); `without`: never these (--no-quirk)."""
     version = kernel_version(source_root)
     if version < quirk_catalog.OLDEST_KERNEL:
         raise SourceError(
@@ -241,7 +245,7 @@ def render_series(
         )
     devices = check_devices(devices)
     tree = SourceTree(source_root)
-    quirks, variants, left_out = _quirks_for(tree, quirk_ids)
+    quirks, variants, left_out, kept = _quirks_for(tree, quirk_ids, without)
     bits = sorted((b for q in quirks for b in q.bits), key=lambda b: b.bit)
     context = dict(
         renderer_version=__version__,
@@ -296,6 +300,8 @@ def render_series(
         ),
         left_out=tuple(LeftOut(q.id, why) for q, why in left_out),
         asked_quirks=tuple(quirk_ids) if quirk_ids else None,
+        kept_quirks=tuple(kept),
+        declined_quirks=tuple(without or ()),
         bits=tuple(QuirkBit(b.bit, b.id, b.title, b.default) for b in bits),
         quirks_mask=QuirkMask(context["default_bits"]),
         active_by_default=tuple(b.id for b in bits if b.default),
@@ -309,18 +315,32 @@ def render_series(
     return patches, manifest
 
 
-def _quirks_for(tree: SourceTree, quirk_ids: list[str] | None):
-    """The quirks this tree gets, each one's variant, and the ones left out with why.
+def _quirks_for(tree: SourceTree, quirk_ids: list[str] | None, without: list[str] | None = None):
+    """The quirks this tree gets, each one's variant, the ones left out with why, and the default-on ones kept
+    beside the quirks asked for.
 
-    A quirk whose `needed_when` facts fail has nothing to fix on this kernel: left out, asked for or not,
-    never a refusal. Otherwise a default-on quirk, or one asked for by id, must fit a variant (else the
-    refusal names the failed facts); an opt-in quirk of the default selection that fits none is left out.
+    A quirk whose `needed_when` facts fail has nothing to fix on this kernel (or upstream already fixed it):
+    left out, asked for or not, never a refusal. Otherwise a default-on quirk, or one asked for by id, must fit
+    a variant (else the refusal names the failed facts); an opt-in quirk of the default selection that fits
+    none is left out. Asking for some quirks never drops a default-on one this kernel needs: it is kept, and
+    said so; only `without` (--no-quirk) leaves it out.
     """
-    quirks, variants, left_out = [], {}, []
-    for quirk in quirk_catalog.select(quirk_catalog.load_quirks(), quirk_ids):
+    catalog = quirk_catalog.load_quirks()
+    declined = {q.id for q in quirk_catalog.select(catalog, without)} if without else set()
+    asked = {q.id for q in quirk_catalog.select(catalog, quirk_ids)}
+    both = sorted(asked & declined) if quirk_ids else []
+    if both:
+        raise UsageError(f"quirk {both[0]} is both asked for and left out", "give it to --quirk or --no-quirk")
+    extra = {q.id for q in catalog.values() if q.default_on} - asked if quirk_ids else set()
+    quirks, variants, left_out, kept = [], {}, [], []
+    for quirk in sorted((catalog[i] for i in asked | extra), key=lambda q: q.bit):
+        if quirk.id in declined:
+            left_out.append((quirk, f"as asked (--no-quirk {quirk.id})"))
+            continue
         why = quirk.not_needed(tree.read)
+        if why and quirk.id not in extra:  # a default-on quirk not asked for and not needed: nothing to say
+            left_out.append((quirk, why))
         if why:
-            left_out.append((quirk, f"nothing to fix on this kernel: {why}"))
             continue
         try:
             variants[quirk.id] = quirk.variant_for(tree.read)
@@ -330,12 +350,14 @@ def _quirks_for(tree: SourceTree, quirk_ids: list[str] | None):
             left_out.append((quirk, f"opt-in and fits no variant of this source ({err.what})"))
             continue
         quirks.append(quirk)
+        if quirk.id in extra:
+            kept.append(quirk.id)
     if not quirks:
         raise SourceError(
             "no quirk to render for this kernel: " + "; ".join(f"{q.id}: {why}" for q, why in left_out),
             "this kernel needs no patched amdgpu; run `rdna1-kmgr doctor` for what else to check",
         )
-    return quirks, variants, left_out
+    return quirks, variants, left_out, kept
 
 
 def _variant_note(quirk: quirk_catalog.Quirk, variant: quirk_catalog.Variant, version) -> str:
@@ -357,10 +379,14 @@ def _vars_of(edit_set: quirk_catalog.EditSet, variants: dict) -> dict:
 
 
 def render(
-    source_root: Path, out: Path, quirk_ids: list[str] | None = None, devices: list[int] | None = None
+    source_root: Path,
+    out: Path,
+    quirk_ids: list[str] | None = None,
+    devices: list[int] | None = None,
+    without: list[str] | None = None,
 ) -> Manifest:
     """Render the series for source_root into out (replacing an earlier render there); the manifest."""
-    patches, manifest = render_series(source_root, quirk_ids, devices)
+    patches, manifest = render_series(source_root, quirk_ids, devices, without)
     out = out.resolve()
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").is_file():
         raise UsageError(f"{out} exists and is not an earlier render", "give an empty or new directory as --out")

@@ -17,7 +17,9 @@ The schema (kmod/README.md says the same with an example):
               the anchor must come after every occurrence of it in the function, else render refuses in one
               line (the anchor found is not the statement the hook was written for).
 needed_when   (quirk.toml only) facts that say the kernel has what the quirk fixes; where one fails the quirk is
-              left out with one line (nothing to fix), never refused. evidence: links; changes: one line.
+              left out with one line, never refused: "nothing to fix on this kernel", or the fact's own
+              `otherwise` (e.g. "upstream already accepts ROCm's size" where upstream moved). evidence: links;
+              changes: one line; scope: one line, where the quirk matters (on by default or not).
 [[variants]]  (quirk.toml only) id, edits (ids of [[edits]]), vars (for the templates), facts (a list of
               source facts, see source_facts.py: {file, function, contains|lacks|parameters}), kernels
               (a hint for messages only: the releases the variant was written for; it decides nothing).
@@ -36,6 +38,21 @@ from rdna1_kmgr.render.source_facts import Fact, first_failure
 
 OLDEST_KERNEL = Version("5.10")
 PLACES = ("end", "before", "after", "replace")
+NOT_NEEDED = "nothing to fix on this kernel"
+
+
+@dataclass(frozen=True)
+class Need:
+    """A fact saying the kernel has what a quirk fixes; where it fails, `otherwise` says why the quirk is left out."""
+
+    fact: Fact
+    otherwise: str = NOT_NEEDED
+
+    @classmethod
+    def parse(cls, raw: dict, origin: str) -> "Need":
+        raw = dict(raw)
+        otherwise = raw.pop("otherwise", NOT_NEEDED)
+        return cls(Fact.parse(raw, origin), otherwise)
 
 
 @dataclass(frozen=True)
@@ -104,17 +121,23 @@ class Quirk:
     edits: dict[str, Edit]
     variants: tuple[Variant, ...]
     bits: tuple[QuirkBit, ...]
-    needed_when: tuple[Fact, ...] = ()  # the kernel has what this quirk fixes
+    needed_when: tuple[Need, ...] = ()  # the kernel has what this quirk fixes
     evidence: tuple[str, ...] = ()  # public sources showing owners need it (links)
     changes: str = ""  # what it changes, in one line
+    scope: str = ""  # where it matters, in one line
 
     @property
     def default_on(self) -> bool:
         return any(b.default for b in self.bits)
 
     def not_needed(self, read) -> str | None:
-        """Why this kernel has nothing for the quirk to fix (its first needed_when fact that fails), or None."""
-        return first_failure(self.needed_when, read)
+        """Why this kernel has nothing for the quirk to fix (its first needed_when fact that fails, after what
+        that means), or None."""
+        for need in self.needed_when:
+            why = need.fact.check(read)
+            if why:
+                return f"{need.otherwise}: {why}"
+        return None
 
     @property
     def bit(self) -> int:
@@ -206,9 +229,10 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
             edits=edits,
             variants=variants,
             bits=_bits(raw, meta),
-            needed_when=tuple(Fact.parse(f, f"{meta}: needed_when") for f in raw.get("needed_when", ())),
+            needed_when=tuple(Need.parse(f, f"{meta}: needed_when") for f in raw.get("needed_when", ())),
             evidence=tuple(raw.get("evidence", ())),
             changes=raw.get("changes", ""),
+            scope=raw.get("scope", ""),
         )
     bits = [b.bit for q in quirks.values() for b in q.bits]
     if len(bits) != len(set(bits)):

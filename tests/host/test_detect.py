@@ -290,3 +290,15 @@ def test_cli_bad_input_is_one_line_exit_2(args, says):
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("rdna1-kmgr: error: ") and says in lines[0]
+
+
+def test_the_default_devices_are_every_id_of_the_rdna1_chips_found(tmp_path):
+    # ids from amdgpu's pciidlist (host/rdna1_boards.py): navi14 0x7340 0x7341 0x7347 0x734F, navi10 eight ids
+    both = host_facts.board_devices(fx.two_gpus(tmp_path / "two").root)
+    assert both.ids == (0x7310, 0x7312, 0x7318, 0x7319, 0x731A, 0x731B, 0x731E, 0x731F, 0x7340, 0x7341, 0x7347, 0x734F)
+    assert [d.bdf for d in both.found] == ["0000:03:00.0", "0000:0b:00.0"]
+    # no RDNA1 board (an NVIDIA one, none at all): the RX 5600 XT's id, a build host's default
+    for fixture in (fx.nvidia, fx.no_gpu):
+        none = host_facts.board_devices(fixture(tmp_path / fixture.__name__).root)
+        assert none.ids == (0x731F,) and none.found == ()
+        assert none.describe().startswith("devices 0x731F (no RDNA1 board found here")

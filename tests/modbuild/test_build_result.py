@@ -38,12 +38,21 @@ PRINTED = {
 }
 
 
+# Since issue 37 it also says which bits are on by default for the kernel and which are only compiled in.
+PRINTED_NOW = {**PRINTED, "quirks_on": [], "quirks_off": ["crat-mem", "gfxoff-off"]}
+
+
 def test_a_printed_result_reads_back_and_prints_byte_for_byte_the_same():
-    result = BuildResult.from_json(json.loads(json.dumps(PRINTED)))
+    result = BuildResult.from_json(json.loads(json.dumps(PRINTED_NOW)))
     assert result.quirks == ("crat-mem", "gfxoff-off") and result.reused is False
     assert result.source_package["package"] == "linux-source-6.1"
-    printed = json.dumps(PRINTED, indent=2, sort_keys=True)
+    printed = json.dumps(PRINTED_NOW, indent=2, sort_keys=True)
     assert json.dumps(result.to_json(), indent=2, sort_keys=True) == printed
+
+
+def test_a_result_printed_before_it_named_the_bits_on_reads_as_naming_none():
+    result = BuildResult.from_json(json.loads(json.dumps(PRINTED)))
+    assert result.quirks_on == () and result.quirks_off == ()
 
 
 def test_the_result_cannot_be_changed_after_the_build():

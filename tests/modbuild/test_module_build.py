@@ -329,6 +329,9 @@ def test_a_compile_error_prints_the_first_compiler_error_and_the_log(sandbox):
         "rdna1-kmgr: quirk cwsr-size left out: nothing to fix on this kernel: "
         "drivers/gpu/drm/amd/amdkfd/kfd_queue.c not found"
     ]
+    # and with it no bit is on by default: said in one line before the compile (issue 37)
+    nothing = [line for line in err if "changes nothing" in line]
+    assert nothing == [NOTHING_ON_61] and err.index(nothing[0]) < err.index(next(x for x in err if "building" in x))
     # progress lines first (a pipe: plain lines), then the one error line
     assert err[-1].startswith("rdna1-kmgr: error: compile error: ")
     assert ": error: " in err[-1] and "whole log: " in err[-1]
@@ -337,11 +340,26 @@ def test_a_compile_error_prints_the_first_compiler_error_and_the_log(sandbox):
     assert sandbox.leftovers() == []
 
 
+# The catalog's opt-in bits (kmod/quirks/*/quirk.toml: crat-mem bit 1, coarse-mtype's classes bits 2 and 3);
+# cwsr-size, the one default-on bit, has nothing to fix on 6.1.
+NOTHING_ON_61 = (
+    "rdna1-kmgr: no kernel change needed by default: the patched module changes nothing here until you switch "
+    "an opt-in bit on: crat-mem (0x2), coarse-mtype-vram (0x4), coarse-mtype-host (0x8) "
+    "(`rdna1-kmgr install --quirks MASK`; `rdna1-kmgr doctor` says what to check)"
+)
+
+
 def test_dry_run_prints_the_exact_plan_and_changes_nothing(sandbox):
     tree = fake_kernel.make_tree(sandbox.root / "src", version=sandbox.kernel_version)
     result = run_cli(sandbox, "--kernel", sandbox.kernel, "--no-install", "--source", str(tree), "--dry-run")
     assert result.returncode == 0, result.stderr
     text = result.stdout
+    plan = text.splitlines()
+    # this machine has no RDNA1 board: the RX 5600 XT's id, said so; on 6.1 nothing is on by default, said
+    # before the steps that do the work
+    assert plan[1] == "devices 0x731F (no RDNA1 board found here: the RX 5600 XT's; --device names others)"
+    assert plan[2].startswith("quirk cwsr-size left out: nothing to fix on this kernel: ")
+    assert plan[3] == NOTHING_ON_61.removeprefix("rdna1-kmgr: ")
     assert f"kernel {sandbox.kernel}" in text
     assert f"dkms add -m rdna1-amdgpu -v {sandbox.kernel_version}+p" in text
     assert f"-k {sandbox.kernel} -j" in text and f"--dkmstree={sandbox.trees.dkms}" in text
@@ -474,3 +492,31 @@ def test_an_installed_build_failing_a_check_is_not_rebuilt_behind_installs_back(
         hello_build(sandbox, "greetings-installed", keys=make_keys(other_dir, subject="another key"))
     assert removed == []
     assert good.module.is_file()
+
+
+def test_the_devices_are_every_id_of_the_rdna1_chips_found_here(sandbox):
+    """An RX 5500 XT (1002:7340, navi14) in the machine: the build is for navi14's ids (amdgpu's pciidlist,
+    host/rdna1_boards.py: 0x7340 0x7341 0x7347 0x734F), named before the source is known."""
+    from sysfs_fixtures import FakeSysroot
+
+    root = FakeSysroot(sandbox.root / "sysroot").kernel(sandbox.kernel)
+    root.os_release("debian", "12", "Debian GNU/Linux 12 (bookworm)")
+    root.pci_device("0000:03:00.0", 0x1002, 0x7340, 0x030000, driver="amdgpu", boot_vga=True)
+    root.pci_device("0000:03:00.1", 0x1002, 0xAB38, 0x040300, driver="snd_hda_intel")
+    navi14 = (
+        "devices 0x7340 0x7341 0x7347 0x734F (every id of the RDNA1 chips found here: navi14 0x7340 at 0000:03:00.0)"
+    )
+    # before the source is known (no --source, no headers in the sysroot): named all the same
+    early = run_cli(sandbox, "--kernel", sandbox.kernel, "--dry-run", "--sysroot", str(root.root))
+    assert early.returncode == 0, early.stderr
+    assert navi14 in early.stdout.splitlines()
+    tree = fake_kernel.make_tree(sandbox.root / "src", version=sandbox.kernel_version)
+    args = ["--kernel", sandbox.kernel, "--source", str(tree), "--dry-run", "--sysroot", str(root.root), "--json"]
+    result = run_cli(sandbox, *args)
+    assert result.returncode == 0, result.stderr
+    planned = json.loads(result.stdout)
+    assert planned["devices"] == planned["render"]["devices"] == ["0x7340", "0x7341", "0x7347", "0x734F"]
+    assert navi14 in planned["plan"]
+    # --device names them instead
+    given = run_cli(sandbox, *args[:-1], "--device", "0x731F")
+    assert "devices 0x731F (as given)" in given.stdout.splitlines(), given.stderr

@@ -131,7 +131,8 @@ FAMILIES = {
         "headers_612",
         NO_EXT_COHERENT,
         ["coarse-mtype"],
-        {"coarse-mtype": "gmc-picks-mtype-no-ext"},
+        # a 6.12 KFD: cwsr-size (on by default, needed) is kept beside the quirk asked for (issue 37)
+        {"coarse-mtype": "gmc-picks-mtype-no-ext", "cwsr-size": "exact-size"},
     ),
     "6.1-never-spelling-ati": (
         "real_source_61",

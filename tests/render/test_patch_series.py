@@ -523,6 +523,18 @@ def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     assert any("rocm-systems/pull/6125" in link for link in evidence["cwsr-size"])
     assert any("rocm-systems/pull/11299" in link for link in evidence["cwsr-size"])
     assert all(q["changes"] for q in catalog)
+    # cwsr-size says what really triggers the failure (issue 37), not a kernel version alone
+    cwsr = catalog[2]
+    for condition in ("6.12", "RHEL", "BO-backed", "SVM", "CONFIG_DEVICE_PRIVATE", "HSA_USE_SVM=0", "#6125"):
+        assert condition in cwsr["scope"], condition
+    assert [n["otherwise"] for n in cwsr["needed_when"]] == [
+        "nothing to fix on this kernel",
+        "upstream already accepts ROCm's size",
+        "upstream already accepts ROCm's size",
+    ]
+    assert cwsr["needed_when"][1]["fact"] == (
+        "kfd_queue.c: kfd_queue_buffer_get() contains `user_addr + size - 1 != mapping->last`"
+    )
     assert all(v["facts"] for q in catalog for v in q["variants"])
     crat = {v["id"]: v["facts"] for v in catalog[0]["variants"]}
     assert crat["largebar-debug-mask"] == [
@@ -538,6 +550,35 @@ def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
         text,
         re.M,
     ), text
+
+
+def test_asking_for_a_quirk_keeps_the_default_on_ones_and_no_quirk_leaves_one_out(tree, tmp_path):
+    # 6.1 (the fake tree): cwsr-size, kept beside an asked quirk where needed, has nothing to fix here: not kept,
+    # and nothing said about a quirk nobody asked for (on 6.12 it is kept: test_patch_series_real)
+    result = run_cli("render", "--source", tree, "--out", tmp_path / "a", "--quirk", "crat-mem", "--json")
+    manifest = json.loads(result.stdout)
+    assert [q["id"] for q in manifest["quirks"]] == ["crat-mem"] and manifest["kept_quirks"] == []
+    assert manifest["left_out"] == []
+    result = run_cli("render", "--source", tree, "--out", tmp_path / "b", "--no-quirk", "coarse-mtype", "--json")
+    manifest = json.loads(result.stdout)
+    assert [q["id"] for q in manifest["quirks"]] == ["crat-mem"] and manifest["declined_quirks"] == ["coarse-mtype"]
+    assert {q["id"]: q["why"] for q in manifest["left_out"]}["coarse-mtype"] == "as asked (--no-quirk coarse-mtype)"
+    # one quirk both asked for and left out: refused in one line, nothing written
+    refused = run_cli(
+        "render", "--source", tree, "--out", tmp_path / "c", "--quirk", "crat-mem", "--no-quirk", "crat-mem"
+    )
+    assert refused.exit_code == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "crat-mem is both asked for and left out" in refused.stderr and not (tmp_path / "c").exists()
+
+
+def test_a_kernel_with_no_bit_on_by_default_says_so_in_one_line(tree, tmp_path):
+    text = run_cli("render", "--source", tree, "--out", tmp_path / "out").stdout
+    said = [line for line in text.splitlines() if "changes nothing" in line]
+    assert said == [
+        "no kernel change needed by default: the patched module changes nothing here until you switch an opt-in "
+        "bit on: crat-mem (0x2), coarse-mtype-vram (0x4), coarse-mtype-host (0x8) "
+        "(`rdna1-kmgr install --quirks MASK`; `rdna1-kmgr doctor` says what to check)"
+    ]
 
 
 def test_render_says_which_facts_chose_each_variant(tree, tmp_path):

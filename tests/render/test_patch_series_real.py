@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
 
 AMD = "drivers/gpu/drm/amd"
@@ -220,3 +221,66 @@ facts = [{ file = "drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd.c", function = "amdg
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "`kgd` (a struct member, in drivers/gpu/drm/amd/amdgpu/amdgpu_rdna1.c)" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+# Issue 37: cwsr-size follows upstream. Debian's 6.12 kfd_queue.c, read by hand: kfd_queue_buffer_get refuses a
+# BO mapping whose last page is not exactly `user_addr + size - 1`, and kfd_queue_ctx_save_restore_size sizes
+# gfx10+ for `cu_num * 32` waves. Where upstream accepts a covering mapping (as its SVM path does) or sizes gfx10
+# for simd_per_cu * max_waves_per_simd waves, stock KFD takes ROCm's size: nothing left for the quirk to do.
+QUEUE = f"{AMD}/amdkfd/kfd_queue.c"
+
+
+def replaced(old: bytes, new: bytes):
+    def change(data: bytes) -> bytes:
+        assert data.count(old) == 1, old
+        return data.replace(old, new)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "old, new, fact",
+    [
+        (
+            b"user_addr + size - 1 != mapping->last",
+            b"user_addr + size - 1 > mapping->last",
+            "kfd_queue.c: kfd_queue_buffer_get() does not contain `user_addr + size - 1 != mapping->last`",
+        ),
+        (
+            b": cu_num * 32;",
+            b": cu_num * props->simd_per_cu * props->max_waves_per_simd;",
+            "kfd_queue.c does not contain `cu_num * 32;`",
+        ),
+    ],
+    ids=["covering-mapping", "sized-for-40-waves"],
+)
+def test_where_upstream_accepts_rocms_size_cwsr_size_is_left_out_in_one_line(real_source_612, tmp_path, old, new, fact):
+    from click.testing import CliRunner
+
+    from rdna1_kmgr.cli import main
+
+    tree = derived_tree(real_source_612, tmp_path / "linux", {QUEUE: replaced(old, new)})
+    result = CliRunner().invoke(main, ["render", "--source", str(tree), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    left = [line for line in result.stdout.splitlines() if "left out" in line]
+    assert left == [f"quirk cwsr-size left out: upstream already accepts ROCm's size: {fact}"]
+    manifest = Manifest.read(tmp_path / "out" / "manifest.json")
+    assert manifest.quirk_ids == ["crat-mem", "coarse-mtype"]  # the rest renders (opt-in, carried)
+    patched = patched_copy(tree, tmp_path / "out", tmp_path / "patched")
+    assert "rdna1" not in (patched / QUEUE).read_text()
+    # nothing on by default is left: the build says so before the compile
+    assert manifest.bits_on == ()
+    assert any("changes nothing here until you switch an opt-in bit on" in line for line in result.stdout.splitlines())
+
+
+def test_asking_for_one_quirk_on_6_12_keeps_cwsr_size_and_says_so(real_source_612, tmp_path):
+    manifest = render(real_source_612, tmp_path / "out", ["crat-mem"])
+    assert manifest.quirk_ids == ["crat-mem", "cwsr-size"]
+    assert manifest.bits_on == ("cwsr-size",) and manifest.asked_quirks == ("crat-mem",)
+    assert manifest.notes() == [
+        "quirk cwsr-size kept: on by default and needed on this kernel (leave it out with --no-quirk cwsr-size)"
+    ]
+    # leaving it out takes --no-quirk, and says so
+    manifest = render(real_source_612, tmp_path / "out2", ["crat-mem"], without=["cwsr-size"])
+    assert manifest.quirk_ids == ["crat-mem"] and manifest.declined_quirks == ("cwsr-size",)
+    assert manifest.notes()[0] == "quirk cwsr-size left out: as asked (--no-quirk cwsr-size)"
