@@ -30,6 +30,7 @@ COMMANDS = {
     "profile": "profile:profile",
     "follow": "follow:follow",
     "hooks": "hooks:hooks",
+    "report": "report:report",
 }
 
 

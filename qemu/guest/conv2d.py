@@ -15,7 +15,10 @@ cannot run, {"error": ...} and exit code 3.
 this same file): stages in order, stopping after the first that fails: smoke (a tensor to the GPU and back, a sum,
 a matmul), conv2d (kernel sizes 1-11 forward and backward, on both
 sides of 42x42), variants (stride 2, dilation, groups, depthwise, ConvTranspose2d, channels_last), batchnorm (a
-training step), fp16 (where the device has it) and sustained (a short loop). `--cudnn`/`--benchmark` set
+training step), fp16 (where the device has it), int8 (torch._int_mm: hipBLASLt, which has no gfx101X code by
+design, so a hipBLASLt failure there is a case not applicable, not a failure), sustained (a short loop) and
+triton (torch.compile with the inductor backend, whose kernels Triton generates: skipped with its reason where
+Triton is absent). `--cudnn`/`--benchmark` set
 torch.backends.cudnn (MIOpen on ROCm). With `--events` every case start, result and a heartbeat (each second)
 is a line `@@rdna1-kmgr {json}` as it happens, so the host can tell a slow first-run MIOpen compilation (its
 cache grows) from a hang; the report, the last line, also carries the versions (torch, HIP, rocm-sdk-core,
@@ -33,6 +36,7 @@ memory type, stale or torn reads) corrupts whole lines of data, errors of order 
 import argparse
 import copy
 import json
+import re
 import sys
 import threading
 import time
@@ -329,8 +333,86 @@ def experiment_stages(torch, quick: bool) -> list:
                 for k in (1, 3, 5)
             ],
         ),
+        ("int8", [("int8 matmul", lambda d: int8_cases(torch, d))]),
         ("sustained", [("sustained", lambda d: sustained_case(torch, d, 5 if quick else 50))]),
+        ("triton", [("triton", lambda d: triton_cases(torch, d))]),
     ]
+
+
+# int8 matrix products go through hipBLASLt (PyTorch's int8_gemm on ROCm), which TheRock does not build for gfx101X
+# (TheRock #1062) and Debian ships without gfx1010 code: its failure there is a documented absence. hipBLASLt's
+# and PyTorch's own words for it: a hipBLASLt/rocBLASLt error, or cuBLASLt's status under HIP's name.
+NO_HIPBLASLT = re.compile(
+    r"hipblaslt|rocblaslt|cublasLt|HIPBLAS_STATUS_NOT_SUPPORTED|HIPBLAS_STATUS_ARCH_MISMATCH", re.I
+)
+NO_HIPBLASLT_WHY = "int8 matrix products need hipBLASLt, which is not built for gfx101X (TheRock #1062)"
+
+
+def int8_cases(torch, device) -> list:
+    """torch._int_mm (int8 x int8 -> int32) on the device against the CPU's integer product, exact."""
+    gen = torch.Generator().manual_seed(SEED)
+    a = torch.randint(-8, 8, (32, 64), generator=gen, dtype=torch.int8)
+    b = torch.randint(-8, 8, (64, 32), generator=gen, dtype=torch.int8)
+    want = a.to(torch.int32) @ b.to(torch.int32)
+    try:
+        got = torch._int_mm(a.to(device), b.to(device))
+    except Exception as err:  # noqa: BLE001 - hipBLASLt's absence is the expected answer on gfx101X
+        text = f"{type(err).__name__}: {err}".strip()
+        if not NO_HIPBLASLT.search(text):
+            raise
+        return [
+            {
+                "case": "int8 matmul",
+                "max_abs_err": None,
+                "ok": True,
+                "outcome": "not-applicable",
+                "why": NO_HIPBLASLT_WHY,
+                "error": text[:2000],
+            }
+        ]
+    return [compare(torch, "int8 matmul", got, want, rtol=0.0, atol=0.0)]
+
+
+# torch.compile without a Triton to generate kernels with: inductor's own words (torch._inductor.exc.TritonMissing)
+# and dynamo's for a backend it does not have (InvalidBackend).
+NO_TRITON = re.compile(
+    r"TritonMissing|Cannot find a working triton installation|No module named 'triton'|Invalid backend"
+)
+
+
+def triton_cases(torch, device) -> list:
+    """A small conv + ReLU and a matmul + GELU compiled by torch.compile's inductor backend (Triton kernels on
+    ROCm: the fused epilogues, the softmax), each against the CPU's eager result. Skipped with its reason where
+    Triton is absent: `import triton` fails, or torch.compile raises for lack of it."""
+    try:
+        import triton  # noqa: F401 - only whether it is there
+    except Exception as err:  # noqa: BLE001 - any import failure means "no Triton"
+        return [_skipped("triton", f"no Triton: import triton failed ({type(err).__name__}: {err})")]
+    gen = torch.Generator().manual_seed(SEED)
+    x, w, b = torch.randn(2, 8, 17, 17, generator=gen), torch.randn(16, 8, 3, 3, generator=gen) * 0.1, torch.randn(16)
+    m, n = torch.randn(64, 96, generator=gen), torch.randn(96, 48, generator=gen)
+
+    def conv(x, w, b):
+        return torch.nn.functional.conv2d(x, w, b, padding=1).relu()
+
+    def matmul(m, n):
+        return torch.softmax(torch.nn.functional.gelu(m @ n), dim=-1)
+
+    cases = []
+    for name, fn, args in (("triton conv2d relu", conv, (x, w, b)), ("triton matmul gelu softmax", matmul, (m, n))):
+        try:
+            got = torch.compile(fn, backend="inductor")(*(a.to(device) for a in args))
+        except Exception as err:  # noqa: BLE001 - no backend is a skip; anything else is the finding
+            text = f"{type(err).__name__}: {err}".strip()
+            if NO_TRITON.search(text):
+                return [_skipped("triton", f"no Triton: torch.compile raised {text[:300]}")]
+            raise
+        cases.append(compare(torch, name, got, fn(*args)))
+    return cases
+
+
+def _skipped(name: str, why: str) -> dict:
+    return {"case": name, "max_abs_err": None, "ok": True, "outcome": "skipped", "why": why}
 
 
 def run_experiment(torch, device, args) -> dict:

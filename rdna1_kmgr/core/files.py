@@ -70,10 +70,11 @@ def open_private_log(path: Path):
     return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
     """Replace `path` with `data`, atomically and durably, with `mode` whatever the umask. The temporary file
     has an unguessable name and is created O_EXCL|O_NOFOLLOW: a link planted beside `path` is never written
-    through."""
+    through, and a link at `path` is replaced, not followed. `owner` (uid, gid): the file is theirs (a file root
+    writes for the user who ran sudo)."""
     for _ in range(8):
         tmp = path.with_name(f".{path.name}.rdna1-kmgr-{secrets.token_hex(8)}")
         try:
@@ -85,6 +86,8 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
     try:
         with os.fdopen(fd, "wb") as out:
+            if owner is not None:
+                os.fchown(out.fileno(), *owner)
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
@@ -94,10 +97,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     fsync_dir(path.parent)
 
 
-def write_json(path: Path, value, indent: int | None = None, sort_keys: bool = False) -> None:
+def write_json(
+    path: Path, value, indent: int | None = None, sort_keys: bool = False, owner: tuple[int, int] | None = None
+) -> None:
     """Replace `path` with `value` as JSON and a closing newline, through write_atomic. indent and sort_keys are
     json.dumps's: each kind of record keeps the layout its files already have on disk."""
-    write_atomic(path, (json.dumps(value, indent=indent, sort_keys=sort_keys) + "\n").encode())
+    write_atomic(path, (json.dumps(value, indent=indent, sort_keys=sort_keys) + "\n").encode(), owner=owner)
 
 
 def move_into_place(made: Path, path: Path) -> None:

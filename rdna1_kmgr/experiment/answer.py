@@ -59,19 +59,25 @@ def dead_end(detail: str) -> str:
 
 
 def host_row(result: HostResult) -> Row:
-    where = f"{result.stage}: {result.case}" if result.stage and result.case else (result.stage or "-")
-    if result.outcome == NOT_RUN:
-        where = f"precondition: {result.detail}"
+    return record_row(result.to_json())
+
+
+def record_row(cell: dict) -> Row:
+    """A host cell as the record keeps it (HostResult.to_json) as a row of the table."""
+    stage, case = cell.get("stage"), cell.get("case")
+    where = f"{stage}: {case}" if stage and case else (stage or "-")
+    if cell["outcome"] == NOT_RUN:
+        where = f"precondition: {cell.get('detail', '')}"
     return Row(
-        result.cell.id,
+        cell["cell"],
         "as running",
-        result.cell.profile.name,
-        result.cell.backend.name,
-        result.outcome,
+        cell["profile"],
+        cell["backend"],
+        cell["outcome"],
         where,
-        result.max_error,
-        result.seconds,
-        result.detail,
+        cell.get("max_error"),
+        cell.get("seconds"),
+        cell.get("detail", ""),
     )
 
 

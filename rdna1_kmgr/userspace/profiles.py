@@ -16,8 +16,9 @@ SOLVER_FAMILIES = ("GEMM", "IMPLICIT_GEMM", "DIRECT", "WINOGRAD", "FFT")
 FALLBACK_FAMILY = "DIRECT"
 SOLVER_PREFIX = "MIOPEN_DEBUG_CONV_"
 OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
-# Variables a profile may touch: what the experiment varies, nothing that could reach a shell unquoted.
-_NAME = re.compile(r"^(HSA|HIP|ROC|ROCR|MIOPEN|PYTORCH|AMD)_[A-Z0-9_]+$")
+# Variables a profile may touch: what the experiment varies, nothing that could reach a shell unquoted. AMDGCN_:
+# Triton's AMD backend (AMDGCN_USE_BUFFER_OPS, the triton stage's profile); its other AMDGCN_ variables only dump.
+_NAME = re.compile(r"^(HSA|HIP|ROC|ROCR|MIOPEN|PYTORCH|AMD|AMDGCN)_[A-Z0-9_]+$")
 _VALUE = re.compile(r"^[A-Za-z0-9._,:+-]*$")
 
 

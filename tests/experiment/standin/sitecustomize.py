@@ -4,11 +4,15 @@ each cell does, by the cell id the experiment gives the workload (RDNA1_KMGR_CEL
 
     {"kmsg": "<the fake /dev/kmsg>", "log": "<a JSON-lines file of what each cell saw>",
      "cells": {"<profile>/<backend>": {"do": "pass|wrong|raise|abort|hang|compile|ring|reset-failed|no-gpu",
-                                        "at": "<case name prefix>", "message": "<error text>"}},
+                                        "at": "<case name prefix>", "message": "<error text>",
+                                        "triton": true}},
      "by_cmdline": {"<a word of /proc/cmdline>": {the same, for every cell of a boot with that word}}}
 
 Tensors "on the GPU" are CPU tensors; what comes back to the host (Tensor.cpu) is where "wrong" adds 1.
 The other behaviours act when the workload moves a tensor to the GPU during the case named by "at".
+"triton": a Triton is there in the triton stage (an empty `triton` module) and torch.compile returns the function as it is (the
+CPU build has no Triton, and inductor's C++ compilation would take minutes here); without it the workload
+finds no Triton, as on a real CPU build.
 """
 
 import importlib.util
@@ -60,7 +64,7 @@ if SCRIPT and importlib.util.find_spec("torch") is not None:
                 cache_before=sorted(os.listdir(cache)),
                 cudnn=torch.backends.cudnn.enabled,
                 benchmark=torch.backends.cudnn.benchmark,
-                env={k: v for k, v in os.environ.items() if k.startswith(("MIOPEN_DEBUG", "HSA_", "ROC_"))},
+                env={k: v for k, v in os.environ.items() if k.startswith(("MIOPEN_DEBUG", "HSA_", "ROC_", "AMDGCN_"))},
             )
             with open(os.path.join(db, f"gfx1010_18.{CELL.replace('/', '--')}.udb.txt"), "w") as out:
                 out.write(CELL)
@@ -115,6 +119,27 @@ if SCRIPT and importlib.util.find_spec("torch") is not None:
         return out
 
     torch.Tensor.to, torch.Tensor.cpu = to, cpu
+    if DOES.get("triton"):
+        import importlib.abc
+        import importlib.machinery
+
+        class TritonInItsStage(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            """`import triton` finds an empty module during the workload's triton stage only: torch itself looks
+            for Triton too (torch.optim does) and would go on into triton.language."""
+
+            def find_spec(self, name, path=None, target=None):
+                if name == "triton" and current_case().startswith("triton"):
+                    return importlib.machinery.ModuleSpec(name, self)
+                return None
+
+            def create_module(self, spec):
+                return None
+
+            def exec_module(self, module):
+                pass
+
+        sys.meta_path.insert(0, TritonInItsStage())
+        torch.compile = lambda fn=None, **options: fn
     torch.Tensor.cuda = lambda self, *a, **k: to(self, "cuda")
     torch.cuda.is_available = lambda: DOES["do"] != "no-gpu"  # "no-gpu": a torch that sees no GPU
     torch.cuda.get_device_name = lambda *a: "AMD Radeon RX 5600 XT (stand-in)"

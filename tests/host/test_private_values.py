@@ -1,0 +1,26 @@
+"""The private values of a machine and their redaction: values replaced only where they stand alone, longest
+first; firmware placeholders and short values left alone."""
+
+from sysfs_fixtures import FakeSysroot
+
+from rdna1_kmgr.host import private_values
+
+
+def test_redaction_keeps_words_that_only_contain_a_value():
+    hidden = private_values.PrivateValues((("/home/al", "<home>"), ("vm", "<host>"), ("al", "<user>")))
+    said = "run `vm-test` in /home/alice as al; the host vm; /home/al/venv"
+    assert hidden.redact(said) == "run `vm-test` in /home/alice as <user>; the host <host>; <home>/venv"
+
+
+def test_values_are_collected_from_the_sysroot(tmp_path):
+    tree = FakeSysroot(tmp_path / "root").users(("bob", 1000, []), ("sshd", 105, []))
+    tree.file("etc/hostname", "bob-laptop.lan\n").file("sys/class/dmi/id/product_serial", "To Be Filled By O.E.M.\n")
+    tree.file("sys/class/dmi/id/board_serial", "0\n").file("sys/class/net/lo/address", "00:00:00:00:00:00\n")
+    values = dict(private_values.collect(tree.root).values)
+    assert values == {
+        "/home/bob": "<home>",
+        str(tree.root / "home/bob"): "<home>",
+        "bob": "<user>",
+        "bob-laptop.lan": "<host>",
+        "bob-laptop": "<host>",
+    }  # sshd is a system user; the placeholder, "0" and the loopback's zero address are no one's
