@@ -38,6 +38,7 @@ from typing import IO
 
 from rdna1_kmgr.core import keeper
 from rdna1_kmgr.core.errors import HostError, KmgrError
+from rdna1_kmgr.core import trust
 from rdna1_kmgr.core.owner import ROOT_PATH, Owner
 
 log = logging.getLogger("rdna1_kmgr.runner")
@@ -70,15 +71,19 @@ SYSTEM_PROGRAMS = "/usr/local/sbin:/usr/sbin:/sbin"
 
 def include_system_programs() -> None:
     """Add SYSTEM_PROGRAMS to this process's PATH where missing: what the tool runs (DKMS's own programs too)
-    finds them. A user's after their own folders; root's before every other (ROOT_PATH, then the caller's
-    absolute folders): a `modprobe` or `dkms` early on a PATH that sudo -E or a root shell passed on is not the
-    one root runs. The command line does it once, at the start."""
+    finds them, after the caller's own folders. Under root only the caller's folders that root alone can change
+    stay (absolute, owned by root, writable by nobody else, as core/trust.py checks): a `modprobe` or `dkms` in a
+    user's folder that sudo -E or a root shell passed on is never the one root runs, while a folder root itself
+    put first (a test's stand-in programs, a prefix of its own) keeps its place. The command line does it once,
+    at the start."""
     path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
     if os.geteuid() == 0:
-        system = ROOT_PATH.split(os.pathsep)
-        path = system + [d for d in path if d not in system and os.path.isabs(d)]
+        path = [d for d in path if os.path.isabs(d) and os.path.isdir(d) and trust.untrusted(d, trust.ROOT) is None]
+        wanted = ROOT_PATH.split(os.pathsep)
     else:
-        path += [d for d in SYSTEM_PROGRAMS.split(os.pathsep) if d not in path]
+        wanted = SYSTEM_PROGRAMS.split(os.pathsep)
+    path = list(dict.fromkeys(path))
+    path += [d for d in wanted if d not in path]
     os.environ["PATH"] = os.pathsep.join(path)
 
 

@@ -212,17 +212,26 @@ def test_the_system_program_folders_come_after_a_users_own(monkeypatch):
     assert os.environ["PATH"] == "/opt/x/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/sbin"
 
 
-def test_under_root_the_system_folders_come_before_the_callers(monkeypatch, tmp_path):
+def test_under_root_a_folder_someone_else_can_change_leaves_path(monkeypatch, tmp_path):
     """The attack: a root shell (or `sudo -E`) with a user's folder first on PATH, holding a `modinfo` of theirs.
-    Under root the system's folders (Debian's root PATH) come first and relative folders go: the real one runs."""
+    Under root that folder goes (and relative ones), root's own folders keep their order, and Debian's root PATH
+    is there after them: the real modinfo runs."""
     if os.geteuid() != 0:
         pytest.skip("root's PATH")
-    planted = tmp_path / "bin"
-    planted.mkdir()
-    (planted / "modinfo").write_text("#!/bin/sh\necho planted\n")
-    (planted / "modinfo").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{planted}:.:/usr/games")
+    users = tmp_path / "home-bin"
+    users.mkdir()
+    (users / "modinfo").write_text("#!/bin/sh\necho planted\n")
+    (users / "modinfo").chmod(0o755)
+    os.chown(users, 65534, 65534)  # nobody's, as a user's ~/bin is the user's
+    roots = tmp_path / "roots-bin"
+    roots.mkdir(mode=0o755)
+    monkeypatch.setenv("PATH", f"{users}:.:{roots}:/usr/games:{roots}")
     runner.include_system_programs()
-    assert os.environ["PATH"] == f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:{planted}:/usr/games"
-    if runner.which("modinfo") in ("/usr/sbin/modinfo", "/sbin/modinfo"):
-        assert "planted" not in runner.run(["modinfo", "--version"]).stdout
+    assert os.environ["PATH"] == f"{roots}:/usr/games:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert "planted" not in runner.run(["modinfo", "--version"]).stdout
+    group_writable = tmp_path / "shared-bin"
+    group_writable.mkdir()
+    group_writable.chmod(0o775)
+    monkeypatch.setenv("PATH", f"{group_writable}:/usr/bin")
+    runner.include_system_programs()
+    assert str(group_writable) not in os.environ["PATH"].split(os.pathsep)
