@@ -32,7 +32,8 @@ from rdna1_kmgr.doctor.report import run, text_lines
 def doctor(as_json, sysroot, pythons, user_name):
     """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION, gfx1010 code in PyTorch and ROCm (TheRock's
     split wheels too), the CWSR queue check, mixed stacks, MIOpen settings, PCIe atomics, hangs. Reads only."""
-    result = run(user_input.existing_dir(sysroot, "sysroot"), list(pythons), user_name)
+    sysroot = user_input.existing_dir(sysroot, "sysroot")
+    result = run(sysroot, list(pythons), user_input.user_name(user_name) if user_name else None)
     if as_json:
         emit_json(result)
     else:

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.trust import untrusted
+from rdna1_kmgr.core.user_input import USER_NAME
 
-# useradd's rule (shadow's is_valid_user_name), less a leading digit or dot: what SUDO_USER or a plan may hold.
-USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 NUMBER = re.compile(r"[0-9]{1,10}")
 # The owner's programs get a PATH of a login's system folders (Debian's /etc/profile), not root's.
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -76,15 +75,26 @@ def of_entry(entry: pwd.struct_passwd) -> Owner:
     return Owner(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
 
 
+def sudo_name() -> str | None:
+    """SUDO_USER, when root runs through sudo: a user name by useradd's rule (full match), or a HostError in one
+    line; None when this process is not root or not run through sudo. The one place SUDO_USER is read."""
+    if os.geteuid() != 0:
+        return None
+    name = os.environ.get("SUDO_USER")
+    if name is not None and not USER_NAME.fullmatch(name):
+        raise HostError(f"SUDO_USER={name!r} does not name a user", "run the command through sudo from your own login")
+    return name
+
+
 def invoking() -> Owner | None:
     """The user who asked: the one behind sudo (checked), or this process's user when it is not root. None for
     root not through sudo: then the venv's owner is the owner (of_python)."""
     if os.geteuid() != 0:
         return of_entry(pwd.getpwuid(os.geteuid()))
-    name, uid = os.environ.get("SUDO_USER"), os.environ.get("SUDO_UID")
+    name, uid = sudo_name(), os.environ.get("SUDO_UID")
     if name is None:
         return None
-    if not (USER_NAME.fullmatch(name) and uid is not None and NUMBER.fullmatch(uid)):
+    if not (uid is not None and NUMBER.fullmatch(uid)):
         raise HostError(
             f"SUDO_USER={name!r} SUDO_UID={uid!r} do not name a user",
             "run the command through sudo from your own login",
@@ -99,6 +109,12 @@ def invoking() -> Owner | None:
             "run the command through sudo from your own login",
         )
     return of_entry(entry)
+
+
+def invoking_home() -> Path:
+    """The home of the user who asked (invoking), root's own when root runs the tool directly."""
+    who = invoking()
+    return Path(who.home) if who else Path.home()
 
 
 def venv_root(python: str | Path) -> Path:

@@ -3,20 +3,18 @@
 Each root can be moved with an environment variable (tests do). Every root is checked before its first use,
 moved or not (M4 of issue 40): an absolute path, no symbolic link on the way, every existing folder on the way
 owned by root (or by the user running the tool, when that is not root: it can only harm itself) and not writable
-by group or others. One exception, as systemd's and OpenSSH's checks make it: an ancestor that is writable by
-others but sticky and owned by root (/tmp, 1777) is accepted, since nobody but its owner can rename or remove an
-entry in it; the root itself never. A folder that does not exist yet is made by the tool, root's, under a
-checked parent.
+by group or others, a sticky root-owned folder above it (/tmp) excepted: core/trust.py's check, the same as for
+the commands root runs. A folder that does not exist yet is made by the tool, root's, under a checked parent.
 
 State and log roots are private: make_dirs creates them and every folder under them 0700 (journals, backups,
 plans and logs are root's alone); the cache stays 0755 (apt's sandbox user writes below it).
 """
 
 import os
-import stat
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.core.trust import untrusted
 
 STATE_ENV = "RDNA1_KMGR_STATE"
 CACHE_ENV = "RDNA1_KMGR_CACHE"
@@ -45,32 +43,13 @@ def check_root(path: Path, env: str) -> None:
 
 
 def root_problem(path: Path) -> str | None:
-    """What makes `path` unsafe as a root the tool writes under, or None."""
+    """What makes `path` unsafe as a root the tool writes under, or None: core/trust.py's check, trusting root
+    and the caller, refusing links, passing what the tool will make."""
     if not path.is_absolute():
         return "not an absolute path"
     if ".." in path.parts:
         return "it holds '..'"
-    trusted = {0, os.geteuid()}
-    probe = Path("/")
-    for part in path.parts[1:] + ("",):
-        try:
-            info = os.lstat(probe)
-        except FileNotFoundError:
-            return None  # made later by the tool, under the checked folders before it
-        if stat.S_ISLNK(info.st_mode):
-            return f"{probe} is a symbolic link"
-        if not stat.S_ISDIR(info.st_mode):
-            return f"{probe} is not a folder"
-        if info.st_uid not in trusted:
-            return f"{probe} is owned by uid {info.st_uid}, not root"
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            sticky_ancestor = probe != path and info.st_mode & stat.S_ISVTX and info.st_uid == 0
-            if not sticky_ancestor:
-                return f"{probe} is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
-        if not part:
-            return None
-        probe = probe / part
-    return None
+    return untrusted(path, frozenset({0, os.geteuid()}), links=False, missing_ok=True, folder=True)
 
 
 def state_dir() -> Path:

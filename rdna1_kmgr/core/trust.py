@@ -2,9 +2,10 @@
 
 A file is only as safe as every folder above it: whoever can write to a folder can rename the file away and put
 their own in its place. So the file and each folder up to / must be owned by a trusted user and writable by no
-group and no other. One exception: a folder root owns with the sticky bit (/tmp, /var/tmp) lets only an entry's
-owner rename or remove that entry, so its being writable by all gives nobody a hold on what a trusted user keeps
-there. Symbolic links on the way are checked where they are (their owner) and where they lead (the real path).
+group and no other. One exception, as systemd's and OpenSSH's checks make it: a folder above the path that root
+owns with the sticky bit (/tmp, /var/tmp) lets only an entry's owner rename or remove that entry, so its being
+writable by all gives nobody a hold on what a trusted user keeps there; the path itself never. Symbolic links on
+the way are checked where they are (their owner) and where they lead (the real path), or refused.
 
 What root's units, kernel hooks and apt's Post-Invoke line call is checked so too, for root alone
 (`this_command`, `trusted_command`): a copy of the tool in a user's venv or in /tmp is no command for root.
@@ -23,25 +24,49 @@ from rdna1_kmgr.core.errors import HostError
 ROOT = frozenset({0})
 
 
-def untrusted(path: str | Path, uids: frozenset[int]) -> str | None:
+def untrusted(
+    path: str | Path,
+    uids: frozenset[int],
+    *,
+    links: bool = True,
+    missing_ok: bool = False,
+    folder: bool = False,
+) -> str | None:
     """Why someone outside `uids` could change `path` (a file or a folder), in a few words naming the culprit
-    folder; None when nobody can."""
+    folder; None when nobody can. The one walk every such check makes (the owner's venv, root's commands, the
+    roots the tool writes under, the signing key's folder), from / down, its callers differing only in:
+
+    - `links`: a symbolic link on the way is checked where it is (its owner) and where it leads (the real
+      path); with links=False it is refused outright (a root the tool writes under);
+    - `missing_ok`: a part that does not exist yet passes (the tool makes it, under the folders checked);
+    - `folder`: `path` itself must be a folder (every part above it always must).
+    """
+    path = Path(os.path.abspath(path))
+    chains = [path, Path(os.path.realpath(path))] if links else [path]
     seen: set[Path] = set()
-    for start in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
-        for current in (start, *start.parents):
+    for chain in chains:
+        for current in (*reversed(chain.parents), chain):
             if current in seen:
                 continue
             seen.add(current)
             try:
                 info = os.lstat(current)
+            except FileNotFoundError as err:
+                if missing_ok:
+                    break  # nor is anything below it
+                return f"{current}: {err.strerror}"
             except OSError as err:
                 return f"{current}: {err.strerror}"
+            if stat.S_ISLNK(info.st_mode) and not links:
+                return f"{current} is a symbolic link"
             if info.st_uid not in uids:
                 return f"{current} is owned by {user_name(info.st_uid)}"
             if stat.S_ISLNK(info.st_mode):
                 continue  # a link's own mode means nothing; where it leads is the real path's check
-            sticky = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX and info.st_uid == 0
-            if info.st_mode & 0o022 and not sticky:
+            if (current != chain or folder) and not stat.S_ISDIR(info.st_mode):
+                return f"{current} is not a folder"
+            sticky_ancestor = current != chain and info.st_mode & stat.S_ISVTX and info.st_uid == 0
+            if info.st_mode & 0o022 and not sticky_ancestor:
                 who = "all users" if info.st_mode & 0o002 else "its group"
                 return f"{current} is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o})"
     return None

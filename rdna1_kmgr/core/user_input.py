@@ -9,6 +9,9 @@ from rdna1_kmgr.core.errors import UsageError
 _KREL = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?[A-Za-z0-9.+_~-]*")
 # domain:bus:device.function, as sysfs names PCI devices.
 _BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]")
+# useradd's rule (shadow's is_valid_user_name), less a leading digit or dot: what SUDO_USER, --user or a plan
+# may hold.
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 
 
 def kernel_release(value: str) -> str:
@@ -60,3 +63,9 @@ def existing_dir(value: str | Path, what: str) -> Path:
     if not path.is_dir():
         raise UsageError(f"{what} {str(path)!r} is not a directory", "check the path")
     return path.resolve()
+
+
+def user_name(value: str, what: str = "--user") -> str:
+    if not USER_NAME.fullmatch(value):
+        raise UsageError(f"{what} {value!r} is not a user name", "give a login name as /etc/passwd has it")
+    return value

@@ -16,6 +16,7 @@ name their target, which is how ROCm itself picks them.
 
 from __future__ import annotations
 
+import io
 import mmap
 import re
 import struct
@@ -23,6 +24,8 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rdna1_kmgr.core import user_files
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_MAGIC = b"CCOB"
@@ -134,11 +137,12 @@ class CodeObjects:
         }
 
 
-def scan_binary(path: Path) -> CodeObjects:
-    """Every bundle, compressed bundle and (for a bare code object) the ELF processor in one file."""
+def scan_binary(path: Path, within: Path | None = None) -> CodeObjects:
+    """Every bundle, compressed bundle and (for a bare code object) the ELF processor in one file; a file of a
+    user's venv only when its real path is inside `within` (core/user_files.py)."""
     found = CodeObjects()
     try:
-        with open(path, "rb") as handle:
+        with user_files.open_binary(path, within) as handle:
             head = handle.read(64)
             if not head:
                 return found
@@ -268,7 +272,16 @@ def inflate_head(method: int, stream) -> bytes:
         import zstandard
     except ImportError:
         raise RuntimeError("zstd-compressed; the Python module zstandard is needed to read it") from None
-    return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(stream))[:_INFLATE_LIMIT]
+    # A stream reader stops at the limit: a few KB of zstd can stand for gigabytes (RLE blocks), and the frame's
+    # declared size is the writer's word, so neither decompress() nor max_output_size bounds what it makes.
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(stream))) as reader:
+        head = bytearray()
+        while len(head) < _INFLATE_LIMIT:
+            block = reader.read(_INFLATE_LIMIT - len(head))
+            if not block:
+                break
+            head += block
+    return bytes(head)
 
 
 def targets_in_name(name: str) -> list[str]:

@@ -15,6 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core import owner as owners
 from rdna1_kmgr.doctor import code_objects
 from rdna1_kmgr.doctor.finding import Finding
 
@@ -112,13 +113,14 @@ def invoking_home(sysroot: Path) -> Path | None:
 def invoking_user(sysroot: Path, name: str | None = None) -> User | None:
     """The user doctor speaks for: `name`, else SUDO_USER under sudo, else who runs it. Read from the
     sysroot's /etc/passwd and /etc/group (on / the system's databases, which may be LDAP too)."""
-    if name is None:
-        name = os.environ.get("SUDO_USER") if os.geteuid() == 0 else None
     on_host = sysroot.resolve() == Path("/")
-    if name is None:
-        if not on_host:
+    if name is None and on_host:
+        who = owners.invoking()  # sudo's user, checked against SUDO_UID and the password database
+        name = who.name if who else pwd.getpwuid(os.getuid()).pw_name
+    elif name is None:
+        name = owners.sudo_name()  # a fixture tree: looked up in its own /etc/passwd below
+        if name is None:
             return None
-        name = pwd.getpwuid(os.getuid()).pw_name
     if on_host:
         try:
             entry = pwd.getpwnam(name)

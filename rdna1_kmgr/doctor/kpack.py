@@ -22,6 +22,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core import user_files
 from rdna1_kmgr.doctor import msgpack_data
 
 KPACK_MAGIC = b"KPAK"
@@ -75,10 +76,10 @@ class KpackRef:
         return {"library": str(self.library), "search_paths": list(self.search_paths), "kernel_name": self.kernel_name}
 
 
-def read_archive(path: Path) -> KpackArchive:
-    """The header and table of contents of one .kpack file."""
+def read_archive(path: Path, within: Path | None = None) -> KpackArchive:
+    """The header and table of contents of one .kpack file (of a user's venv: only inside `within`)."""
     try:
-        with open(path, "rb") as handle:
+        with user_files.open_binary(path, within) as handle:
             header = handle.read(16)
             if len(header) < 16 or header[:4] != KPACK_MAGIC:
                 return _broken(path, "not a kpack archive (no KPAK header)")
@@ -111,15 +112,18 @@ def _broken(path: Path, why: str) -> KpackArchive:
     return KpackArchive(path, "?", "?", (), (), 0, why)
 
 
-def archives_in(folder: Path) -> list[KpackArchive]:
+def archives_in(folder: Path, within: Path | None = None) -> list[KpackArchive]:
     """Every archive of a `.kpack` folder, by name."""
-    return [read_archive(p) for p in sorted(folder.glob("*.kpack")) if p.is_file()] if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return [read_archive(p, within) for p in sorted(folder.glob("*.kpack")) if p.is_file()]
 
 
-def marker(library: Path) -> KpackRef | None:
-    """The `.rocm_kpack_ref` section of a 64-bit little-endian ELF library, None when it has none."""
+def marker(library: Path, within: Path | None = None) -> KpackRef | None:
+    """The `.rocm_kpack_ref` section of a 64-bit little-endian ELF library, None when it has none (or when the
+    library of a user's venv leads out of `within`)."""
     try:
-        with open(library, "rb") as handle:
+        with user_files.open_binary(library, within) as handle:
             head = handle.read(64)
             if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
                 return None

@@ -63,7 +63,7 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     installs = rocm_libraries.find_installs(rocm_libraries.lib_dirs(sysroot), processors)
     found += rocm_libraries.findings(installs, processor, loads, bundled, any(b.hip for b in builds))
 
-    sdks = [s for s in (therock_wheels.find(site) for site in sites) if s is not None]
+    sdks = [s for s in (therock_wheels.find(site, torch_builds.venv_of(site)) for site in sites) if s is not None]
     found += queue_cwsr.findings(
         device is not None,
         facts.kernel_release,

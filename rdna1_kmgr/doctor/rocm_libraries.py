@@ -129,9 +129,9 @@ def lib_dirs(sysroot: Path) -> list[Path]:
     return found
 
 
-def find_installs(folders: list[Path], processors: tuple[str, ...]) -> list[Install]:
+def find_installs(folders: list[Path], processors: tuple[str, ...], within: Path | None = None) -> list[Install]:
     """Every family installed in one of `folders`, read for code objects; files naming one of `processors`
-    are opened to confirm their name."""
+    are opened to confirm their name. In a user's venv, only files whose real path is inside `within`."""
     installs = []
     for folder in folders:
         for family in FAMILIES:
@@ -140,25 +140,25 @@ def find_installs(folders: list[Path], processors: tuple[str, ...]) -> list[Inst
                 continue
             install = Install(family, folder, libraries)
             for library in libraries:
-                install.code.add(code_objects.scan_binary(library))
+                install.code.add(code_objects.scan_binary(library, within))
             for data in family.data:
-                _read_data_folder(install, (folder / data), processors)
-            _read_archives(install, processors)
+                _read_data_folder(install, (folder / data), processors, within)
+            _read_archives(install, processors, within)
             installs.append(install)
     return installs
 
 
-def _read_archives(install: Install, processors: tuple[str, ...]) -> None:
+def _read_archives(install: Install, processors: tuple[str, ...], within: Path | None) -> None:
     """The kpack archives of a split library: those its marker points at for `processors` and those of its
     package's .kpack folder, kept when their table of contents names one of the libraries."""
-    markers = [m for m in (kpack.marker(lib) for lib in install.libraries) if m is not None]
+    markers = [m for m in (kpack.marker(lib, within) for lib in install.libraries) if m is not None]
     if not markers:
         return
     install.split = True
     paths = {p for m in markers for proc in processors for p in m.candidates(proc) if p.is_file()}
     paths |= {p.resolve() for p in (install.lib_dir.parent / ".kpack").glob("*.kpack")}
     for path in sorted(paths):
-        archive = kpack.read_archive(path)
+        archive = kpack.read_archive(path, within)
         if archive.error is None and any(archive.holds_kernels_of(lib) for lib in install.libraries):
             install.archives.append(archive)
 
@@ -174,7 +174,7 @@ def _libraries(folder: Path, family: Family) -> list[Path]:
     return sorted(found.values())
 
 
-def _read_data_folder(install: Install, folder: Path, processors: tuple[str, ...]) -> None:
+def _read_data_folder(install: Install, folder: Path, processors: tuple[str, ...], within: Path | None) -> None:
     if not folder.is_dir():
         return
     for path in sorted(folder.rglob("*")):
@@ -184,7 +184,7 @@ def _read_data_folder(install: Install, folder: Path, processors: tuple[str, ...
         install.files.targets.update(named)
         wanted = [p for p in processors if any(code_objects.runs_on(t, p) for t in named)]
         if wanted and path.name.endswith((".hsaco", ".co")):
-            inside = code_objects.scan_binary(path)
+            inside = code_objects.scan_binary(path, within)
             if any(inside.has(p) for p in wanted):
                 for p in wanted:
                     install.confirmed[p] = install.confirmed.get(p, 0) + 1

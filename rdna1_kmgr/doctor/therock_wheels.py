@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core import user_files
 from rdna1_kmgr.doctor import kpack
 from rdna1_kmgr.doctor.finding import Finding
 
@@ -88,14 +89,15 @@ def _ours(name: str) -> bool:
     return name.startswith(("rocm", "amd-torch", "amd-torchvision", "torch"))
 
 
-def dist_versions(site: Path) -> dict[str, str]:
-    """Every installed distribution of a site-packages folder: name -> version, from METADATA (the folder
-    name when METADATA is unreadable)."""
+def dist_versions(site: Path, within: Path | None = None) -> dict[str, str]:
+    """Every installed distribution of a site-packages folder: name -> version, from METADATA's headers (the
+    folder name when METADATA is unreadable, or leads out of `within`)."""
     found = {}
     for info in sorted(site.glob("*.dist-info")):
         name = version = None
         try:
-            for line in (info / "METADATA").read_text(errors="replace").splitlines():
+            head = user_files.read_head(info / "METADATA", within, user_files.METADATA_HEAD)
+            for line in head.decode(errors="replace").splitlines():
                 if not line.strip():
                     break
                 key, _, value = line.partition(":")
@@ -112,13 +114,13 @@ def dist_versions(site: Path) -> dict[str, str]:
     return found
 
 
-def find(site: Path) -> RocmSdk | None:
-    """TheRock's ROCm in `site`, None when the site has none."""
+def find(site: Path, within: Path | None = None) -> RocmSdk | None:
+    """TheRock's ROCm in `site`, None when the site has none; a user's files read only inside `within`."""
     trees = tuple(sorted(t for pattern in (CORE_GLOB, LIBRARIES_GLOB) for t in site.glob(pattern) if t.is_dir()))
-    versions = dist_versions(site)
+    versions = dist_versions(site, within)
     if not trees and "rocm-sdk-core" not in versions:
         return None
-    archives = tuple(a for t in trees for a in kpack.archives_in(t / ".kpack"))
+    archives = tuple(a for t in trees for a in kpack.archives_in(t / ".kpack", within))
     return RocmSdk(site, trees, versions, archives)
 
 

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rdna1_kmgr.core import user_files
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.doctor import code_objects, kpack, rocm_libraries, therock_wheels
 from rdna1_kmgr.doctor.finding import Finding
@@ -69,7 +70,8 @@ class TorchBuild:
 
 def sites_of(sysroot: Path, home: Path | None, named: list[str]) -> list[Path]:
     """site-packages folders to look in: those of interpreters and venvs the user named, the system's,
-    and the user's own (~/.local, venvs and conda environments up to two levels below home)."""
+    and the user's own (~/.local, venvs and conda environments up to two levels below home; one that is a link
+    out of the home is not the user's, and not read)."""
     sites: list[Path] = []
     for spec in named:
         sites += _named_sites(sysroot, spec)
@@ -77,7 +79,7 @@ def sites_of(sysroot: Path, home: Path | None, named: list[str]) -> list[Path]:
         sites += sorted(sysroot.glob(pattern))
     if home is not None and home.is_dir():
         for pattern in USER_SITES:
-            sites += sorted(home.glob(pattern))
+            sites += [s for s in sorted(home.glob(pattern)) if user_files.leads_inside(s, home)]
     unique = []
     for site in sites:
         if site.is_dir() and site.resolve() not in {s.resolve() for s in unique}:
@@ -101,23 +103,31 @@ def _named_sites(sysroot: Path, spec: str) -> list[Path]:
     return sorted(path.glob("lib/python3*/site-packages")) + sorted(path.glob("lib/python3*/dist-packages"))
 
 
+def venv_of(site: Path) -> Path:
+    """<venv>/lib/python3.X/site-packages -> <venv> (/usr/lib/python3/dist-packages -> /usr): the folder a site's
+    files are read inside of (core/user_files.py), so that a link in a user's venv leads nowhere else."""
+    return site.parent.parent.parent
+
+
 def find(sites: list[Path], processors: tuple[str, ...]) -> list[TorchBuild]:
     builds = []
     for site in sites:
-        version_file = site / "torch" / "version.py"
-        if not version_file.is_file():
+        within = venv_of(site)
+        try:
+            text = user_files.read_text(site / "torch" / "version.py", within, user_files.PYTHON_FILE)
+        except OSError:
             continue
-        fields = _version_fields(version_file.read_text(errors="replace"))
+        fields = _version_fields(text)
         build = TorchBuild(site, fields.get("__version__") or "?", fields.get("hip"), fields.get("cuda"))
         lib = site / "torch" / "lib"
         for library in sorted(lib.glob("libtorch_hip*.so*")):
-            build.kernels.add(code_objects.scan_binary(library))
-            build.marker = build.marker or kpack.marker(library)
-        build.archives = kpack.archives_in(site / "torch" / ".kpack")
-        build.versions = therock_wheels.dist_versions(site)
-        build.sdk = therock_wheels.find(site)
+            build.kernels.add(code_objects.scan_binary(library, within))
+            build.marker = build.marker or kpack.marker(library, within)
+        build.archives = kpack.archives_in(site / "torch" / ".kpack", within)
+        build.versions = therock_wheels.dist_versions(site, within)
+        build.sdk = therock_wheels.find(site, within)
         folders = ([lib] if lib.is_dir() else []) + (build.sdk.lib_dirs() if build.sdk else [])
-        build.bundled = rocm_libraries.find_installs(folders, processors)
+        build.bundled = rocm_libraries.find_installs(folders, processors, within)
         builds.append(build)
     return builds
 

@@ -65,8 +65,8 @@ def ready(given: OwnerPython | None, sysroot: Path, env: dict[str, str]) -> Owne
     """The Python the experiment runs, once the board is there: the one given, or the first ROCm PyTorch doctor
     finds (default); either with a HIP torch (usable), or a UsageError in one line."""
     if given is None:
-        invoker = owners.invoking()  # the home searched is the one of who asked (sudo's user, checked)
-        given = with_torch(default(sysroot, Path(invoker.home) if invoker else Path.home()), env)
+        # the home searched is the one of who asked (sudo's user, checked)
+        given = with_torch(default(sysroot, owners.invoking_home()), env)
     return usable(given)
 
 

@@ -74,6 +74,11 @@ def _key_pair(name: str) -> KeyPairConvention:
 
 
 @functools.cache
+def key_pairs() -> list[KeyPairConvention]:
+    """Every distribution's key pair convention (what the host-root guest hides)."""
+    return [_key_pair(name) for name in _data()["key_pairs"]]
+
+
 def entries() -> tuple[Platform, ...]:
     """Every supported platform, in the order they are matched."""
     return tuple(

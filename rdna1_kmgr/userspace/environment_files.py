@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core import user_files
+
 SYSTEM_FILES = (
     "etc/environment",
     "etc/security/pam_env.conf",
@@ -69,10 +71,11 @@ def files(sysroot: Path, home: Path | None) -> list[tuple[Path, str]]:
     return found
 
 
-def read(path: Path, scope: str, sysroot: Path, wanted) -> list[Assignment]:
-    """Assignments in one file of the variables `wanted(name)` accepts."""
+def read(path: Path, scope: str, sysroot: Path, wanted, within: Path | None = None) -> list[Assignment]:
+    """Assignments in one file of the variables `wanted(name)` accepts. Read as root: a user's file only inside
+    `within` (their home), none over 64 KiB (core/user_files.py); a file refused is skipped, as one unreadable."""
     try:
-        text = path.read_text(errors="replace")
+        text = user_files.read_text(path, within or sysroot, user_files.SHELL_FILE)
     except OSError:
         return []
     shown = Path("/") / path.relative_to(sysroot)
@@ -95,7 +98,7 @@ def assignments(
     """Every assignment of a wanted variable: the process's own environment first (when given), then files."""
     found = [Assignment(Path("-"), 0, k, v, "process") for k, v in sorted((process_env or {}).items()) if wanted(k)]
     for path, scope in files(sysroot, home):
-        found += read(path, scope, sysroot, wanted)
+        found += read(path, scope, sysroot, wanted, home if scope == "user" else sysroot)
     return found
 
 

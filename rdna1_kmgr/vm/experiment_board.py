@@ -9,10 +9,9 @@ and their own files set them.
 
 from __future__ import annotations
 
-import os
-import pwd
 from pathlib import Path
 
+from rdna1_kmgr.core import owner as owners
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.modbuild.built_module import BuiltModule
 from rdna1_kmgr.render import quirk_catalog
@@ -30,14 +29,6 @@ def installed_environment(home: Path | None) -> dict[str, str]:
     for assignment in environment_files.assignments(Path("/"), home, lambda name: name.startswith(ROCM_PREFIXES)):
         values[assignment.name] = assignment.value
     return {k: v for k, v in values.items() if v is not None}
-
-
-def invoking_home() -> Path | None:
-    name = os.environ.get("SUDO_USER")
-    try:
-        return Path(pwd.getpwnam(name).pw_dir) if name else Path.home()
-    except KeyError:
-        return None
 
 
 def built_cells(built: BuiltModule) -> list[experiment.Cell]:
@@ -66,7 +57,7 @@ def run(
     guest_kernel.locate(release, fetch=fetch)  # a missing kernel is refused (or fetched) before anything is bound
     workload = {"args": ["--sweep", "experiment"]}  # the host experiment's workload too
     cells = built_cells(built)
-    base_env = installed_environment(invoking_home())
+    base_env = installed_environment(owners.invoking_home())  # sudo's user, checked
     report(f"experiment: {len(cells)} cells on {bdf}, {cell_timeout:.0f} s each at most")
     with passthrough.bound(pre, report) as session:
         run_batch = experiment_guest.batch_runner(

@@ -12,6 +12,12 @@ of it: no device of it is of interest, nothing is plugged in, and the guest side
 What the command sees is what virtme-ng shows it (guest_view.py): the host's root, read-only; fresh tmpfs on
 /run, /tmp and /var/tmp; the view's mappings at their guest paths; the kernel's own modules at
 /lib/modules/KREL (a tmpfs over /lib/modules with the cached kernel's folder in it, as virtme-ng does it).
+Root's secrets are not the command's to see: the init mounts an empty tmpfs over root's home and the folders of
+the module-signing keys, and an empty file over /etc/shadow, /etc/gshadow, each signing key and the SSH host
+keys, right after the host's root and before anything runs (`hidden`). QEMU's 9p server has no way to leave a
+path out of a share, and it runs as root: a guest kernel that wanted to could still reach them over 9p; what the
+masks keep from the guest is every program of it (the command, the module's self-test, a core dump, a log).
+
 The initramfs holds busybox, the modules that reach the host's files (virtio over PCI and 9p, from the kernel's
 own tree), the mount table, the command and qemu/hostroot/init, which mounts, runs and powers off. Runs with a
 device passed stay on virtme-ng: there udev makes a passed GPU's device nodes and links as on a desktop.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import lzma
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -28,6 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError, SourceError
+from rdna1_kmgr.host import platform
 from rdna1_kmgr.vm import busybox_initramfs, guest_kernel, guest_view, qemu_args
 from rdna1_kmgr.vm.guest import (
     GuestRequest,
@@ -48,6 +56,11 @@ NINE_P = "trans=virtio,version=9p2000.L,access=any,msize=524288"  # as virtme-ng
 # a few hundred files). A writable share keeps 9p's default, no cache: what the guest writes is on the host.
 READ_ONLY = f"ro,cache=loose,{NINE_P}"
 READ_WRITE = f"rw,{NINE_P}"
+# What the guest must not see of the host (their real paths, where they exist): root's home, the shadow files, the
+# SSH host keys and every distribution's module-signing private key and its folder (host/platforms.toml).
+SECRET_FOLDERS = ("/root",)
+SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/ssh/ssh_host_*_key")
+EMPTY_FILE = "/hidden"  # in the initramfs: what a secret file shows in the guest
 CPU_UNDER_TCG = "max"  # what virtme-ng asks QEMU for under TCG: the guest kernel sees the same CPU either way
 STAGES = console_stages((re.compile(r"rdna1-kmgr-guest: the host's root is mounted"), "the host's root mounted"))
 
@@ -100,12 +113,53 @@ def find() -> HostRootGuest:
     return HostRootGuest(qemu)
 
 
-def layout(kernel: guest_kernel.GuestKernel, view: guest_view.GuestView) -> tuple[list[Share], list[Mount]]:
-    """The 9p shares QEMU exports and the mount table the guest mounts them with, in order."""
+def hidden() -> tuple[list[Path], list[Path]]:
+    """(folders, files) of the host the guest must not see, by their real paths, those that exist."""
+    pairs = platform.key_pairs()
+    # A folder that holds only a private key is hidden whole (akmods' private/); one shared with its certificate
+    # (DKMS's /var/lib/dkms, shim-signed's mok/) keeps the certificate and loses the key.
+    folders = [Path(p) for p in SECRET_FOLDERS] + sorted({p.key.parent for p in pairs if p.key.parent != p.cert.parent})
+    files = sorted({p.key for p in pairs})
+    for pattern in SECRET_FILES:
+        files += sorted(Path("/").glob(pattern.lstrip("/")))
+    real_folders = [Path(os.path.realpath(f)) for f in folders if f.is_dir()]
+    real_files = [
+        Path(os.path.realpath(f))
+        for f in files
+        if f.is_file() and not any(Path(os.path.realpath(f)).is_relative_to(d) for d in real_folders)
+    ]
+    return list(dict.fromkeys(real_folders)), list(dict.fromkeys(real_files))
+
+
+def masks(folders: list[Path], files: list[Path]) -> list[Mount]:
+    """The mounts that hide them: an empty tmpfs on a folder (root's home stays writable, as a home is), the
+    initramfs's empty file bound on a file."""
+    found = [
+        Mount("tmpfs", "tmpfs", PurePosixPath(f), "nosuid,nodev,mode=0700" if str(f) == "/root" else "ro,mode=0700")
+        for f in folders
+    ]
+    return found + [Mount("none", EMPTY_FILE, PurePosixPath(f), "bind") for f in files]
+
+
+def layout(
+    kernel: guest_kernel.GuestKernel,
+    view: guest_view.GuestView,
+    secrets: tuple[list[Path], list[Path]] | None = None,
+) -> tuple[list[Share], list[Mount]]:
+    """The 9p shares QEMU exports and the mount table the guest mounts them with, in order: the host's root, then
+    the masks over its secrets (`hidden()` unless given), then the rest."""
     root = Share("hostroot", Path("/"))
     shares = [root]
+    folders, files = secrets if secrets is not None else hidden()
+    for path in (*folders, *files):
+        if not guest_view.MAPPABLE.fullmatch(str(path)):
+            raise HostError(
+                f"the guest cannot hide {path} (only letters, digits and _ + / . - can be in a mount table's path)",
+                f"rename {path}, or run vm-test with --gpu (the virtme-ng guest)",
+            )
     mounts = [
         Mount("9p", root.tag, PurePosixPath("/"), READ_ONLY),
+        *masks(folders, files),
         Mount("proc", "proc", PurePosixPath("/proc"), "nosuid,noexec,nodev"),
         Mount("sysfs", "sysfs", PurePosixPath("/sys"), "nosuid,noexec,nodev"),
         Mount("devtmpfs", "devtmpfs", PurePosixPath("/dev"), "nosuid,mode=0755"),
@@ -170,6 +224,7 @@ def build_initramfs(dest: Path, kernel: guest_kernel.GuestKernel, mounts: list[M
         busybox_initramfs.text("modules/order", "".join(f"{name}\n" for name in names).encode()),
         busybox_initramfs.text("mounts", "".join(mount.line() for mount in mounts).encode()),
         busybox_initramfs.text("command", command.encode() + b"\n"),
+        busybox_initramfs.text(EMPTY_FILE.lstrip("/"), b""),
     ]
     return busybox_initramfs.write(dest, init_script().read_bytes(), entries)
 

@@ -50,3 +50,20 @@ def test_a_link_is_checked_where_it_leads(tree):
     (tree / "link").symlink_to(tree / "theirs/tool")
     assert untrusted(tree / "link", ROOT) == f"{tree / 'theirs'} is owned by nobody"
     assert untrusted(tree / "link", frozenset({0, 65534})) is None
+
+
+def test_the_walk_roots_are_checked_by_refuses_links_passes_what_is_missing_and_wants_a_folder(tree):
+    """The same walk checks the roots the tool writes under (core/paths.py): there a link is refused where it is,
+    a part not made yet passes, and the path must be a folder."""
+    (tree / "real").mkdir()
+    (tree / "link").symlink_to(tree / "real")
+    (tree / "a-file").write_text("x")
+    assert untrusted(tree / "link/state", ROOT) == f"{tree / 'link/state'}: No such file or directory"
+    assert untrusted(tree / "link/state", ROOT, links=False, missing_ok=True) == f"{tree / 'link'} is a symbolic link"
+    assert untrusted(tree / "real/state/sub", ROOT, links=False, missing_ok=True) is None
+    assert untrusted(tree / "a-file", ROOT, folder=True) == f"{tree / 'a-file'} is not a folder"
+    assert untrusted(tree / "a-file/state", ROOT, missing_ok=True) == f"{tree / 'a-file'} is not a folder"
+    # The path itself gets no sticky exception: anyone may add entries to it.
+    (tree / "real").chmod(0o1777)
+    assert untrusted(tree / "real", ROOT) == f"{tree / 'real'} is writable by all users (mode 1777)"
+    assert untrusted(tree / "real/state", ROOT, missing_ok=True) is None

@@ -54,3 +54,10 @@ def test_a_kernel_release_with_a_newline_never_names_a_folder(tmp_path):
     (tmp_path / "6.1.0-56-amd64\n").mkdir()
     (tmp_path / "6.1.0-56-amd64").mkdir()
     assert [release for release, _ in user_input.named_by_release(tmp_path)] == ["6.1.0-56-amd64"]
+
+
+def test_a_user_name_is_a_full_match():
+    assert user_input.user_name("owner") == "owner"
+    for bad in ("owner\n", "../root", "-rf", "a b", "", "x" * 40):
+        with pytest.raises(UsageError, match="is not a user name"):
+            user_input.user_name(bad)

@@ -115,3 +115,37 @@ def test_target_names_in_file_names():
     assert code_objects.targets_in_name("Kernels.so-000-gfx1010.hsaco") == ["gfx1010"]
     assert code_objects.targets_in_name("gfx10-1-generic.kdb") == ["gfx10-1-generic"]
     assert code_objects.targets_in_name("librocblas.so.4") == []
+
+
+def zstd_rle_bomb(blocks: int) -> bytes:
+    """A zstd frame written by RFC 8878's rules: magic, a header with a 128 KiB window and no content size, then
+    RLE blocks (3-byte header: last-block bit, type 1, size << 3; then the one byte repeated): 4 bytes each
+    standing for 128 KiB of zeros."""
+    block = 128 * 1024
+    frame = bytearray(b"\x28\xb5\x2f\xfd" + bytes([0x00, (17 - 10) << 3]))
+    for n in range(blocks):
+        frame += ((block << 3) | (1 << 1) | (n == blocks - 1)).to_bytes(3, "little") + b"\0"
+    return bytes(frame)
+
+
+def test_a_zstd_bomb_is_read_only_as_far_as_a_bundle_header_and_said_in_one_line(tmp_path):
+    """Issue 40: a few KB of zstd in a user's venv made doctor, as root, inflate all of it (here 256 MiB; the
+    same trick in 1 MiB is 32 GiB). Only the head a bundle header needs is inflated, and the bomb is one line."""
+    tracemalloc = pytest.importorskip("tracemalloc")
+    zstandard = pytest.importorskip("zstandard")
+    stream = zstd_rle_bomb(2048)
+    assert len(stream) < 10_000
+    with zstandard.ZstdDecompressor().stream_reader(stream) as reader:  # the frame is valid zstd: zeros
+        assert reader.read(1 << 20) == b"\0" * (1 << 20)
+    lib = tmp_path / "libtorch_hip.so"
+    at = 333
+    lib.write_bytes(b"\1" * at + b"CCOB" + struct.pack("<HHQQQ", 3, 1, 32 + len(stream), 1 << 40, 0) + stream)
+    tracemalloc.start()
+    try:
+        found = code_objects.scan_binary(lib)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found.compressed == 1 and not found.targets
+    assert found.unreadable == [f"compressed bundle at offset {at}: no bundle header inside"]
+    assert peak < 8 << 20, f"{peak} bytes allocated to read it"

@@ -169,3 +169,44 @@ def test_missing_python_path_is_bad_input(tmp_path):
 
     with pytest.raises(UsageError, match="does not exist"):
         run(board_root(tmp_path), pythons=[str(tmp_path / "nope")])
+
+
+def test_links_out_of_the_owners_home_are_not_followed_as_root(tmp_path, monkeypatch):
+    """Issue 40: doctor runs as root and read whatever the owner's files linked to. A ~/.bashrc linked to
+    /etc/shadow is never opened; one linked to a file outside the home that sets the override (a stand-in
+    whose content would show) is not read; a venv that is a link out of the home is no site of the owner's,
+    and a libtorch_hip.so linked out of its venv is not scanned."""
+    import builtins
+    import io
+
+    tree = board_root(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "rocm.sh").write_text("export HSA_OVERRIDE_GFX_VERSION=10.3.0\n")
+    home = tmp_path / "root/home/owner"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".bashrc").symlink_to("/etc/shadow")
+    (home / ".profile").symlink_to(outside / "rocm.sh")
+    torch_site(outside / "venv", "2.4.0+rocm6.1", "6.1.40091", bundle(HOST, GFX1030))
+    (home / "venv").symlink_to(outside / "venv")
+    torch_site(home / "own", "2.5.0+rocm6.2", "6.2.41133", None)
+    (home / "own/lib/python3.11/site-packages/torch/lib/libtorch_hip.so").symlink_to(
+        outside / "venv/lib/python3.11/site-packages/torch/lib/libtorch_hip.so"
+    )
+    opened = []
+    for module, name in ((builtins, "open"), (io, "open"), (os, "open")):
+        real = getattr(module, name)
+
+        def spy(path, *a, _real=real, **k):
+            if isinstance(path, str | os.PathLike):
+                opened.append(os.path.realpath(path))  # where the open lands, links followed
+            return _real(path, *a, **k)
+
+        monkeypatch.setattr(module, name, spy)
+    result = run(tree)
+    monkeypatch.undo()
+    assert not [p for p in opened if p == "/etc/shadow" or p.startswith(str(outside))]
+    assert [f["level"] for f in by_check(result, "gfx-override")] == ["ok"]
+    torch = by_check(result, "torch")
+    assert [f["facts"]["site"] for f in torch] == [str(home / "own/lib/python3.11/site-packages")]
+    assert "gfx1030" not in str(torch[0]["facts"]["libtorch_hip"])

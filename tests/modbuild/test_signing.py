@@ -90,7 +90,7 @@ def test_a_key_another_user_owns_or_can_swap_is_refused(tmp_path):
         signing.check_usable(pair)
     os.chown(pair.key, 0, 0)
     pair.key.parent.chmod(0o777)
-    with pytest.raises(HostError, match=r"unsafe folder: .* is writable by group or others \(mode 0777\)"):
+    with pytest.raises(HostError, match=r"unsafe folder: .* is writable by all users \(mode 0777\)"):
         signing.check_usable(pair)
     pair.key.parent.chmod(0o755)
     signing.check_usable(pair)

@@ -27,7 +27,7 @@ def table(mounts: list[hostroot_guest.Mount]) -> list[tuple[str, str, str, str]]
 def test_a_cached_kernel_shows_the_host_root_read_only_its_modules_and_the_run_folder_writable(tmp_path):
     kernel = guest_kernel.GuestKernel(RELEASE, tmp_path / "cache" / RELEASE, "cache")
     view = view_of(tmp_path)
-    shares, mounts = hostroot_guest.layout(kernel, view)
+    shares, mounts = hostroot_guest.layout(kernel, view, secrets=([], []))  # the masks: test_root_s_secrets_...
     assert [(s.tag, s.host, s.writable) for s in shares] == [
         ("hostroot", Path("/"), False),
         ("modules", kernel.root / "lib" / "modules" / RELEASE, False),
@@ -49,10 +49,38 @@ def test_a_cached_kernel_shows_the_host_root_read_only_its_modules_and_the_run_f
     assert all("trans=virtio" in m.options and "version=9p2000.L" in m.options for m in mounts if m.fstype == "9p")
 
 
+def test_root_s_secrets_are_masked_right_after_the_host_root_before_anything_else(tmp_path):
+    """Issue 40: the guest saw the MOK private key, /etc/shadow and root's home through the host's root."""
+    kernel = guest_kernel.GuestKernel(RELEASE, Path("/"), "host")
+    secrets = ([Path("/root"), Path("/etc/pki/akmods/private")], [Path("/etc/shadow"), Path("/var/lib/dkms/mok.key")])
+    view = view_of(tmp_path)
+    _, mounts = hostroot_guest.layout(kernel, view, secrets=secrets)
+    assert [m.line() for m in mounts[:5]] == [
+        f"9p hostroot / {hostroot_guest.READ_ONLY}\n",
+        "tmpfs tmpfs /root nosuid,nodev,mode=0700\n",  # empty; writable, as a home is
+        "tmpfs tmpfs /etc/pki/akmods/private ro,mode=0700\n",  # empty and read-only
+        "none /hidden /etc/shadow bind\n",  # the initramfs's empty file, bound over the host's
+        "none /hidden /var/lib/dkms/mok.key bind\n",
+    ]
+    with pytest.raises(HostError, match="cannot hide /root/a b"):
+        hostroot_guest.layout(kernel, view, secrets=([Path("/root/a b")], []))
+
+
+def test_what_is_hidden_on_this_host_is_roots_home_the_shadow_files_and_the_signing_keys():
+    folders, files = hostroot_guest.hidden()
+    assert Path("/root") in folders
+    assert {Path("/etc/shadow"), Path("/etc/gshadow")} <= set(files)  # on every Debian
+    # host/platforms.toml's key_pairs, as documented there: each private key that exists on this host
+    for key in ("/var/lib/dkms/mok.key", "/var/lib/shim-signed/mok/MOK.priv"):
+        assert (Path(key) in files) == Path(key).is_file()
+    assert (Path("/etc/pki/akmods/private") in folders) == Path("/etc/pki/akmods/private").is_dir()
+    assert not [f for f in files if "mok.pub" in str(f) or f.suffix == ".der"]  # certificates stay visible
+
+
 def test_an_installed_kernel_keeps_the_hosts_own_lib_modules(tmp_path):
     kernel = guest_kernel.GuestKernel(RELEASE, Path("/"), "host")
     shares, mounts = hostroot_guest.layout(kernel, view_of(tmp_path))
-    assert [s.tag for s in shares] == ["hostroot", "map0"]
+    assert [s.tag for s in shares] == ["hostroot", "map0"]  # the masks are mounts in the guest, not shares
     assert not [m for m in mounts if str(m.path).startswith("/lib/modules")]
 
 
@@ -100,3 +128,30 @@ def test_the_init_mounts_the_table_in_order_and_powers_off_whatever_happens():
     assert init.rstrip().endswith('stop "powering off"') and "poweroff -f" in init
     assert 'say "the host\'s root is mounted"' in init  # the stage the host watches for
     assert hostroot_guest.STAGES[1][0].search("rdna1-kmgr-guest: the host's root is mounted")
+
+
+@pytest.mark.vm
+def test_a_real_guest_reads_nothing_of_roots_secrets(headers_61, tmp_path):
+    """One TCG boot of Debian's 6.1 kernel: the guest's command tries to read what hidden() names (the shadow
+    files, the signing keys, root's home) and writes what it saw into the run folder."""
+    from conftest import _using_test_cache
+
+    with _using_test_cache():
+        kernel = guest_kernel.locate(headers_61, fetch=True)
+    view = view_of(tmp_path)
+    folders, files = hostroot_guest.hidden()
+    out = guest_view.GUEST_RUN / "seen"
+    command = " ; ".join(
+        [f"echo {f} $(wc -c < {f}) >> {out}" for f in files]
+        + [f"echo {d} $(ls -A {d} | wc -l) >> {out}" for d in folders]
+    )
+    vm = hostroot_guest.find()
+    run = vm.boot(
+        guest.GuestRequest(kernel, view.run, tmp_path / "console", "tcg", 240, command=command, view=view), print
+    )
+    console = (tmp_path / "console").read_text(errors="replace")
+    assert "rdna1-kmgr-guest: the command ended with exit code 0" in console, console[-3000:]
+    seen = dict(line.split() for line in (view.run / "seen").read_text().splitlines())
+    assert seen == {str(p): "0" for p in [*files, *folders]}  # every file empty, every folder empty
+    assert Path("/etc/shadow").stat().st_size > 0 and any(Path("/root").iterdir())  # on the host they are not
+    del run
