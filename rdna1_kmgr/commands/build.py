@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from rdna1_kmgr.commands.quirk_options import quirk_selection
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
@@ -30,24 +31,7 @@ def _confirm_install(plan_) -> bool:
     help="Driver source: an unpacked tree, a tarball or .deb, or a tarball URL (default: the distro's).",
 )
 @click.option("--sha256", metavar="HEX", help="Expected SHA-256 of the --source tarball.")
-@click.option(
-    "--quirk",
-    "quirks",
-    multiple=True,
-    metavar="ID",
-    help="Only this quirk, and the default-on ones this kernel needs (repeatable; default all).",
-)
-@click.option(
-    "--no-quirk", "without", multiple=True, metavar="ID", help="Leave this quirk out, default-on or not (repeatable)."
-)
-@click.option(
-    "--device",
-    "devices",
-    multiple=True,
-    metavar="0xNNNN",
-    help="RDNA1 PCI device id the quirks apply to (repeatable; default: every id of the RDNA1 chips found on "
-    "this machine, 0x731F where there is none).",
-)
+@quirk_selection
 @click.option(
     "-j", "--jobs", type=int, metavar="N", help=f"Parallel compile jobs (default: cores + 1 = {default_jobs()})."
 )

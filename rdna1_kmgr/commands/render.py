@@ -4,6 +4,7 @@ from pathlib import Path
 
 import click
 
+from rdna1_kmgr.commands.quirk_options import quirk_selection
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host import host_facts
@@ -21,24 +22,7 @@ from rdna1_kmgr.render.patch_series import render as render_series
     help="Kernel source root (its top Makefile and drivers/gpu/drm/amd are enough).",
 )
 @click.option("--out", "out", required=True, metavar="OUT", help="Folder for series, patches and manifest.json.")
-@click.option(
-    "--quirk",
-    "quirks",
-    multiple=True,
-    metavar="ID",
-    help="Render only this quirk, and the default-on ones this kernel needs (repeatable; default all).",
-)
-@click.option(
-    "--no-quirk", "without", multiple=True, metavar="ID", help="Leave this quirk out, default-on or not (repeatable)."
-)
-@click.option(
-    "--device",
-    "devices",
-    multiple=True,
-    metavar="0xNNNN",
-    help="RDNA1 PCI device id the quirks apply to (repeatable; default: every id of the RDNA1 chips found on "
-    "this machine, 0x731F where there is none).",
-)
+@quirk_selection
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def render(
     source: str, out: str, quirks: tuple[str, ...], without: tuple[str, ...], devices: tuple[str, ...], as_json: bool

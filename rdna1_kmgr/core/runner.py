@@ -36,9 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rdna1_kmgr.core import keeper
+from rdna1_kmgr.core import keeper, trust
 from rdna1_kmgr.core.errors import HostError, KmgrError
-from rdna1_kmgr.core import trust
 from rdna1_kmgr.core.owner import ROOT_PATH, Owner
 
 log = logging.getLogger("rdna1_kmgr.runner")

@@ -7,6 +7,7 @@ akmods) keeps the signing key, its default initramfs tool, and where its kernel 
 
 from pathlib import Path
 
+import apt_fixtures
 import pytest
 import ubuntu_fixtures
 
@@ -16,14 +17,7 @@ from rdna1_kmgr.modbuild import prerequisites
 
 UBUNTU_NOBLE = ubuntu_fixtures.OS_RELEASE  # Ubuntu 24.04's os-release, as the Ubuntu fixtures use it
 
-DEBIAN_BOOKWORM = """PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
-NAME="Debian GNU/Linux"
-VERSION_ID="12"
-VERSION="12 (bookworm)"
-VERSION_CODENAME=bookworm
-ID=debian
-HOME_URL="https://www.debian.org/"
-"""
+DEBIAN_BOOKWORM = apt_fixtures.DEBIAN_BOOKWORM_OS_RELEASE
 
 LINUX_MINT = """NAME="Linux Mint"
 VERSION="21.3 (Virginia)"
