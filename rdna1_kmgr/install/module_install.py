@@ -196,6 +196,22 @@ def depmod_files(kernel: str, root: TargetRoot) -> list[Path]:
     return [folder / name for name in sorted(names)]
 
 
+def dkms_install_command(package: dkms.Package, kernel: str, trees: dkms.Trees, root: TargetRoot) -> list[str]:
+    return [*dkms.command(dkms.install_args(package, kernel), trees), *root.dkms_options()]
+
+
+def dkms_uninstall_undo(package: dkms.Package, kernel: str, trees: dkms.Trees, root: TargetRoot) -> dict:
+    """The dkms-install step's undo as its intent records it (rollback runs `command` from it)."""
+    return {
+        "kind": "dkms-uninstall",
+        "package": package.name,
+        "version": package.version,
+        "kernel": kernel,
+        "command": [*dkms.command(dkms.uninstall_args(package, kernel), trees), *root.dkms_options()],
+        "trees": {"source": str(trees.source), "dkms": str(trees.dkms)},
+    }
+
+
 def plan_steps(
     candidate: Candidate,
     root: TargetRoot,
@@ -207,28 +223,7 @@ def plan_steps(
 ) -> list[Step]:
     kernel = candidate.kernel
     target = installed_path(candidate, root)
-    # --no-depmod: DKMS would run depmod itself, on /lib/modules even with --installtree; our own depmod
-    # step keeps the index change separate and exactly backed up. --force: DKMS otherwise keeps a same-named
-    # in-kernel module whose `version:` equals ours (amdgpu has none) and installs nothing, reporting success.
-    dkms_args = [
-        "install",
-        "-m",
-        candidate.package.name,
-        "-v",
-        candidate.package.version,
-        "-k",
-        kernel,
-        "--force",
-        "--no-depmod",
-    ]
-    dkms_install = [*dkms.command(dkms_args, trees), *root.dkms_options()]
-    uninstall = [
-        *dkms.command(
-            ["uninstall", "-m", candidate.package.name, "-v", candidate.package.version, "-k", kernel, "--no-depmod"],
-            trees,
-        ),
-        *root.dkms_options(),
-    ]
+    dkms_install = dkms_install_command(candidate.package, kernel, trees, root)
 
     def run_dkms_install() -> None:
         dkms.require_dkms()
@@ -267,14 +262,7 @@ def plan_steps(
             [target],
             _parents_to_create(target.parent),
             run_dkms_install,
-            undo={
-                "kind": "dkms-uninstall",
-                "package": candidate.package.name,
-                "version": candidate.package.version,
-                "kernel": kernel,
-                "command": uninstall,
-                "trees": {"source": str(trees.source), "dkms": str(trees.dkms)},
-            },
+            undo=dkms_uninstall_undo(candidate.package, kernel, trees, root),
         ),
         Step(
             "depmod",
