@@ -34,7 +34,18 @@ from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 # Every record kind journal.py, rollback.py, journal_programs.py and follow/kernel_removal.py append.
 RECORD_KINDS = frozenset(
-    {"begin", "intent", "done", "commit", "program", "rollback", "undone", "rollback-step", "rolled-back", "kernel-removed"}
+    {
+        "begin",
+        "intent",
+        "done",
+        "commit",
+        "program",
+        "rollback",
+        "undone",
+        "rollback-step",
+        "rolled-back",
+        "kernel-removed",
+    }
 )
 ROLLBACK_STEPS = frozenset({"remove-package", "depmod"})  # rollback.py's rollback-step records
 # The programs a journaled run starts (runner calls inside journal_programs.recorded: install's steps, their

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.install.journal import JournalError
 from rdna1_kmgr.core.files import fsync_dir, make_dirs, write_json
 from rdna1_kmgr.core.paths import state_dir
+from rdna1_kmgr.install.journal import JournalError
 
 RUN_ENV = "RDNA1_KMGR_VFIO_RUN"  # set in the VM's environment; names the run whose devices it holds
 
