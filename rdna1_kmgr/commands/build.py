@@ -30,6 +30,11 @@ def _confirm_install(plan_) -> bool:
     help="Driver source: an unpacked tree, a tarball or .deb, or a tarball URL (default: the distro's).",
 )
 @click.option("--sha256", metavar="HEX", help="Expected SHA-256 of the --source tarball.")
+@click.option(
+    "--keyring",
+    metavar="FILE",
+    help="Keys (gpg --export) that must have signed the sha256sums.asc beside a --source https URL.",
+)
 @click.option("--quirk", "quirks", multiple=True, metavar="ID", help="Only this quirk (repeatable; default all).")
 @click.option(
     "--device",
@@ -59,7 +64,21 @@ def _confirm_install(plan_) -> bool:
 @click.option("--sysroot", metavar="DIR", help="With --dry-run: read the kernel and distribution facts under DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object describing the built module.")
 def build(
-    kernel, source, sha256, quirks, devices, jobs, key, cert, yes, no_install, debug_info, dry_run, sysroot, as_json
+    kernel,
+    source,
+    sha256,
+    keyring,
+    quirks,
+    devices,
+    jobs,
+    key,
+    cert,
+    yes,
+    no_install,
+    debug_info,
+    dry_run,
+    sysroot,
+    as_json,
 ):
     """Build the patched amdgpu module for a kernel through DKMS, sign it and verify it."""
     if jobs is not None and jobs < 1:
@@ -68,6 +87,8 @@ def build(
         raise UsageError("--yes and --no-install contradict each other", "give one of them")
     if sysroot and not dry_run:
         raise UsageError("--sysroot is for --dry-run", "a build is for this machine's kernels: drop --sysroot")
+    if keyring and not (source and "://" in source):
+        raise UsageError("--keyring needs --source with a URL", "give the tarball's URL")
     if sha256 and not source:
         raise UsageError("--sha256 needs --source", "give the tarball it is the hash of")
     # the one place the kernel is decided (and --kernel checked); a dry run decides it for the --sysroot system
@@ -77,6 +98,7 @@ def build(
         kernel=target,
         source=source,
         sha256=sha256,
+        keyring=keyring,
         quirks=list(quirks) or None,
         devices=[user_input.pci_device_id(d) for d in devices] or None,
         jobs=jobs,

@@ -272,6 +272,10 @@ def _build_package(
     counter = Progress(
         f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees), stream=stream
     )
+    # what is compiled and signed is what was checked: nobody but root can have changed it since
+    for subtree in subtrees:
+        kernel_source.check_root_only(source_root / subtree)
+    kernel_source.check_root_only(series_dir)
     try:
         dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
         dkms.add(package, trees)
@@ -395,6 +399,7 @@ class BuildRequest:
     kernel: Kernel  # resolved once, where the command is given (resolve_kernel); nothing below validates it again
     source: str | None = None
     sha256: str | None = None
+    keyring: str | None = None  # checks a --source URL's sha256sums.asc (gpgv)
     quirks: list[str] | None = None
     devices: list[int] | None = None
     jobs: int | None = None
@@ -426,7 +431,9 @@ def source_tree(request: BuildRequest, kernel: Kernel, system: SystemIdentity) -
     """The driver source of exactly this kernel's version, unpacked in the cache (or the tree given), and
     where it came from."""
     if request.source:
-        tree = kernel_source.resolve_source_option(request.source, request.sha256)
+        tree = kernel_source.resolve_source_option(
+            request.source, request.sha256, Path(request.keyring) if request.keyring else None
+        )
         if kernel.package_version:
             kernel_source.require_version(tree, kernel.upstream or kernel.package_version)
         return tree, {"given": request.source}

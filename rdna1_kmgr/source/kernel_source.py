@@ -16,7 +16,9 @@ import lzma
 import os
 import re
 import shutil
+import stat
 import tarfile
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,8 +35,8 @@ from rdna1_kmgr import __version__
 from rdna1_kmgr.core import cache_entry, runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import link_in_place, sha256_file, write_json
-from rdna1_kmgr.core.paths import cache_dir
-from rdna1_kmgr.core.progress import Progress
+from rdna1_kmgr.core.paths import cache_dir, root_problem
+from rdna1_kmgr.core.progress import Progress, say
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.source import suite_search
@@ -242,7 +244,7 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
             return done
         with cache_entry.staging(dest_root, key) as tmp:
             tree = tmp / "tree"
-            tree.mkdir()
+            tree.mkdir(mode=0o700)  # root's alone: what is checked here is what is compiled and signed
             with _compressed_tarball(archive, deb) as (chunks, size):
                 _extract_subset(chunks, size, tree, archive)
             version = kernel_version(tree)
@@ -457,11 +459,22 @@ class _ByteProgress:
 # --- tarballs from a URL -------------------------------------------------------------------------------------
 
 
-def fetch_tarball(url: str, sha256: str | None = None) -> Path:
+def fetch_tarball(url: str, sha256: str | None = None, keyring: Path | None = None) -> Path:
     """A kernel tarball downloaded into cache_dir()/tarballs, kept only when its SHA-256 is the expected one:
-    `sha256` when given, else the one a sha256sums file beside the URL publishes."""
-    name = _tarball_name(check_url(url))
-    expected = _check_sha256(sha256) if sha256 else _published_sha256(url, name)
+    `sha256` when given, else the one a sha256sums file beside the URL publishes (over https only, its
+    sha256sums.asc's signature checked with gpgv against `keyring` when one is given).
+
+    An http URL needs `sha256`: the sums file would come from the same unauthenticated server as the tarball,
+    and the tree is compiled and signed with the machine's module key. Refused before anything is downloaded.
+    """
+    parts = check_url(url)
+    name = _tarball_name(parts)
+    if parts.scheme == "http" and not sha256:
+        raise UsageError(
+            f"refusing {url}: over http the tarball and its sha256sums could be anyone's",
+            "use an https:// URL or give the tarball's --sha256",
+        )
+    expected = _check_sha256(sha256) if sha256 else _published_sha256(url, name, keyring)
     tarballs = cache_dir() / "tarballs"
     final = tarballs / name
     tarballs.mkdir(parents=True, exist_ok=True)
@@ -501,13 +514,15 @@ def _check_sha256(value: str) -> str:
     return value.lower()
 
 
-def _published_sha256(url: str, name: str) -> str:
-    """The tarball's hash from a sha256sums file in the same folder (kernel.org: sha256sums.asc)."""
+def _published_sha256(url: str, name: str, keyring: Path | None = None) -> str:
+    """The tarball's hash from a sha256sums file in the same folder (kernel.org: sha256sums.asc, clearsigned).
+    With `keyring`, only a sha256sums.asc whose signature gpgv verifies against it is read, and only the signed
+    text of it; without, the file is read as the https server gave it, and the log says so."""
     folder = url.rsplit("/", 1)[0]
-    for sums in _SUMS_FILES:
+    for sums in _SUMS_FILES if keyring is None else _SUMS_FILES[:1]:
         try:
             with urllib.request.urlopen(_request(f"{folder}/{sums}"), timeout=60) as response:
-                text = response.read(4 * _MB).decode(errors="replace")
+                raw = response.read(4 * _MB)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 continue
@@ -518,13 +533,43 @@ def _published_sha256(url: str, name: str) -> str:
             raise SourceError(
                 f"cannot download {folder}/{sums}: {_reason(err)}", "check the URL and the network"
             ) from None
+        if keyring is not None:
+            text = signed_text(raw, keyring, f"{folder}/{sums}")
+        else:
+            text = raw.decode(errors="replace")
+            say(f"the signature of {folder}/{sums} was not checked (no --keyring): trusting the https server")
         for digest, listed in _SUMS_LINE.findall(text):
             if listed.rsplit("/", 1)[-1] == name:
                 return digest.lower()
+    if keyring is not None:
+        raise SourceError(
+            f"no signed {_SUMS_FILES[0]} beside {url} lists {name} (--keyring {keyring} needs one)",
+            "give the tarball's --sha256 instead",
+        )
     raise SourceError(
         f"no SHA-256 known for {url}: none given and no sha256sums beside it lists {name}",
         "give the tarball's SHA-256 (kernel.org lists them in sha256sums.asc)",
     )
+
+
+def signed_text(clearsigned: bytes, keyring: Path, what: str) -> str:
+    """The text a clearsigned file signs, once gpgv verified its signature against `keyring`; else SourceError."""
+    keyring = Path(keyring)
+    if not keyring.is_file():
+        raise UsageError(f"--keyring {keyring}: no such file", "give a keyring file gpgv can read (gpg --export)")
+    with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-sums-") as tmp:
+        signed, out = Path(tmp) / "sums.asc", Path(tmp) / "sums"
+        signed.write_bytes(clearsigned)
+        result = runner.run(
+            ["gpgv", "--keyring", str(keyring.resolve()), "--output", str(out), str(signed)], check=False, timeout=60
+        )
+        if result.returncode != 0 or not out.is_file():
+            reason = _first_line(result.stderr) or f"gpgv exit status {result.returncode}"
+            raise SourceError(
+                f"the signature of {what} does not verify against {keyring}: {reason}",
+                "nothing was downloaded; give the right --keyring, or the tarball's --sha256",
+            )
+        return out.read_text(errors="replace")
 
 
 def _download(url: str, dest: Path) -> str:
@@ -563,11 +608,11 @@ def _reason(err: Exception) -> str:
 # --- the --source option -------------------------------------------------------------------------------------
 
 
-def resolve_source_option(value: str, sha256: str | None = None) -> Path:
+def resolve_source_option(value: str, sha256: str | None = None, keyring: Path | None = None) -> Path:
     """The tree `--source VALUE` names: an unpacked kernel tree (used in place), a tarball or linux-source .deb
     (unpacked into the cache), or an http(s) URL of a tarball (downloaded, verified, unpacked)."""
     if "://" in value:
-        return unpack_amd_subset(fetch_tarball(value, sha256))
+        return unpack_amd_subset(fetch_tarball(value, sha256, keyring))
     path = Path(value)
     if path.is_dir():
         return checked_tree(path)
@@ -581,6 +626,35 @@ def resolve_source_option(value: str, sha256: str | None = None) -> Path:
         f"--source {value!r}: no such file or folder",
         "give an unpacked kernel tree, a kernel tarball or linux-source .deb, or an https:// URL",
     )
+
+
+def check_root_only(tree: Path) -> None:
+    """Refuse (SourceError, one line) a source tree someone other than root could have changed since it was
+    checked: every folder above it must pass the roots' check (core/paths.root_problem) and every entry in it
+    be owned by root (the user the tool runs as) and writable by no one else (a group other than root's
+    included). Cheap, links not followed, and enough: what only root can change is what root unpacked and
+    checked. Run right before a build that will be signed."""
+    problem = root_problem(tree)
+    trusted = {0, os.geteuid()}
+    for folder, dirs, files in os.walk(tree) if problem is None else ():
+        for name in [".", *dirs, *files]:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            if info.st_uid not in trusted:
+                problem = f"{path} is owned by uid {info.st_uid}"
+            elif not stat.S_ISLNK(info.st_mode) and (
+                info.st_mode & stat.S_IWOTH or (info.st_mode & stat.S_IWGRP and info.st_gid != 0)
+            ):
+                problem = f"{path} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+            if problem:
+                break
+        if problem:
+            break
+    if problem:
+        raise SourceError(
+            f"refusing to build and sign {tree}: {problem}, so it may have changed since it was checked",
+            "give a tarball or URL (unpacked root-only), or a tree only root can write",
+        )
 
 
 def checked_tree(path: Path) -> Path:
