@@ -25,9 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.install import boot_guard, initramfs, modprobe_conf, stock_loader
+from rdna1_kmgr.install import boot_guard, dkms_steps, initramfs, modprobe_conf, stock_loader
 from rdna1_kmgr.install.journal import Journal, JournalError
-from rdna1_kmgr.install.profile_journal import ExperimentJournal, ParameterJournal, ProfileJournal
+from rdna1_kmgr.install.profile_journal import (
+    PARAMETER_DEFAULTS,
+    PROFILE_ENVIRONMENT_D,
+    PROFILE_PROFILE_D,
+    NamedJournal,
+    ParameterJournal,
+    ProfileJournal,
+)
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.quirk_mask import QuirkMask
@@ -224,21 +231,25 @@ def _below(folder: Path, pattern: str = "*") -> Callable[[Path], bool]:
 # --- the table: kind of journal, step -> what the step may record --------------------------------------------
 
 
-def _rules(journal: Journal, root: TargetRoot, begin: dict | None) -> dict[str, StepRule]:
-    # Imported here: these modules replay journals themselves (they import rollback, which imports this).
-    from rdna1_kmgr.experiment import boot_cells
-    from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
+# The rules of journals a later stage writes (the experiment's boots, experiment/boot_cells.py), by journal
+# name, registered by the module that writes them. A journal with no rules known has no step replay trusts.
+_LATER_STAGES: dict[str, Callable[[TargetRoot], dict[str, StepRule]]] = {}
 
+
+def register(name: str, rules: Callable[[TargetRoot], dict[str, StepRule]]) -> None:
+    _LATER_STAGES[name] = rules
+
+
+def _rules(journal: Journal, root: TargetRoot, begin: dict | None) -> dict[str, StepRule]:
     if isinstance(journal, ProfileJournal):
-        paths = [root.path / rel for rel in (user_profile.ENVIRONMENT_D, user_profile.PROFILE_D)]
+        paths = [root.path / rel for rel in (PROFILE_ENVIRONMENT_D, PROFILE_PROFILE_D)]
         return {f"write {path}": StepRule(_exactly([path]), [None]) for path in paths}
     if isinstance(journal, ParameterJournal):
-        path = root.path / kernel_parameters.DEFAULTS
+        path = root.path / PARAMETER_DEFAULTS
         return {f"write {path}": StepRule(_exactly([path]), [None], {"kind": "files", "after": [["update-grub"]]})}
-    if isinstance(journal, ExperimentJournal):
-        paths = [*boot_cells.files(root), root.path / boot_cells.UNIT_LINK]
-        undo = {"kind": "experiment-boots", "after": boot_cells.undo_commands(root)}
-        return {boot_cells.STEP: StepRule(_exactly(paths), [None], undo)}
+    if isinstance(journal, NamedJournal):
+        later = _LATER_STAGES.get(journal.NAME)
+        return later(root) if later else {}
     kernel = journal.kernel
     tools = [tool(root) for tool in initramfs.TOOLS.values()]
     modules = root.modules_dir(kernel)
@@ -265,7 +276,7 @@ def _rules(journal: Journal, root: TargetRoot, begin: dict | None) -> dict[str, 
         trees = dkms.Trees.from_env()
         rules["dkms-install"] = StepRule(
             _below(modules),
-            [module_install.dkms_install_command(package, kernel, trees, root)],
-            module_install.dkms_uninstall_undo(package, kernel, trees, root),
+            [dkms_steps.install_command(package, kernel, trees, root)],
+            dkms_steps.uninstall_undo(package, kernel, trees, root),
         )
     return rules

@@ -78,8 +78,10 @@ def not_the_recorded_program(record: dict) -> str | None:
             "not a program rdna1-kmgr started"
         )
     running = _program_name(session)
-    if running not in journal_checks.PROGRAMS | _EXECS_INTO:
-        return f"names pid {session}, which runs {running or 'nothing known'}, not a program rdna1-kmgr started"
+    # None: a leader that exited and was not reaped (its parent, the killed run, is gone) has no command line
+    # any more, while its children may still run: the owner check below is all there is to go on.
+    if running is not None and running not in journal_checks.PROGRAMS | _EXECS_INTO:
+        return f"names pid {session}, which runs {running}, not a program rdna1-kmgr started"
     try:
         owner = os.stat(f"/proc/{session}").st_uid
     except OSError:

@@ -37,7 +37,15 @@ from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file, write_atomic
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback, stock_loader
+from rdna1_kmgr.install import (
+    boot_guard,
+    dkms_steps,
+    initramfs,
+    journal_programs,
+    modprobe_conf,
+    rollback,
+    stock_loader,
+)
 from rdna1_kmgr.install.install_gate import (
     Candidate,
     Gate,
@@ -196,22 +204,6 @@ def depmod_files(kernel: str, root: TargetRoot) -> list[Path]:
     return [folder / name for name in sorted(names)]
 
 
-def dkms_install_command(package: dkms.Package, kernel: str, trees: dkms.Trees, root: TargetRoot) -> list[str]:
-    return [*dkms.command(dkms.install_args(package, kernel), trees), *root.dkms_options()]
-
-
-def dkms_uninstall_undo(package: dkms.Package, kernel: str, trees: dkms.Trees, root: TargetRoot) -> dict:
-    """The dkms-install step's undo as its intent records it (rollback runs `command` from it)."""
-    return {
-        "kind": "dkms-uninstall",
-        "package": package.name,
-        "version": package.version,
-        "kernel": kernel,
-        "command": [*dkms.command(dkms.uninstall_args(package, kernel), trees), *root.dkms_options()],
-        "trees": {"source": str(trees.source), "dkms": str(trees.dkms)},
-    }
-
-
 def plan_steps(
     candidate: Candidate,
     root: TargetRoot,
@@ -223,7 +215,7 @@ def plan_steps(
 ) -> list[Step]:
     kernel = candidate.kernel
     target = installed_path(candidate, root)
-    dkms_install = dkms_install_command(candidate.package, kernel, trees, root)
+    dkms_install = dkms_steps.install_command(candidate.package, kernel, trees, root)
 
     def run_dkms_install() -> None:
         dkms.require_dkms()
@@ -262,7 +254,7 @@ def plan_steps(
             [target],
             _parents_to_create(target.parent),
             run_dkms_install,
-            undo=dkms_uninstall_undo(candidate.package, kernel, trees, root),
+            undo=dkms_steps.uninstall_undo(candidate.package, kernel, trees, root),
         ),
         Step(
             "depmod",

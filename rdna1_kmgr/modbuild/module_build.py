@@ -34,7 +34,7 @@ from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild.build_result import BuildResult
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
-from rdna1_kmgr.source import distro_source, kernel_source
+from rdna1_kmgr.source import distro_source, kernel_source, verification
 
 AMD_TREE = "drivers/gpu/drm/amd"
 # A patch line declaring a module parameter: the series' rdna1_* parameters must be in the module.
@@ -274,8 +274,8 @@ def _build_package(
     )
     # what is compiled and signed is what was checked: nobody but root can have changed it since
     for subtree in subtrees:
-        kernel_source.check_root_only(source_root / subtree)
-    kernel_source.check_root_only(series_dir)
+        verification.check_root_only(source_root / subtree)
+    verification.check_root_only(series_dir)
     try:
         dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
         dkms.add(package, trees)

@@ -16,9 +16,7 @@ import lzma
 import os
 import re
 import shutil
-import stat
 import tarfile
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -35,11 +33,11 @@ from rdna1_kmgr import __version__
 from rdna1_kmgr.core import cache_entry, runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import link_in_place, sha256_file, write_json
-from rdna1_kmgr.core.paths import cache_dir, root_problem
+from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.core.progress import Progress, say
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.system_identity import SystemIdentity
-from rdna1_kmgr.source import suite_search
+from rdna1_kmgr.source import suite_search, verification
 from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
 
 # What of the kernel tree an out-of-tree amdgpu build and the patch renderer read.
@@ -534,7 +532,7 @@ def _published_sha256(url: str, name: str, keyring: Path | None = None) -> str:
                 f"cannot download {folder}/{sums}: {_reason(err)}", "check the URL and the network"
             ) from None
         if keyring is not None:
-            text = signed_text(raw, keyring, f"{folder}/{sums}")
+            text = verification.signed_text(raw, keyring, f"{folder}/{sums}")
         else:
             text = raw.decode(errors="replace")
             say(f"the signature of {folder}/{sums} was not checked (no --keyring): trusting the https server")
@@ -550,26 +548,6 @@ def _published_sha256(url: str, name: str, keyring: Path | None = None) -> str:
         f"no SHA-256 known for {url}: none given and no sha256sums beside it lists {name}",
         "give the tarball's SHA-256 (kernel.org lists them in sha256sums.asc)",
     )
-
-
-def signed_text(clearsigned: bytes, keyring: Path, what: str) -> str:
-    """The text a clearsigned file signs, once gpgv verified its signature against `keyring`; else SourceError."""
-    keyring = Path(keyring)
-    if not keyring.is_file():
-        raise UsageError(f"--keyring {keyring}: no such file", "give a keyring file gpgv can read (gpg --export)")
-    with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-sums-") as tmp:
-        signed, out = Path(tmp) / "sums.asc", Path(tmp) / "sums"
-        signed.write_bytes(clearsigned)
-        result = runner.run(
-            ["gpgv", "--keyring", str(keyring.resolve()), "--output", str(out), str(signed)], check=False, timeout=60
-        )
-        if result.returncode != 0 or not out.is_file():
-            reason = _first_line(result.stderr) or f"gpgv exit status {result.returncode}"
-            raise SourceError(
-                f"the signature of {what} does not verify against {keyring}: {reason}",
-                "nothing was downloaded; give the right --keyring, or the tarball's --sha256",
-            )
-        return out.read_text(errors="replace")
 
 
 def _download(url: str, dest: Path) -> str:
@@ -626,35 +604,6 @@ def resolve_source_option(value: str, sha256: str | None = None, keyring: Path |
         f"--source {value!r}: no such file or folder",
         "give an unpacked kernel tree, a kernel tarball or linux-source .deb, or an https:// URL",
     )
-
-
-def check_root_only(tree: Path) -> None:
-    """Refuse (SourceError, one line) a source tree someone other than root could have changed since it was
-    checked: every folder above it must pass the roots' check (core/paths.root_problem) and every entry in it
-    be owned by root (the user the tool runs as) and writable by no one else (a group other than root's
-    included). Cheap, links not followed, and enough: what only root can change is what root unpacked and
-    checked. Run right before a build that will be signed."""
-    problem = root_problem(tree)
-    trusted = {0, os.geteuid()}
-    for folder, dirs, files in os.walk(tree) if problem is None else ():
-        for name in [".", *dirs, *files]:
-            path = os.path.join(folder, name)
-            info = os.lstat(path)
-            if info.st_uid not in trusted:
-                problem = f"{path} is owned by uid {info.st_uid}"
-            elif not stat.S_ISLNK(info.st_mode) and (
-                info.st_mode & stat.S_IWOTH or (info.st_mode & stat.S_IWGRP and info.st_gid != 0)
-            ):
-                problem = f"{path} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
-            if problem:
-                break
-        if problem:
-            break
-    if problem:
-        raise SourceError(
-            f"refusing to build and sign {tree}: {problem}, so it may have changed since it was checked",
-            "give a tarball or URL (unpacked root-only), or a tree only root can write",
-        )
 
 
 def checked_tree(path: Path) -> Path:

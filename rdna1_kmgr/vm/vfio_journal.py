@@ -16,12 +16,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.core.errors import Exit, KmgrError, UsageError
 from rdna1_kmgr.core.files import fsync_dir, make_dirs, write_json
 from rdna1_kmgr.core.paths import state_dir
-from rdna1_kmgr.install.journal import JournalError
 
 RUN_ENV = "RDNA1_KMGR_VFIO_RUN"  # set in the VM's environment; names the run whose devices it holds
+
+
+class RecordRefused(KmgrError):
+    """A vfio record a run did not write: nothing is given back from it."""
+
+    exit_code = Exit.JOURNAL
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def pending() -> list[Binding]:
             binding = None  # a torn file cannot exist (written by rename)
         problem = "is not a device record" if binding is None else _problem(binding, path)
         if problem:
-            raise JournalError(
+            raise RecordRefused(
                 f"refusing the vfio record {path}: it {problem}",
                 "no device was touched; remove it after checking the device by hand (`lspci -k`)",
             )

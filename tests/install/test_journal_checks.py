@@ -191,3 +191,30 @@ def test_a_reused_pid_is_left_alone_and_the_rollback_goes_on(system, victim):
     assert proc.returncode == 0, proc.stderr
     assert victim.poll() is None
     assert (system / "boot" / f"initrd.img-{KREL}").read_bytes() == b"the distribution's initramfs\x00\x01"
+
+
+def test_the_experiments_journal_restores_only_its_boot_files(system):
+    """The experiment's rules come from experiment/boot_cells.py (registered there): its own step passes,
+    a path outside its files is refused."""
+    from rdna1_kmgr.experiment import boot_cells
+    from rdna1_kmgr.install import journal_checks
+    from rdna1_kmgr.install.profile_journal import ExperimentJournal
+    from rdna1_kmgr.install.target_root import TargetRoot
+
+    root = TargetRoot(system)
+    journal = ExperimentJournal()
+    journal.begin("experiment-kernel", folder="/var/lib/rdna1-kmgr/experiments/x", cells=["no-cwsr"])
+    paths = [*boot_cells.files(root), system / boot_cells.UNIT_LINK]
+    undo = {"kind": "experiment-boots", "after": boot_cells.undo_commands(root)}
+    journal.record_intent(boot_cells.STEP, None, replaces=paths, dirs=[], undo=undo)
+    journal_checks.check(journal, root)
+    journal.append(
+        "intent",
+        step=boot_cells.STEP,
+        command=None,
+        backups=[{"path": "/etc/passwd", "backup": None}],
+        dirs=[],
+        undo=undo,
+    )
+    with pytest.raises(journal_checks.RecordRefused, match=r"record 3 \(intent\) would restore /etc/passwd"):
+        journal_checks.check(journal, root)

@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 
 from rdna1_kmgr.core.errors import SourceError, UsageError
-from rdna1_kmgr.source import debian_archive, kernel_source
+from rdna1_kmgr.source import debian_archive, kernel_source, verification
 
 AMD = "drivers/gpu/drm/amd"
 
@@ -566,7 +566,7 @@ def test_an_unpacked_tree_another_user_could_change_is_refused_before_a_signed_b
     is signed; a file another user owns, or a folder others can write, could have been swapped since."""
     tree = kernel_source.unpack_amd_subset(make_tarball(tmp_path))
     assert stat.S_IMODE(tree.stat().st_mode) == 0o700
-    kernel_source.check_root_only(tree / AMD)  # as unpacked: root's alone
+    verification.check_root_only(tree / AMD)  # as unpacked: root's alone
     victim = tree / AMD / "amdgpu/gmc_v10_0.c"
     if attack == "a file given to another user":
         os.chown(victim, 65534, 65534)
@@ -575,7 +575,7 @@ def test_an_unpacked_tree_another_user_could_change_is_refused_before_a_signed_b
         victim.parent.chmod(0o777)
         why = f"{victim.parent} is writable by others"
     with pytest.raises(SourceError) as err:
-        kernel_source.check_root_only(tree / AMD)
+        verification.check_root_only(tree / AMD)
     assert why in err.value.line() and "refusing to build and sign" in err.value.line()
     assert "\n" not in err.value.line()
 

@@ -19,7 +19,6 @@ from click.testing import CliRunner
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
 from rdna1_kmgr.host import kmsg
-from rdna1_kmgr.install.journal import JournalError
 from rdna1_kmgr.vm import (
     guest_kernel,
     passthrough,
@@ -517,7 +516,7 @@ def test_a_forged_vfio_record_is_refused_before_any_device_is_touched(tmp_path, 
     vfio_journal.write(binding(EDU))
     path = vfio_journal.path_of(EDU)
     path.write_text(json.dumps({**record, field: value}))
-    with pytest.raises(JournalError) as err:
+    with pytest.raises(vfio_journal.RecordRefused) as err:
         passthrough.restore_pending(report=lambda line: None)
     assert why in err.value.line() and str(path) in err.value.line() and "\n" not in err.value.line()
     assert path.is_file()  # kept, for the owner to look at
