@@ -31,6 +31,11 @@ def _confirm_install(plan_) -> bool:
     help="Driver source: an unpacked tree, a tarball or .deb, or a tarball URL (default: the distro's).",
 )
 @click.option("--sha256", metavar="HEX", help="Expected SHA-256 of the --source tarball.")
+@click.option(
+    "--keyring",
+    metavar="FILE",
+    help="Keys (gpg --export) that must have signed the sha256sums.asc beside a --source https URL.",
+)
 @quirk_selection
 @click.option(
     "-j", "--jobs", type=int, metavar="N", help=f"Parallel compile jobs (default: cores + 1 = {default_jobs()})."
@@ -56,6 +61,7 @@ def build(
     kernel,
     source,
     sha256,
+    keyring,
     quirks,
     without,
     devices,
@@ -76,6 +82,8 @@ def build(
         raise UsageError("--yes and --no-install contradict each other", "give one of them")
     if sysroot and not dry_run:
         raise UsageError("--sysroot is for --dry-run", "a build is for this machine's kernels: drop --sysroot")
+    if keyring and not (source and "://" in source):
+        raise UsageError("--keyring needs --source with a URL", "give the tarball's URL")
     if sha256 and not source:
         raise UsageError("--sha256 needs --source", "give the tarball it is the hash of")
     # the one place the kernel is decided (and --kernel checked); a dry run decides it for the --sysroot system
@@ -85,6 +93,7 @@ def build(
         kernel=target,
         source=source,
         sha256=sha256,
+        keyring=keyring,
         quirks=list(quirks) or None,
         without=list(without) or None,
         devices=[user_input.pci_device_id(d) for d in devices] or None,

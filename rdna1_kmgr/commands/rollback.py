@@ -6,6 +6,7 @@ from rdna1_kmgr.commands.install import confirm_plan
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.experiment import boot_cells  # noqa: F401  registers what the experiment's journal may record
 from rdna1_kmgr.install.rollback import run
 
 

@@ -28,7 +28,7 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.experiment.kernel_cells import KernelCell
-from rdna1_kmgr.install import boot_guard
+from rdna1_kmgr.install import boot_guard, journal_checks
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
 
@@ -89,6 +89,16 @@ WantedBy=multi-user.target
             0o644,
         ),
     }
+
+
+def journal_rules(root: TargetRoot) -> dict[str, journal_checks.StepRule]:
+    """What the experiment's journal may record: its one step, these files, their undo (journal_checks)."""
+    paths = [*files(root), root.path / UNIT_LINK]
+    undo = {"kind": "experiment-boots", "after": undo_commands(root)}
+    return {STEP: journal_checks.StepRule(frozenset(paths).__contains__, [None], undo)}
+
+
+journal_checks.register(ExperimentJournal.NAME, journal_rules)
 
 
 def unavailable(root: TargetRoot) -> str | None:

@@ -36,6 +36,7 @@ from rdna1_kmgr.install.journal import locked, refuse_if_busy
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.quirk_mask import QuirkMask
+from rdna1_kmgr.userspace import profiles
 from rdna1_kmgr.vm import cell_outcomes
 from rdna1_kmgr.vm.experiment import experiments_dir
 
@@ -165,8 +166,22 @@ def installed_build(root: TargetRoot) -> InstalledBuild | None:
     return None
 
 
+# What a cell's process needs of the owner's environment besides the variables the profiles set or unset:
+# where programs are, the home, the locale, and the ROCm and PyTorch stacks' own settings. Nothing else of the
+# environment `start` ran in (root's, through sudo: tokens, keys, passwords) goes into plan.json.
+_KEPT_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "VIRTUAL_ENV")
+_KEPT_PREFIXES = ("LC_", "HSA_", "ROCM_", "MIOPEN_", "HIP_", "PYTORCH_", "TORCH_", "AMD_", "GPU_")
+
+
 def owner_environment(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in _SESSION}
+    """The variables of `env` a cell needs (plan.json keeps these): the allow-list above and every name a
+    profile sets or unsets, less what belongs to the login session."""
+    profile_names = {name for p in profiles.load().values() for name in (*p.set, *p.unset)}
+    return {
+        k: v
+        for k, v in env.items()
+        if k not in _SESSION and (k in _KEPT_NAMES or k.startswith(_KEPT_PREFIXES) or k in profile_names)
+    }
 
 
 # --- state ------------------------------------------------------------------------------------------------------

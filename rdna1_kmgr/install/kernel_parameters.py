@@ -15,10 +15,10 @@ from __future__ import annotations
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import boot_guard, rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
-from rdna1_kmgr.install.profile_journal import ParameterJournal, write_files
+from rdna1_kmgr.install.profile_journal import PARAMETER_DEFAULTS, ParameterJournal, write_files
 from rdna1_kmgr.install.target_root import TargetRoot
 
-DEFAULTS = "etc/default/grub.d/rdna1-kmgr.parameters.cfg"
+DEFAULTS = PARAMETER_DEFAULTS
 
 
 def file_text(word: str) -> bytes:

@@ -37,7 +37,15 @@ from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
 from rdna1_kmgr.core.files import sha256_file, write_atomic
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback, stock_loader
+from rdna1_kmgr.install import (
+    boot_guard,
+    dkms_steps,
+    initramfs,
+    journal_programs,
+    modprobe_conf,
+    rollback,
+    stock_loader,
+)
 from rdna1_kmgr.install.install_gate import (
     Candidate,
     Gate,
@@ -207,28 +215,7 @@ def plan_steps(
 ) -> list[Step]:
     kernel = candidate.kernel
     target = installed_path(candidate, root)
-    # --no-depmod: DKMS would run depmod itself, on /lib/modules even with --installtree; our own depmod
-    # step keeps the index change separate and exactly backed up. --force: DKMS otherwise keeps a same-named
-    # in-kernel module whose `version:` equals ours (amdgpu has none) and installs nothing, reporting success.
-    dkms_args = [
-        "install",
-        "-m",
-        candidate.package.name,
-        "-v",
-        candidate.package.version,
-        "-k",
-        kernel,
-        "--force",
-        "--no-depmod",
-    ]
-    dkms_install = [*dkms.command(dkms_args, trees), *root.dkms_options()]
-    uninstall = [
-        *dkms.command(
-            ["uninstall", "-m", candidate.package.name, "-v", candidate.package.version, "-k", kernel, "--no-depmod"],
-            trees,
-        ),
-        *root.dkms_options(),
-    ]
+    dkms_install = dkms_steps.install_command(candidate.package, kernel, trees, root)
 
     def run_dkms_install() -> None:
         dkms.require_dkms()
@@ -267,14 +254,7 @@ def plan_steps(
             [target],
             _parents_to_create(target.parent),
             run_dkms_install,
-            undo={
-                "kind": "dkms-uninstall",
-                "package": candidate.package.name,
-                "version": candidate.package.version,
-                "kernel": kernel,
-                "command": uninstall,
-                "trees": {"source": str(trees.source), "dkms": str(trees.dkms)},
-            },
+            undo=dkms_steps.uninstall_undo(candidate.package, kernel, trees, root),
         ),
         Step(
             "depmod",

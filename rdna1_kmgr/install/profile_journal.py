@@ -19,6 +19,12 @@ from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.install.journal import Journal, journal_root
 
+# The files the profile's and the parameter's journals write (install/user_profile.py,
+# install/kernel_parameters.py), relative to the target root; here, so journal_checks knows them too.
+PROFILE_ENVIRONMENT_D = "etc/environment.d/90-rdna1-kmgr.conf"
+PROFILE_PROFILE_D = "etc/profile.d/rdna1-kmgr.sh"
+PARAMETER_DEFAULTS = "etc/default/grub.d/rdna1-kmgr.parameters.cfg"
+
 
 class NamedJournal(Journal):
     NAME = ""

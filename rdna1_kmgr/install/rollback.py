@@ -23,7 +23,7 @@ from typing import TextIO
 
 from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.install import journal_programs, modprobe_conf
+from rdna1_kmgr.install import journal_checks, journal_programs, modprobe_conf
 from rdna1_kmgr.install.journal import (
     Journal,
     State,
@@ -89,7 +89,9 @@ def _final_depmod(state: State) -> list[str] | None:
 
 
 def plan_for(journal: Journal, keep_build: bool) -> list[str]:
-    """The exact rollback of one kernel's journal, in order (changes nothing)."""
+    """The exact rollback of one kernel's journal, in order (changes nothing); a record replay could not trust
+    is refused here (journal_checks)."""
+    journal_checks.check(journal)
     state = journal.state()
     begin = state.begin or {}
     if isinstance(journal, ProfileJournal):
@@ -121,7 +123,9 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
 
 
 def replay(journal: Journal, keep_build: bool, reason: str) -> list[str]:
-    """Undo everything the journal records (the caller holds the lock); what was done, line by line."""
+    """Undo everything the journal records (the caller holds the lock); what was done, line by line. Every
+    record is checked first: one replay could not trust refuses the whole journal, nothing stopped or undone."""
+    journal_checks.check(journal)
     # First the programs a killed run left running: update-initramfs would otherwise write over the restore.
     said = journal_programs.stop_left_over(journal)
     state = journal.state()

@@ -17,12 +17,17 @@ from pathlib import Path
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
-from rdna1_kmgr.install.profile_journal import ProfileJournal, write_files
+from rdna1_kmgr.install.profile_journal import (
+    PROFILE_ENVIRONMENT_D,
+    PROFILE_PROFILE_D,
+    ProfileJournal,
+    write_files,
+)
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.userspace import environment_files, profiles
 
-ENVIRONMENT_D = "etc/environment.d/90-rdna1-kmgr.conf"
-PROFILE_D = "etc/profile.d/rdna1-kmgr.sh"
+ENVIRONMENT_D = PROFILE_ENVIRONMENT_D
+PROFILE_D = PROFILE_PROFILE_D
 MARK = "# rdna1-kmgr profile "  # first line of both files: "# rdna1-kmgr profile NAME: summary"
 
 

@@ -250,6 +250,17 @@ def build_args(package: Package, kernel: str, jobs: int) -> list[str]:
     return ["build", "-m", package.name, "-v", package.version, "-k", kernel, "-j", str(jobs)]
 
 
+def install_args(package: Package, kernel: str) -> list[str]:
+    # --no-depmod: DKMS would run depmod itself, on /lib/modules even with --installtree; install's own depmod
+    # step keeps the index change separate and exactly backed up. --force: DKMS otherwise keeps a same-named
+    # in-kernel module whose `version:` equals ours (amdgpu has none) and installs nothing, reporting success.
+    return ["install", "-m", package.name, "-v", package.version, "-k", kernel, "--force", "--no-depmod"]
+
+
+def uninstall_args(package: Package, kernel: str) -> list[str]:
+    return ["uninstall", "-m", package.name, "-v", package.version, "-k", kernel, "--no-depmod"]
+
+
 def remove_args(package: Package, kernel: str | None) -> list[str]:
     return ["remove", "-m", package.name, "-v", package.version, *(["-k", kernel] if kernel else ["--all"])]
 

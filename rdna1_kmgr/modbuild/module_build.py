@@ -34,7 +34,7 @@ from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild.build_result import BuildResult
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
-from rdna1_kmgr.source import distro_source, kernel_source
+from rdna1_kmgr.source import distro_source, kernel_source, verification
 
 AMD_TREE = "drivers/gpu/drm/amd"
 # A patch line declaring a module parameter: the series' rdna1_* parameters must be in the module.
@@ -272,6 +272,10 @@ def _build_package(
     counter = Progress(
         f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees), stream=stream
     )
+    # what is compiled and signed is what was checked: nobody but root can have changed it since
+    for subtree in subtrees:
+        verification.check_root_only(source_root / subtree)
+    verification.check_root_only(series_dir)
     try:
         dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
         dkms.add(package, trees)
@@ -395,6 +399,7 @@ class BuildRequest:
     kernel: Kernel  # resolved once, where the command is given (resolve_kernel); nothing below validates it again
     source: str | None = None
     sha256: str | None = None
+    keyring: str | None = None  # checks a --source URL's sha256sums.asc (gpgv)
     quirks: list[str] | None = None  # only these (and the default-on quirks the kernel needs); None: all
     devices: list[int] | None = None  # None: every id of the RDNA1 chips found here (devices_for)
     jobs: int | None = None
@@ -436,7 +441,9 @@ def source_tree(request: BuildRequest, kernel: Kernel, system: SystemIdentity) -
     """The driver source of exactly this kernel's version, unpacked in the cache (or the tree given), and
     where it came from."""
     if request.source:
-        tree = kernel_source.resolve_source_option(request.source, request.sha256)
+        tree = kernel_source.resolve_source_option(
+            request.source, request.sha256, Path(request.keyring) if request.keyring else None
+        )
         if kernel.package_version:
             kernel_source.require_version(tree, kernel.upstream or kernel.package_version)
         return tree, {"given": request.source}

@@ -23,6 +23,7 @@ from rdna1_kmgr.core import cache_entry, runner
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import write_json
 from rdna1_kmgr.core.paths import cache_dir
+from rdna1_kmgr.core.progress import say
 from rdna1_kmgr.source.kernel_source import AMD_SUBSET, ORIGIN_FILE, kernel_version, unpack_amd_subset
 
 # uname -r of a Fedora kernel: 6.11.4-301.fc41.x86_64
@@ -64,6 +65,26 @@ def srpm_identity(srpm: Path) -> tuple[str, str, str]:
     return fields[0], fields[1], fields[2]
 
 
+def check_signature(srpm: Path) -> str:
+    """`rpm -Kv` on the SRPM: a digest or signature that does not verify is refused (SourceError); a signature
+    whose key is not in rpm's keyring (Fedora's keys imported: `rpm --import
+    /etc/pki/rpm-gpg/RPM-GPG-KEY-fedora-*`), or no signature, is said, since then nothing vouches for it
+    but where the file came from. What was found, in one line."""
+    result = runner.run(["rpm", "-Kv", str(srpm)], check=False, timeout=300)
+    lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    bad = [line for line in lines if line.endswith(": BAD") or " BAD" in line]
+    if bad or (result.returncode != 0 and not any(line.endswith("NOKEY") for line in lines)):
+        raise SourceError(
+            f"{srpm.name} does not verify: {(bad or lines or [f'rpm -K exit status {result.returncode}'])[0]}",
+            "nothing was unpacked; download it again (`dnf download --source`)",
+        )
+    if any(line.endswith("NOKEY") for line in lines):
+        return f"the signature of {srpm.name} was not checked: its key is not in rpm's keyring (import Fedora's)"
+    if not any("Signature" in line for line in lines):
+        return f"{srpm.name} is not signed: its digests match, nothing vouches for where it came from"
+    return f"the signature of {srpm.name} verifies against rpm's keyring"
+
+
 def unpack_srpm(srpm: Path, dest_root: Path | None = None) -> Path:
     """The amd subset of a kernel SRPM's tarball with Fedora's patch applied, in dest_root (default
     cache_dir()/src) as <version>-<release>; an earlier unpack is reused."""
@@ -73,6 +94,7 @@ def unpack_srpm(srpm: Path, dest_root: Path | None = None) -> Path:
     name, version, release = srpm_identity(srpm)
     if name != "kernel":
         raise SourceError(f"{srpm.name} is the source of {name}, not of the kernel", "give a kernel-*.src.rpm")
+    say(check_signature(srpm))
     dest_root = Path(dest_root) if dest_root is not None else cache_dir() / "src"
     dest_root.mkdir(parents=True, exist_ok=True)
     key = f"{version}-{release}"

@@ -34,10 +34,10 @@ from rdna1_kmgr.core import cache_entry, runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import link_in_place, sha256_file, write_json
 from rdna1_kmgr.core.paths import cache_dir
-from rdna1_kmgr.core.progress import Progress
+from rdna1_kmgr.core.progress import Progress, say
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.system_identity import SystemIdentity
-from rdna1_kmgr.source import suite_search
+from rdna1_kmgr.source import suite_search, verification
 from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
 
 # What of the kernel tree an out-of-tree amdgpu build and the patch renderer read.
@@ -242,7 +242,7 @@ def unpack_amd_subset(archive: Path, dest_root: Path | None = None) -> Path:
             return done
         with cache_entry.staging(dest_root, key) as tmp:
             tree = tmp / "tree"
-            tree.mkdir()
+            tree.mkdir(mode=0o700)  # root's alone: what is checked here is what is compiled and signed
             with _compressed_tarball(archive, deb) as (chunks, size):
                 _extract_subset(chunks, size, tree, archive)
             version = kernel_version(tree)
@@ -457,11 +457,22 @@ class _ByteProgress:
 # --- tarballs from a URL -------------------------------------------------------------------------------------
 
 
-def fetch_tarball(url: str, sha256: str | None = None) -> Path:
+def fetch_tarball(url: str, sha256: str | None = None, keyring: Path | None = None) -> Path:
     """A kernel tarball downloaded into cache_dir()/tarballs, kept only when its SHA-256 is the expected one:
-    `sha256` when given, else the one a sha256sums file beside the URL publishes."""
-    name = _tarball_name(check_url(url))
-    expected = _check_sha256(sha256) if sha256 else _published_sha256(url, name)
+    `sha256` when given, else the one a sha256sums file beside the URL publishes (over https only, its
+    sha256sums.asc's signature checked with gpgv against `keyring` when one is given).
+
+    An http URL needs `sha256`: the sums file would come from the same unauthenticated server as the tarball,
+    and the tree is compiled and signed with the machine's module key. Refused before anything is downloaded.
+    """
+    parts = check_url(url)
+    name = _tarball_name(parts)
+    if parts.scheme == "http" and not sha256:
+        raise UsageError(
+            f"refusing {url}: over http the tarball and its sha256sums could be anyone's",
+            "use an https:// URL or give the tarball's --sha256",
+        )
+    expected = _check_sha256(sha256) if sha256 else _published_sha256(url, name, keyring)
     tarballs = cache_dir() / "tarballs"
     final = tarballs / name
     tarballs.mkdir(parents=True, exist_ok=True)
@@ -501,13 +512,15 @@ def _check_sha256(value: str) -> str:
     return value.lower()
 
 
-def _published_sha256(url: str, name: str) -> str:
-    """The tarball's hash from a sha256sums file in the same folder (kernel.org: sha256sums.asc)."""
+def _published_sha256(url: str, name: str, keyring: Path | None = None) -> str:
+    """The tarball's hash from a sha256sums file in the same folder (kernel.org: sha256sums.asc, clearsigned).
+    With `keyring`, only a sha256sums.asc whose signature gpgv verifies against it is read, and only the signed
+    text of it; without, the file is read as the https server gave it, and the log says so."""
     folder = url.rsplit("/", 1)[0]
-    for sums in _SUMS_FILES:
+    for sums in _SUMS_FILES if keyring is None else _SUMS_FILES[:1]:
         try:
             with urllib.request.urlopen(_request(f"{folder}/{sums}"), timeout=60) as response:
-                text = response.read(4 * _MB).decode(errors="replace")
+                raw = response.read(4 * _MB)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 continue
@@ -518,9 +531,19 @@ def _published_sha256(url: str, name: str) -> str:
             raise SourceError(
                 f"cannot download {folder}/{sums}: {_reason(err)}", "check the URL and the network"
             ) from None
+        if keyring is not None:
+            text = verification.signed_text(raw, keyring, f"{folder}/{sums}")
+        else:
+            text = raw.decode(errors="replace")
+            say(f"the signature of {folder}/{sums} was not checked (no --keyring): trusting the https server")
         for digest, listed in _SUMS_LINE.findall(text):
             if listed.rsplit("/", 1)[-1] == name:
                 return digest.lower()
+    if keyring is not None:
+        raise SourceError(
+            f"no signed {_SUMS_FILES[0]} beside {url} lists {name} (--keyring {keyring} needs one)",
+            "give the tarball's --sha256 instead",
+        )
     raise SourceError(
         f"no SHA-256 known for {url}: none given and no sha256sums beside it lists {name}",
         "give the tarball's SHA-256 (kernel.org lists them in sha256sums.asc)",
@@ -563,11 +586,11 @@ def _reason(err: Exception) -> str:
 # --- the --source option -------------------------------------------------------------------------------------
 
 
-def resolve_source_option(value: str, sha256: str | None = None) -> Path:
+def resolve_source_option(value: str, sha256: str | None = None, keyring: Path | None = None) -> Path:
     """The tree `--source VALUE` names: an unpacked kernel tree (used in place), a tarball or linux-source .deb
     (unpacked into the cache), or an http(s) URL of a tarball (downloaded, verified, unpacked)."""
     if "://" in value:
-        return unpack_amd_subset(fetch_tarball(value, sha256))
+        return unpack_amd_subset(fetch_tarball(value, sha256, keyring))
     path = Path(value)
     if path.is_dir():
         return checked_tree(path)

@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.errors import Exit, KmgrError, UsageError
 from rdna1_kmgr.core.files import fsync_dir, make_dirs, write_json
 from rdna1_kmgr.core.paths import state_dir
 
 RUN_ENV = "RDNA1_KMGR_VFIO_RUN"  # set in the VM's environment; names the run whose devices it holds
+
+
+class RecordRefused(KmgrError):
+    """A vfio record a run did not write: nothing is given back from it."""
+
+    exit_code = Exit.JOURNAL
 
 
 @dataclass(frozen=True)
@@ -57,17 +65,56 @@ def write(binding: Binding) -> Path:
 
 
 def pending() -> list[Binding]:
-    """Every device a run bound and has not given back yet, by address."""
+    """Every device a run bound and has not given back yet, by address. A record that is not one a run wrote
+    (a field of the wrong shape, a driver name that is a path, a file name that is not its device's) is
+    refused in one line before any device is touched: giving a device back writes its fields into sysfs."""
     folder = directory()
     if not folder.is_dir():
         return []
     found = []
     for path in sorted(folder.glob("*.json")):
         try:
-            found.append(Binding(**json.loads(path.read_text())))
+            binding = Binding(**json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
-            continue  # a torn file cannot exist (written by rename); anything else here is not ours
+            binding = None  # a torn file cannot exist (written by rename)
+        problem = "is not a device record" if binding is None else _problem(binding, path)
+        if problem:
+            raise RecordRefused(
+                f"refusing the vfio record {path}: it {problem}",
+                "no device was touched; remove it after checking the device by hand (`lspci -k`)",
+            )
+        found.append(binding)
     return found
+
+
+_DRIVER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a name under /sys/bus/pci/drivers, never a path
+_RUN = re.compile(r"[0-9A-Za-z_-]{1,64}")  # uuid4().hex (vm/passthrough.py): a plain token, matched in environ
+_BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|")
+
+
+def _problem(binding: Binding, path: Path) -> str | None:
+    """Why a record cannot be one `write` stored for its device (None: it can)."""
+    if not isinstance(binding.bdf, str) or path.name != f"{binding.bdf}.json":
+        return f"names the device {binding.bdf!r}, not the one its file is named for"
+    try:
+        user_input.pci_address(binding.bdf)
+    except UsageError:
+        return f"names {binding.bdf!r}, which is no PCI address"
+    for name in ("driver", "driver_override"):
+        value = getattr(binding, name)
+        if value is not None and not (isinstance(value, str) and _DRIVER.fullmatch(value)):
+            return f"names the {name.replace('_', ' ')} {value!r}, which is no driver's name"
+    for name in ("vendor", "device", "iommu_group", "pid", "pid_start"):
+        value = getattr(binding, name)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return f"has no valid {name.replace('_', ' ')}"
+    if binding.kmsg_seq is not None and not (isinstance(binding.kmsg_seq, int) and binding.kmsg_seq >= 0):
+        return "has no valid kernel log sequence number"
+    if not (isinstance(binding.run, str) and _RUN.fullmatch(binding.run)):
+        return f"names the run {binding.run!r}, which is no run token"
+    if not (isinstance(binding.boot_id, str) and _BOOT_ID.fullmatch(binding.boot_id)):
+        return "has no valid boot id"
+    return None
 
 
 def forget(bdf: str) -> None:

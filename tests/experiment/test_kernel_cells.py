@@ -241,3 +241,25 @@ def test_bad_input_is_said_before_the_machine_is_looked_at(state):
         result = CliRunner().invoke(main, ["experiment", "kernel", "--sysroot", str(tree.root), *args])
         assert result.exit_code == 2 and said in result.stderr and result.stderr.count("\n") == 1, result.output
     assert not (state / "state").exists()
+
+
+def test_plan_json_keeps_only_what_a_cell_needs_not_roots_secrets():
+    """Issue 40: plan.json held root's whole environment (through sudo: tokens, keys). Names from the profiles
+    file (read by hand: HSA_OVERRIDE_GFX_VERSION, MIOPEN_DEBUG_CONV_DIRECT) and the allow-list stay."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/home/owner",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HSA_OVERRIDE_GFX_VERSION": "10.3.0",
+        "MIOPEN_DEBUG_CONV_DIRECT": "0",
+        "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
+        "GITHUB_TOKEN": "ghp_secret",
+        "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock",
+        "LD_PRELOAD": "/tmp/evil.so",
+    }
+    kept = kernel_run.owner_environment(env)
+    assert "AWS_SECRET_ACCESS_KEY" not in kept and "GITHUB_TOKEN" not in kept
+    assert "SSH_AUTH_SOCK" not in kept and "LD_PRELOAD" not in kept
+    assert kept == {k: env[k] for k in list(env)[:7]}

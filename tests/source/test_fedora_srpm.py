@@ -112,3 +112,28 @@ def test_fedora_kernel_release_names_its_srpm():
     assert kernel.nvr == "kernel-6.11.4-301.fc41"
     assert kernel.download_command() == ["dnf", "download", "--source", "kernel-6.11.4-301.fc41"]
     assert fedora_srpm.fedora_kernel("6.1.0-56-amd64") is None
+
+
+def _tiny_srpm(work: Path) -> Path:
+    """A source RPM with nothing of the kernel in it: what `rpm -K` reads is the same."""
+    spec = work / "tiny.spec"
+    spec.write_text("Name: kernel\nVersion: 6.1.0\nRelease: 1\nSummary: t\nLicense: GPL\n%description\nt\n%files\n")
+    subprocess.run(
+        ["rpmbuild", "-bs", "--define", f"_topdir {work / 'rpm'}", str(spec)], check=True, capture_output=True
+    )
+    return next((work / "rpm/SRPMS").glob("*.src.rpm"))
+
+
+def test_an_srpm_rpm_cannot_verify_is_refused_and_an_unsigned_one_said(tmp_path):
+    """Issue 40, M2: Fedora's SRPM is checked with `rpm -K`; a flipped byte is refused before anything is
+    unpacked, and one no key vouches for is said so."""
+    srpm = _tiny_srpm(tmp_path)
+    assert "is not signed" in fedora_srpm.check_signature(srpm)
+    data = bytearray(srpm.read_bytes())
+    data[-100] ^= 0xFF
+    srpm.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match="does not verify"):
+        fedora_srpm.check_signature(srpm)
+    with pytest.raises(SourceError, match="does not verify"):
+        fedora_srpm.unpack_srpm(srpm, tmp_path / "src")
+    assert not (tmp_path / "src").exists() or not any((tmp_path / "src").iterdir())

@@ -498,3 +498,25 @@ def test_restore_with_nothing_left_says_so():
     assert result.exit_code == 0 and json.loads(result.stdout) == {"restored": []}
     result = CliRunner().invoke(main, ["vm-test", "--restore"])
     assert result.exit_code == 0 and result.stdout == "no device left on vfio-pci by rdna1-kmgr\n"
+
+
+@pytest.mark.parametrize(
+    "field, value, why",
+    [
+        ("driver", "../../../../../tmp/rdna1-owned", "names the driver '../../../../../tmp/rdna1-owned'"),
+        ("driver_override", "vfio-pci/../../x", "which is no driver's name"),
+        ("bdf", "0000:0b:00.0", "not the one its file is named for"),
+        ("iommu_group", "14; rm -rf /", "has no valid iommu group"),
+    ],
+)
+def test_a_forged_vfio_record_is_refused_before_any_device_is_touched(tmp_path, field, value, why):
+    """Issue 40, M3: restoring writes a record's driver and address into sysfs paths as root; a record a run
+    did not write is refused in one line and nothing is given back."""
+    record = binding(EDU).to_json()
+    vfio_journal.write(binding(EDU))
+    path = vfio_journal.path_of(EDU)
+    path.write_text(json.dumps({**record, field: value}))
+    with pytest.raises(vfio_journal.RecordRefused) as err:
+        passthrough.restore_pending(report=lambda line: None)
+    assert why in err.value.line() and str(path) in err.value.line() and "\n" not in err.value.line()
+    assert path.is_file()  # kept, for the owner to look at

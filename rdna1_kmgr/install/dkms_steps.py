@@ -1,0 +1,23 @@
+"""The DKMS commands install's dkms-install step records: run by it, undone by rollback, checked by
+journal_checks against what a journal says."""
+
+from __future__ import annotations
+
+from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.modbuild import dkms_package as dkms
+
+
+def install_command(package: dkms.Package, kernel: str, trees: dkms.Trees, root: TargetRoot) -> list[str]:
+    return [*dkms.command(dkms.install_args(package, kernel), trees), *root.dkms_options()]
+
+
+def uninstall_undo(package: dkms.Package, kernel: str, trees: dkms.Trees, root: TargetRoot) -> dict:
+    """The dkms-install step's undo as its intent records it (rollback runs `command` from it)."""
+    return {
+        "kind": "dkms-uninstall",
+        "package": package.name,
+        "version": package.version,
+        "kernel": kernel,
+        "command": [*dkms.command(dkms.uninstall_args(package, kernel), trees), *root.dkms_options()],
+        "trees": {"source": str(trees.source), "dkms": str(trees.dkms)},
+    }
