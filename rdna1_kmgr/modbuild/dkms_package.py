@@ -483,7 +483,10 @@ def _reported(dkms_output: str, label: str) -> str | None:
 def _build_failure(dkms_output: str, make_log: str, log_path: Path, status_code: int) -> BuildError:
     patch = re.search(r"Application of patch (\S+) failed", dkms_output)
     if patch:
-        hunk = next((ln.strip() for ln in dkms_output.splitlines() if "FAILED" in ln or "malformed" in ln), "")
+        # patch's own words: DKMS 3.0 lets them through to its output, DKMS 3.1+ (Debian 13's 3.2) writes them
+        # only to make.log, beside its header and each step's `# command:` lines.
+        said = (dkms_output + "\n" + make_log).splitlines()
+        hunk = next((ln.strip() for ln in said if "FAILED" in ln or "malformed" in ln), "")
         detail = f" ({hunk})" if hunk else ""
         return BuildError(
             f"patch {patch.group(1)} does not apply to the source{detail}",

@@ -57,6 +57,8 @@ class InstallPlan:
     missing: list[str]
     files: dict[Path, str] = field(default_factory=dict)  # written before the commands run
     commands: list[list[str]] = field(default_factory=list)
+    # What the commands install besides `missing` (their dependencies), as the package manager simulated it.
+    pulled: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -64,7 +66,14 @@ class InstallPlan:
 
     def describe(self) -> list[str]:
         lines = [f"write {path}" for path in self.files]
-        return lines + [" ".join(command) for command in self.commands]
+        lines += [" ".join(command) for command in self.commands]
+        if self.pulled:
+            lines.append(f"{self.manager} also installs {' '.join(self.pulled)} (dependencies)")
+        # Debian 13's headers (and bookworm-backports' 6.12 ones) depend on their kernel's image: on a machine
+        # that does not run that kernel, the build installs a kernel, and its hooks run.
+        for image in (name for name in self.pulled if name.startswith("linux-image-")):
+            lines.append(f"{image} is a kernel: installing it runs /etc/kernel/postinst.d (initramfs, boot menu)")
+        return lines
 
     def to_json(self) -> dict:
         return {
@@ -72,6 +81,7 @@ class InstallPlan:
             "missing": self.missing,
             "files": [str(path) for path in self.files],
             "commands": self.commands,
+            "pulled": self.pulled,
         }
 
 
@@ -137,7 +147,20 @@ class Apt(PackageManager):
             plan.commands.append(_apt_install(others))
         if headers in missing:
             self._plan_headers(plan, headers, krel)
+        if not plan.files:  # a sources entry the plan adds first is not in apt's lists yet: nothing to ask
+            plan.pulled = self.pulled_by(plan.commands, missing)
         return plan
+
+    def pulled_by(self, commands: list[list[str]], asked: list[str]) -> list[str]:
+        """What the install commands would install besides `asked`, as `apt-get -s` says (none when apt cannot
+        tell: the install itself then says why)."""
+        args = [arg for command in commands if command[:2] == ["apt-get", "install"] for arg in command[2:]]
+        if not args:
+            return []
+        proc = runner.run(["apt-get", "-s", "install", *dict.fromkeys(args)], check=False)  # each option once
+        if proc.returncode != 0:
+            return []
+        return [name for name in simulated_installs(proc.stdout) if name not in asked]
 
     def _plan_headers(self, plan: InstallPlan, headers: str, krel: str) -> None:
         suites = self.system_suites_of(headers)
@@ -344,6 +367,11 @@ def backports_sources(suite: str, codename: str | None = None) -> str:
     if entry.trusted:
         lines.append("Trusted: yes")
     return "\n".join(lines) + "\n"
+
+
+def simulated_installs(text: str) -> list[str]:
+    """The packages `apt-get -s install` would install or upgrade, in its order (its `Inst <name> (...)` lines)."""
+    return [m.group(1) for m in re.finditer(r"^Inst (\S+)", text, re.MULTILINE)]
 
 
 def _apt_install(packages: list[str]) -> list[str]:

@@ -444,6 +444,33 @@ def test_patch_that_does_not_apply_is_named(sandbox):
         assemble_and_build(sandbox, series_dir, package)
 
 
+DATA = Path(__file__).parent / "data"
+
+
+def test_patch_that_does_not_apply_under_dkms_3_2_names_the_hunk_from_make_log(tmp_path, monkeypatch):
+    """Debian 13's DKMS 3.2 writes patch's own words only to make.log (3.0 let them through to its output); the
+    error still says which hunk failed. The fake dkms replays what the real 3.2.2 printed (tests/modbuild/data)."""
+    package = dkms.Package("probe", "1.0")
+    trees = dkms.Trees(source=tmp_path / "src", dkms=tmp_path / "tree")
+    make_log = package.version_dir(trees) / "build" / "make.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "dkms"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"mkdir -p '{make_log.parent}'\n"
+        f"cat '{DATA / 'dkms-3.2.2-patch-failed.make.log'}' > '{make_log}'\n"
+        f"cat '{DATA / 'dkms-3.2.2-patch-failed.out'}'\n"
+        "exit 6\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with pytest.raises(BuildError) as caught:
+        dkms.build(package, "6.12.118+deb13-amd64", trees, tmp_path / "log" / "build.log", jobs=1)
+    assert caught.value.what == "patch 0001-stale.patch does not apply to the source (Hunk #1 FAILED at 1.)"
+    assert caught.value.hint.endswith(str(tmp_path / "log" / "build.log"))
+
+
 def test_remove_takes_the_version_and_its_source_away(sandbox):
     series_dir, _, package = series(sandbox, "s", {"0001-greet.patch": hellomod.greeting_patch("bye")})
     assemble_and_build(sandbox, series_dir, package)

@@ -296,3 +296,64 @@ def test_headers_612_come_from_backports(headers_612):
     assert_headers_installed(headers_612)
     assert prerequisites.Apt().system_lists_backports("bookworm-backports")
     assert prerequisites.Apt().system_suites_of(f"linux-headers-{headers_612}") == ["bookworm-backports"]
+
+
+# --- Debian 13: the headers depend on their kernel's image ----------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+TRIXIE_SIMULATION = DATA / "apt-get-s-install-linux-headers-6.12.117+deb13-amd64.out"
+
+
+def test_simulated_installs_are_apts_inst_lines_in_its_order():
+    """What Debian 13's apt printed (tests/modbuild/data): the headers pull their common part, the kernel's image
+    and its kbuild."""
+    assert prerequisites.simulated_installs(TRIXIE_SIMULATION.read_text()) == [
+        "linux-image-6.12.117+deb13-amd64",
+        "linux-headers-6.12.117+deb13-common",
+        "linux-kbuild-6.12.117+deb13",
+        "linux-headers-6.12.117+deb13-amd64",
+    ]
+
+
+class TrixieApt(prerequisites.Apt):
+    """apt on a Debian 13 machine that has all but the headers, which its own sources offer."""
+
+    def missing(self, names):
+        return [name for name in names if name.startswith("linux-headers-")]
+
+    def system_suites_of(self, package):
+        return ["trixie-security", "trixie"]
+
+
+def test_the_plan_says_the_headers_bring_a_kernel_image_whose_hooks_run(monkeypatch):
+    asked = []
+
+    def fake_run(argv, **kwargs):
+        asked.append(argv)
+        return prerequisites.runner.Result(argv, 0, TRIXIE_SIMULATION.read_text(), "")
+
+    monkeypatch.setattr(prerequisites.runner, "run", fake_run)
+    plan = TrixieApt(platform.named("debian"), "trixie").plan("6.12.117+deb13-amd64")
+    assert asked == [
+        ["apt-get", "-s", "install", "-y", "-q", "--no-install-recommends", "linux-headers-6.12.117+deb13-amd64"]
+    ]
+    assert plan.pulled == [
+        "linux-image-6.12.117+deb13-amd64",
+        "linux-headers-6.12.117+deb13-common",
+        "linux-kbuild-6.12.117+deb13",
+    ]
+    assert plan.describe() == [
+        "apt-get install -y -q --no-install-recommends linux-headers-6.12.117+deb13-amd64",
+        "apt also installs linux-image-6.12.117+deb13-amd64 linux-headers-6.12.117+deb13-common "
+        "linux-kbuild-6.12.117+deb13 (dependencies)",
+        "linux-image-6.12.117+deb13-amd64 is a kernel: installing it runs /etc/kernel/postinst.d (initramfs, boot menu)",
+    ]
+    assert plan.to_json()["pulled"] == plan.pulled
+
+
+def test_a_simulation_apt_refuses_adds_nothing_to_the_plan(monkeypatch):
+    monkeypatch.setattr(
+        prerequisites.runner, "run", lambda argv, **kw: prerequisites.runner.Result(argv, 100, "", "E:")
+    )
+    plan = TrixieApt(platform.named("debian"), "trixie").plan("6.12.117+deb13-amd64")
+    assert plan.pulled == [] and len(plan.describe()) == 1
