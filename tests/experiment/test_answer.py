@@ -45,6 +45,7 @@ def kernel_plan(tmp_path, cells):
         kernel_run.cell_run.Limits(),
         True,
         False,
+        {"name": "root", "uid": 0, "gid": 0},
     )
 
 
