@@ -145,6 +145,10 @@ def experiment_rows(experiment: dict) -> list[answer.Row]:
     return [answer.record_row(c) for c in host.get("cells", [])] + [answer.Row(**r) for r in kernel.get("rows", [])]
 
 
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else "yes" if value else "no"
+
+
 def markdown(report: dict) -> str:
     """The text to paste: what trackers ask first (versions, node facts), then what fails and how."""
     system, queue = report["system"], report["kernel_queue_facts"]
@@ -158,8 +162,8 @@ def markdown(report: dict) -> str:
         f"{system['secure_boot']}; IOMMU: {'on' if system['iommu'] else 'off'}",
         f"- board: {doctor['board'] or 'none found'}, {doctor['board_processor']}; ROCm loads {doctor['rocm_loads']} "
         "code",
-        f"- KFD checks the CWSR size: {queue.get('validates')} ({queue.get('how')})",
-        f"- SVM API offered to libhsakmt: {svm.get('svm_api')} (GPU node capability "
+        f"- KFD checks the CWSR size (running kernel): {_yes_no(queue.get('validates'))} ({queue.get('how')})",
+        f"- SVM API offered to libhsakmt: {_yes_no(svm.get('svm_api'))} (GPU node capability "
         f"{svm.get('gpu_capabilities') or '-'}; {svm.get('config') or 'no kernel config'}: "
         f"{', '.join(f'{k}={v}' for k, v in (svm.get('options') or {}).items()) or '-'})",
         f"- HSA_USE_SVM: {_assignments(queue.get('hsa_use_svm'))}; rdna1_quirks loaded: "
