@@ -92,7 +92,7 @@ def test_the_report_holds_what_an_issue_tracker_asks_for(desktop, tmp_path):
     text, record, stdout = report(desktop, tmp_path)
     assert f"kernel: `{KERNEL}`" in text
     assert "KFD checks the CWSR size (running kernel): yes" in text  # 6.12 by its version
-    assert f"0x{NO_SVM_CAPABILITY:08x}" in text and "SVM API offered to libhsakmt: False" in text
+    assert f"0x{NO_SVM_CAPABILITY:08x}" in text and "SVM API offered to libhsakmt: no" in text
     assert "torch 2.11.0+rocm" + ROCM in text and f"rocm-sdk-core {ROCM}" in text
     assert "| 1 | gfx1010 | 100100 | 36 |" in text  # the board's KFD node
     assert "`gfx-override`" in text and "HSA_OVERRIDE_GFX_VERSION" in text  # doctor's findings
