@@ -11,12 +11,13 @@ and alice-desktop before either.
 
 from __future__ import annotations
 
-import os
 import pwd
 import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+
+from rdna1_kmgr.core import owner
 
 REAL_UIDS = range(1000, 65534)  # Debian's and Fedora's first user up to nobody (65534)
 # What firmware writes when it has no serial: common words, never worth hiding, some of them short.
@@ -108,7 +109,7 @@ def _real_users(sysroot: Path, on_host: bool) -> list[tuple[str, str, str]]:
             fields = line.split(":")
             if len(fields) >= 6 and fields[2].isdigit():
                 entries.append((fields[0], int(fields[2]), fields[4], fields[5]))
-    sudo = os.environ.get("SUDO_USER") if on_host else None
+    sudo = owner.sudo_name() if on_host else None
     return [
         (name, gecos, home)
         for name, uid, gecos, home in entries
