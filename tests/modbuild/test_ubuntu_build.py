@@ -95,6 +95,8 @@ def test_ubuntu_build_dry_run_names_the_source_package_its_version_and_the_mok(u
     text = "\n".join(result["plan"])
     assert f"from {source['package']} {h['version']}, noble-updates" in text
     assert "not checked (sysroot" in text and f"linux-headers-{h['release']}" in text
+    # The fixture's tree has no exact CWSR check (as Ubuntu 24.04's 6.8 has none): nothing is on by default.
+    assert "no kernel change needed by default" in text
 
 
 def test_ubuntu_build_dry_run_refuses_a_build_the_archive_does_not_have(ubuntu_host, tmp_path):
