@@ -169,7 +169,8 @@ def installed_build(root: TargetRoot) -> InstalledBuild | None:
 # What a cell's process needs of the owner's environment besides the variables the profiles set or unset:
 # where programs are, the home, the locale, and the ROCm and PyTorch stacks' own settings. Nothing else of the
 # environment `start` ran in (root's, through sudo: tokens, keys, passwords) goes into plan.json.
-_KEPT_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "VIRTUAL_ENV")
+# PYTHONPATH: what the owner's Python loads beside its venv, as the host cells get it; the cell runs as the owner.
+_KEPT_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "VIRTUAL_ENV", "PYTHONPATH")
 _KEPT_PREFIXES = ("LC_", "HSA_", "ROCM_", "MIOPEN_", "HIP_", "PYTORCH_", "TORCH_", "AMD_", "GPU_")
 
 

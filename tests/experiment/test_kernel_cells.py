@@ -254,6 +254,7 @@ def test_plan_json_keeps_only_what_a_cell_needs_not_roots_secrets():
         "HSA_OVERRIDE_GFX_VERSION": "10.3.0",
         "MIOPEN_DEBUG_CONV_DIRECT": "0",
         "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True",
+        "PYTHONPATH": "/home/owner/src",
         "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
         "GITHUB_TOKEN": "ghp_secret",
         "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock",
@@ -262,4 +263,4 @@ def test_plan_json_keeps_only_what_a_cell_needs_not_roots_secrets():
     kept = kernel_run.owner_environment(env)
     assert "AWS_SECRET_ACCESS_KEY" not in kept and "GITHUB_TOKEN" not in kept
     assert "SSH_AUTH_SOCK" not in kept and "LD_PRELOAD" not in kept
-    assert kept == {k: env[k] for k in list(env)[:7]}
+    assert kept == {k: env[k] for k in list(env)[:8]}

@@ -1,5 +1,6 @@
 """A stand-in GPU for the host experiment's tests, on the workload's PYTHONPATH (Python imports
-sitecustomize at start-up): a real CPU build of torch plays the board, and STANDIN_SCRIPT (JSON) says what
+sitecustomize at start-up): a real CPU build of torch plays the board, and STANDIN_SCRIPT (JSON; else a
+standin.json beside this folder) says what
 each cell does, by the cell id the experiment gives the workload (RDNA1_KMGR_CELL):
 
     {"kmsg": "<the fake /dev/kmsg>", "log": "<a JSON-lines file of what each cell saw>",
@@ -21,7 +22,9 @@ import os
 import sys
 import time
 
-SCRIPT = os.environ.get("STANDIN_SCRIPT")
+# Else standin.json beside this folder: a kernel cell's boot gets only the variables a cell needs (plan.json).
+_BESIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "standin.json")
+SCRIPT = os.environ.get("STANDIN_SCRIPT") or (_BESIDE if os.path.exists(_BESIDE) else None)
 
 # Only in a Python with torch: the tool itself, started with the same environment, has none.
 if SCRIPT and importlib.util.find_spec("torch") is not None:
