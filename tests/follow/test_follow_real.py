@@ -175,21 +175,22 @@ def test_apt_installing_a_new_kernel_patches_it_and_purging_it_cleans_up(machine
     assert m.status(m.old)["journal"]["state"] == "installed"
 
     # --- a source the renderer refuses: the kernel stays stock, status says why -----------------------------------
-    # (cwsr-size is on by default and needed on 6.12: a tree whose CWSR check it does not know is refused; an
-    # opt-in quirk that does not fit would only be left out)
+    # (cwsr-size is on by default and needed on 6.12: a tree that still checks the CWSR size exactly but sizes it
+    # from a field the quirk does not know is refused; an upstream that accepts ROCm's size, or an opt-in quirk
+    # that does not fit, would only be left out, tests/render/test_quirk_catalog.py)
     broken = tmp_path / "broken-6.12"
     subprocess.run(["cp", "-as", str(real_source_612), str(broken)], check=True)
     queue = broken / "drivers/gpu/drm/amd/amdkfd/kfd_queue.c"
     text = queue.read_text()
-    assert "user_addr + size - 1 != mapping->last" in text
+    assert "user_addr + size - 1 != mapping->last" in text and "topo_dev->node_props.debug_memory_size" in text
     queue.unlink()
-    queue.write_text(text.replace("user_addr + size - 1 != mapping->last", "user_addr + size - 1 > mapping->last"))
+    queue.write_text(text.replace("topo_dev->node_props.debug_memory_size", "topo_dev->node_props.debug_memory_bytes"))
     refused = m.cli("follow", "--kernel", m.new, "--source", str(broken))
     assert refused.returncode == 3, refused.stderr
     assert refused.stderr.strip().splitlines()[-1].startswith("rdna1-kmgr: error: render: cannot render")
     k = m.status(m.new)
     assert k["follow"]["state"] == "stock" and k["follow"]["stage"] == "render"
-    assert "cwsr-size" in k["follow"]["reason"] and "kfd_queue_buffer_get" in k["follow"]["reason"]
+    assert "cwsr-size" in k["follow"]["reason"] and "kfd_queue_acquire_buffers" in k["follow"]["reason"]
     assert k["next_boot"] == "the stock amdgpu"
     assert "/kernel/drivers/gpu/drm/amd/amdgpu/" in str(modinfo_resolves(m.new))
     assert k["journal"] is None
