@@ -20,6 +20,8 @@ def install_hooks(cli, dry_run):
     """Place the hooks (install.sh does this). Idempotent."""
     command = Path(cli).absolute() if cli else kernel_hooks.this_command()
     lines = kernel_hooks.install(TargetRoot.from_env(), command, dry_run)
+    # Said first: the hooks are root's, and a copy run from elsewhere re-points them at itself.
+    click.echo(f"the hooks call {command}")
     click.echo("\n".join(lines) if lines else "the hooks are in place already")
 
 

@@ -121,6 +121,7 @@ def test_hooks_install_places_every_hook_calling_this_installation_and_remove_ta
     assert os.readlink(link) == "../rdna1-kmgr-follow.service"
     again = host.cli("hooks", "install")
     assert again.returncode == 0 and "in place already" in again.stdout
+    assert again.stdout.splitlines()[0] == f"the hooks call {CLI}"  # which copy root will run, named first
 
     dry = host.cli("hooks", "remove", "--dry-run")
     assert f"remove {conf}" in dry.stdout.splitlines() and conf.exists()
