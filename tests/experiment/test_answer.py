@@ -2,9 +2,9 @@
 is the evidence that the bit fixes the BO case, not a change the owner should make; the same for the host
 cells, the kernel cells and the VFIO matrix."""
 
-import sys
+from test_kernel_cells import kernel_plan
 
-from rdna1_kmgr.experiment import answer, kernel_cells, kernel_run
+from rdna1_kmgr.experiment import answer, kernel_cells
 from rdna1_kmgr.experiment.cell_run import HostResult
 from rdna1_kmgr.experiment.host_cells import HostCell
 from rdna1_kmgr.userspace import profiles
@@ -34,21 +34,6 @@ def test_the_host_answer_never_picks_no_svm():
     assert answer.recommend(with_profile).cell.id == "find-fast/miopen"
 
 
-def kernel_plan(tmp_path, cells):
-    return kernel_run.Plan(
-        str(tmp_path / "kernel-x"),
-        tuple(cells),
-        ("no-svm/miopen", "as-installed/miopen"),
-        sys.executable,
-        "/",
-        {},
-        kernel_run.cell_run.Limits(),
-        True,
-        False,
-        {"name": "root", "uid": 0, "gid": 0},
-    )
-
-
 def row(cell: str, kernel: str, outcome: str) -> answer.Row:
     profile, backend = cell.split("/")
     return answer.Row(cell, kernel, profile, backend, outcome, "-", None, None, "")
@@ -58,7 +43,7 @@ def test_the_kernel_answer_never_picks_a_no_svm_row(tmp_path):
     # "stock + no-svm fails, cwsr-size + no-svm passes": the rows say it, the answer installs neither
     off = kernel_cells.KernelCell("quirks-off", "amdgpu.rdna1_quirks=0", "the build with every quirk off")
     cwsr = kernel_cells.KernelCell("quirks+cwsr", "amdgpu.rdna1_quirks=16", "the build with cwsr-size")
-    plan = kernel_plan(tmp_path, [off, cwsr])
+    plan = kernel_plan(tmp_path / "kernel-x", [off, cwsr], ("no-svm/miopen", "as-installed/miopen"))
     rows = [row("no-svm/miopen", "quirks-off", "queue-failed"), row("no-svm/miopen", "quirks+cwsr", "pass")]
     assert answer.best_kernel_row(plan, rows) is None
     said = answer.kernel_recommendation(plan, rows, "")

@@ -23,6 +23,22 @@ from rdna1_kmgr.render.quirk_mask import QuirkMask
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 
 
+def kernel_plan(folder: Path, cells, host_cells: tuple[str, ...]) -> kernel_run.Plan:
+    """A kernel-cells plan as `experiment kernel` records it, run as root, for tests that read a finished run."""
+    return kernel_run.Plan(
+        str(folder),
+        tuple(cells),
+        host_cells,
+        sys.executable,
+        "/",
+        {},
+        kernel_run.cell_run.Limits(),
+        True,
+        False,
+        {"name": "root", "uid": 0, "gid": 0},
+    )
+
+
 def test_stock_cells_are_one_amdgpu_word_each():
     cells = {c.name: c.parameter for c in kernel_cells.stock_cells()}
     # the three stock parameters issue 24 names, in the data file's order
@@ -162,18 +178,7 @@ def test_apply_kernel_refuses_what_did_not_pass_and_needs_grub(state):
     from rdna1_kmgr.experiment import answer
     from rdna1_kmgr.vm.experiment import experiments_dir
 
-    plan = kernel_run.Plan(
-        str(state / "state/experiments/kernel-x"),
-        tuple(kernel_cells.stock_cells()[:2]),
-        ("as-installed/miopen",),
-        sys.executable,
-        "/",
-        {},
-        kernel_run.cell_run.Limits(),
-        True,
-        False,
-        {"name": "root", "uid": 0, "gid": 0},
-    )
+    plan = kernel_plan(state / "state/experiments/kernel-x", kernel_cells.stock_cells()[:2], ("as-installed/miopen",))
     events = [
         {
             "cell": "cwsr-off",
