@@ -12,6 +12,8 @@ _BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]")
 # useradd's rule (shadow's is_valid_user_name), less a leading digit or dot: what SUDO_USER, --user or a plan
 # may hold.
 USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+# One amdgpu parameter as the kernel command line takes it: nothing GRUB's shell-sourced defaults could read as code.
+AMDGPU_PARAMETER = re.compile(r"amdgpu\.[a-z0-9_]+=(0x[0-9a-f]+|-?[0-9]+)")
 
 
 def kernel_release(value: str) -> str:

@@ -12,12 +12,12 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 
+from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
-# One word: amdgpu's own parameter syntax, nothing GRUB or the shell could read otherwise.
-_PARAMETER = re.compile(r"amdgpu\.[a-z0-9_]+=(0x[0-9a-f]+|-?[0-9]+)")
+_PARAMETER = user_input.AMDGPU_PARAMETER  # one word: amdgpu's own syntax, nothing GRUB or a shell reads as code
 _NAME = re.compile(r"[a-z0-9][a-z0-9+-]{0,40}")
 
 

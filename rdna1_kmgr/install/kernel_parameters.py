@@ -13,6 +13,7 @@ One step in journal/parameters/ (backup first), then `update-grub`; `rollback` r
 from __future__ import annotations
 
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.core.user_input import AMDGPU_PARAMETER
 from rdna1_kmgr.install import boot_guard, rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
 from rdna1_kmgr.install.profile_journal import PARAMETER_DEFAULTS, ParameterJournal, write_files
@@ -29,6 +30,13 @@ def file_text(word: str) -> bytes:
 
 
 def install(word: str, dry_run: bool = False) -> dict:
+    # The word comes back from the experiment's record and goes into a file update-grub sources as root: checked
+    # again here, whoever wrote the record.
+    if not AMDGPU_PARAMETER.fullmatch(word):
+        raise UsageError(
+            f"refusing the kernel parameter {word!r}: not one amdgpu parameter (amdgpu.NAME=NUMBER)",
+            "run `rdna1-kmgr experiment kernel` again; nothing was changed",
+        )
     root = TargetRoot.from_env()
     why = boot_guard.unavailable(root)
     if why:

@@ -207,6 +207,15 @@ def test_apply_kernel_refuses_what_did_not_pass_and_needs_grub(state):
     result = CliRunner().invoke(main, ["experiment", "apply", "--kernel", "--dry-run"])
     assert result.exit_code == 2 and "through GRUB" in result.stderr, result.output
     assert list((state / "root").iterdir()) == []
+    # The attack: a forged record whose passing cell's word would be shell code in a file update-grub sources as
+    # root. Refused in one line before anything, GRUB or not.
+    forged = json.loads(json.dumps(record))
+    forged["plan"]["kernel_cells"][0]["parameter"] = 'amdgpu.cwsr_enable=0" ; touch /tmp/rdna1-pwned ; "'
+    (experiments_dir() / "kernel-latest.json").write_text(json.dumps(forged))
+    result = CliRunner().invoke(main, ["experiment", "apply", "--kernel-cell", "cwsr-off"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "refusing the kernel parameter" in result.stderr and "nothing was changed" in result.stderr
+    assert list((state / "root").iterdir()) == []
 
 
 def test_quirk_cells_read_the_build_the_journal_installed(state, monkeypatch):
