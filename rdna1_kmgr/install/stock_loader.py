@@ -14,6 +14,8 @@ options (those of modprobe.d and of the kernel command line) as arguments:
     any other boot                               modprobe --ignore-install amdgpu (the index gives the
                                                  rdna1-kmgr file); when the kernel refuses it, the
                                                  distribution's file at once
+    the program is gone                          the rule itself loads the distribution's file the same
+                                                 way (the index's only when that is not there either)
 
 Why this and not another tool: depmod's search order and a second initramfs decide per kernel, not per boot,
 and after the root file system is mounted the installed module index would pick the rdna1-kmgr file again;
@@ -58,6 +60,50 @@ def _is_refusal(message: str) -> bool:
     return bool(_SIGNATURE_REFUSAL.search(message)) or ("amdgpu" in message and bool(_AMDGPU_REFUSAL.search(message)))
 
 
+def _say_line() -> str:
+    return f'say() {{ echo "<4>{MARK}$*" > /dev/kmsg 2>/dev/null || :; }}'
+
+
+# The stock module has no rdna1_quirks: leave it out rather than have the kernel warn about it.
+_OPTIONS = (
+    'options=""',
+    'for option in "$@"; do',
+    'case "$option" in rdna1_quirks=*) ;; *) options="$options $option" ;; esac',
+    "done",
+)
+# The distribution's file, loaded as modprobe would load it: its dependencies by name first, then the file with
+# $options. Shared by the loader and the rule (for a loader gone missing); it falls through when the file is
+# not there, and the caller says what then.
+_STOCK_LOAD = (
+    f'for file in /lib/modules/"$(uname -r)"/{STOCK_DIR}/amdgpu.ko*; do',
+    '[ -f "$file" ] || continue',
+    f'say "{FALLBACK_LOAD} ($file): $reason"',
+    'deps=$(/sbin/modinfo -F depends "$file") || deps=""',
+    "IFS=,",
+    "set -- $deps",
+    "IFS=' '",
+    '[ $# -eq 0 ] || /sbin/modprobe --ignore-install -a "$@" || :',
+    "set -f",  # the options are words, not file patterns
+    'exec /sbin/insmod "$file" $options',
+    "done",
+)
+
+
+def _block(lines: tuple[str, ...], indent: str) -> str:
+    """The lines as a program's, a loop's body one tab in."""
+    depth, out = 0, []
+    for line in lines:
+        depth -= line == "done"
+        out.append(indent + "\t" * depth + line)
+        depth += line.endswith("; do")
+    return "\n".join(out)
+
+
+def _one_line(lines: tuple[str, ...]) -> str:
+    """The lines as one sh command line (a modprobe.d rule is one line): `do` takes no `;` after it."""
+    return "".join(line + (" " if line.endswith("; do") else "; ") for line in lines).removesuffix("; ")
+
+
 _PROGRAM = f"""\
 #!/bin/sh
 # Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. modprobe runs it to load amdgpu (the
@@ -67,32 +113,15 @@ _PROGRAM = f"""\
 # and the distribution's at once when the kernel refuses that one. Only sh, cat, uname and kmod: the initramfs
 # has no more. What it did goes to the kernel log (`rdna1-kmgr status` reads it there).
 
-say() {{
-	echo "<4>{MARK}$*" > /dev/kmsg 2>/dev/null || :
-}}
+{_say_line()}
 
 # The stock module has no rdna1_quirks: leave it out rather than have the kernel warn about it.
-options=""
-for option in "$@"; do
-	case "$option" in
-	rdna1_quirks=*) ;;
-	*) options="$options $option" ;;
-	esac
-done
+{_block(_OPTIONS, "")}
 
+# The distribution's amdgpu, its dependencies first (by name, as modprobe would).
 stock() {{
-	for file in /lib/modules/"$(uname -r)"/{STOCK_DIR}/amdgpu.ko*; do
-		[ -f "$file" ] || continue
-		say "{FALLBACK_LOAD} ($file): $1"
-		# its dependencies first, by name, as modprobe would
-		deps=$(/sbin/modinfo -F depends "$file") || deps=""
-		IFS=,
-		set -- $deps
-		IFS=' '
-		[ $# -eq 0 ] || /sbin/modprobe --ignore-install -a "$@" || :
-		set -f  # the options are words, not file patterns
-		exec /sbin/insmod "$file" $options
-	done
+	reason=$1
+{_block(_STOCK_LOAD, chr(9))}
 	say "the distribution's amdgpu is not in /lib/modules/$(uname -r)/{STOCK_DIR}"
 	exit 1
 }}
@@ -106,18 +135,32 @@ status=$?
 say "{REFUSED} ($(/sbin/modinfo -n amdgpu 2>/dev/null), modprobe exit status $status)"
 stock "the kernel refused the rdna1-kmgr file (its reason is in the lines before)"
 """
+# Without the loader (deleted by hand, an initramfs made without it, a rollback cut short) the rule loads the
+# distribution's file itself, the options split as words (set -f: not file patterns); where that file is not
+# there either (an initramfs that carries only the rdna1-kmgr one), what the module index gives: a missing file
+# must not leave the owner without a display driver.
+_WITHOUT_LOADER = (
+    _say_line(),
+    "set -f",
+    "set -- $CMDLINE_OPTS",
+    "set +f",
+    *_OPTIONS,
+    f'reason="/{LOADER} is missing"',
+    *_STOCK_LOAD,
+    f"say \"/{LOADER} is missing and the distribution's amdgpu is not in /lib/modules/$(uname -r)/{STOCK_DIR}:"
+    ' loading what the module index gives"',
+    "exec /sbin/modprobe --ignore-install amdgpu $CMDLINE_OPTS",
+)
 
 
 def rule_text() -> str:
-    """The rule modprobe runs (through sh) instead of loading amdgpu. Without the loader (deleted by hand, an
-    initramfs made without it, a rollback cut short) amdgpu still loads, as the module index gives it: a
-    missing file must not leave the owner without a display driver."""
+    """The rule modprobe runs (through sh, `$CMDLINE_OPTS` replaced by the module's options) instead of loading
+    amdgpu: the loader, or without it the distribution's amdgpu (`_WITHOUT_LOADER`)."""
     return (
         "# Written by `rdna1-kmgr install`; `rdna1-kmgr rollback` removes it. amdgpu loads through rdna1-kmgr's\n"
         "# loader: the distribution's own amdgpu on a fallback boot, or when the kernel refuses the rdna1-kmgr one;\n"
-        "# without the loader, amdgpu as the module index gives it.\n"
-        f"install amdgpu if [ -x /{LOADER} ]; then exec /{LOADER} $CMDLINE_OPTS; fi; "
-        "exec /sbin/modprobe --ignore-install amdgpu $CMDLINE_OPTS\n"
+        "# without the loader, the distribution's amdgpu.\n"
+        f"install amdgpu if [ -x /{LOADER} ]; then exec /{LOADER} $CMDLINE_OPTS; fi; {_one_line(_WITHOUT_LOADER)}\n"
     )
 
 

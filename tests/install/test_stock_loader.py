@@ -35,8 +35,15 @@ exit 0
 """
 
 
-def run_loader(tmp_path: Path, cmdline: str, options: list[str], modprobe_rc: int = 0) -> tuple[list[str], list[str]]:
-    """(the programs it ran, the kernel log lines it wrote)."""
+def run_loader(
+    tmp_path: Path,
+    cmdline: str,
+    options: list[str],
+    modprobe_rc: int = 0,
+    program: str | None = None,
+    stock_there: bool = True,
+) -> tuple[list[str], list[str]]:
+    """(the programs it ran, the kernel log lines it wrote), running `program` (the loader's by default)."""
     calls = tmp_path / "calls"
     calls.write_text("")
     fakes = {}
@@ -47,9 +54,11 @@ def run_loader(tmp_path: Path, cmdline: str, options: list[str], modprobe_rc: in
     (tmp_path / "cmdline").write_text(cmdline + "\n")
     modules = tmp_path / "modules"
     (modules / KERNEL / stock_loader.STOCK_DIR).mkdir(parents=True, exist_ok=True)
-    (modules / KERNEL / stock_loader.STOCK_DIR / "amdgpu.ko").write_bytes(b"\x7fELF")
+    (modules / KERNEL / "modules.dep").write_text("")  # an index with nothing in it, for a real modprobe
+    if stock_there:
+        (modules / KERNEL / stock_loader.STOCK_DIR / "amdgpu.ko").write_bytes(b"\x7fELF")
     loader = tmp_path / "amdgpu-loader"
-    loader.write_text(stock_loader.program_text())
+    loader.write_text(stock_loader.program_text() if program is None else program)
     kmsg = tmp_path / "kmsg"
     os.mkfifo(kmsg)
     reader = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
@@ -116,26 +125,60 @@ def test_stock_loader_rule_names_the_program_and_passes_the_options():
     assert f"copy_exec /{stock_loader.LOADER}" in hook and f"/{stock_loader.STOCK_DIR}/amdgpu.ko*" in hook
 
 
-@pytest.mark.parametrize("loader_there", [True, False])
-def test_the_rule_loads_amdgpu_with_or_without_the_loader(tmp_path, loader_there):
-    """The review: with the loader file gone, the `install amdgpu` rule loaded nothing (no display driver). The
-    rule's command, as modprobe hands it to sh (kmod's system(): $CMDLINE_OPTS replaced by the options), with
-    the loader and /sbin/modprobe at scratch paths that record their calls."""
+def rule_command(loader: Path, options: str) -> str:
+    """The rule's command as modprobe hands it to sh (kmod's system(): $CMDLINE_OPTS replaced by the module's
+    options), with the loader at a scratch path."""
     (line,) = [line for line in stock_loader.rule_text().splitlines() if line.startswith("install amdgpu ")]
-    command = line.removeprefix("install amdgpu ").replace("$CMDLINE_OPTS", "rdna1_quirks=0x3 dc=1")
-    calls = tmp_path / "calls"
-    for name in ("loader", "modprobe"):
-        (tmp_path / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n')
-        (tmp_path / name).chmod(0o755)
-    if not loader_there:
-        (tmp_path / "loader").unlink()
-    command = command.replace(f"/{stock_loader.LOADER}", str(tmp_path / "loader"))
-    command = command.replace("/sbin/modprobe", str(tmp_path / "modprobe"))
-    assert subprocess.run(["sh", "-c", command]).returncode == 0
-    expected = (
-        "loader rdna1_quirks=0x3 dc=1" if loader_there else "modprobe --ignore-install amdgpu rdna1_quirks=0x3 dc=1"
-    )
-    assert calls.read_text().splitlines() == [expected]
+    command = line.removeprefix("install amdgpu ").replace("$CMDLINE_OPTS", options)
+    return "#!/bin/sh\n" + command.replace(f"/{stock_loader.LOADER}", str(loader)) + "\n"
+
+
+def test_the_rule_runs_the_loader_when_it_is_there(tmp_path):
+    loader = tmp_path / "loader"
+    loader.write_text(f'#!/bin/sh\necho "loader $*" > {tmp_path / "loader-calls"}\n')
+    loader.chmod(0o755)
+    calls, said = run_loader(tmp_path, "ro", [], program=rule_command(loader, "rdna1_quirks=0x3 dc=1"))
+    assert (tmp_path / "loader-calls").read_text() == "loader rdna1_quirks=0x3 dc=1\n"
+    assert calls == [] and said == []
+
+
+def test_the_rule_loads_the_stock_module_when_the_loader_is_gone(tmp_path):
+    """The review: with the loader file gone the rule must still load amdgpu, and the safe one: the
+    distribution's file, its dependencies first, without the option only the rdna1-kmgr build has."""
+    program = rule_command(tmp_path / "deleted-loader", "rdna1_quirks=0x3 dc=1")
+    calls, said = run_loader(tmp_path, "ro rdna1_kmgr.boot=confirmed", [], program=program)
+    assert calls == [
+        f"modinfo -F depends {STOCK}",
+        "modprobe --ignore-install -a drm_ttm_helper ttm drm_display_helper",
+        f"insmod {STOCK} dc=1",
+    ]
+    assert len(said) == 1 and said[0].startswith(f"rdna1-kmgr: loading the distribution's amdgpu ({STOCK})")
+    assert "amdgpu-loader is missing" not in said[0] and "deleted-loader is missing" in said[0]
+
+
+def test_the_rule_without_loader_or_stock_file_loads_what_the_index_gives(tmp_path):
+    """An initramfs that carries only the rdna1-kmgr file and lost the loader: a display driver still."""
+    program = rule_command(tmp_path / "deleted-loader", "rdna1_quirks=0x3")
+    calls, said = run_loader(tmp_path, "ro", [], program=program, stock_there=False)
+    assert calls == ["modprobe --ignore-install amdgpu rdna1_quirks=0x3"]
+    assert len(said) == 1 and "loading what the module index gives" in said[0]
+
+
+def test_kmods_own_modprobe_runs_the_rule_to_the_stock_module(tmp_path):
+    """The rule as kmod runs it: kmod's real modprobe (a copy, since /sbin/modprobe is the recording stand-in)
+    reads it from modprobe.d, puts the module's options (an `options` line here) in for $CMDLINE_OPTS and
+    hands it to sh; with the loader gone the distribution's file loads, without rdna1_quirks."""
+    real = shutil.which("modprobe") or shutil.which("modprobe", path="/usr/sbin:/sbin")
+    if real is None:
+        pytest.skip("kmod's modprobe is not installed")
+    (tmp_path / "bin").mkdir()
+    shutil.copy(os.path.realpath(real), tmp_path / "bin/modprobe")  # kmod acts by the name it is called by
+    rule = stock_loader.rule_text().replace(f"/{stock_loader.LOADER}", str(tmp_path / "deleted-loader"))
+    (tmp_path / "rule.conf").write_text(rule + "options amdgpu rdna1_quirks=0x3 dc=1\n")
+    program = f"#!/bin/sh\nexec {tmp_path}/bin/modprobe -C {tmp_path}/rule.conf amdgpu\n"
+    calls, said = run_loader(tmp_path, "ro", [], program=program)
+    assert calls[-1] == f"insmod {STOCK} dc=1", calls
+    assert said and "deleted-loader is missing" in said[0]
 
 
 def test_kmod_reads_the_rule(tmp_path):
