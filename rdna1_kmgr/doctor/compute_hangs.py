@@ -24,7 +24,17 @@ def is_hang(message: str) -> bool:
 
 def findings(records: list[Record], readable: bool) -> list[Finding]:
     if not readable:
-        return []  # probe-errors already says the log could not be read
+        # Said here too, not only by probe-errors (a board's check): hangs are read from the log even where no
+        # board is found, and a log an owner cannot read (kernel.dmesg_restrict=1) must not pass for a clean one.
+        return [
+            Finding(
+                "compute-hangs",
+                "info",
+                "GPU hangs not checked: the kernel log could not be read (kernel.dmesg_restrict=1 keeps it root's)",
+                "",
+                "run `sudo rdna1-kmgr doctor` to check them",
+            )
+        ]
     compute = [r.message for r in records if COMPUTE.search(r.message)]
     other = [r.message for r in records if not COMPUTE.search(r.message) and OTHER.search(r.message)]
     facts = {"compute": compute[-20:], "other": other[-20:]}

@@ -183,6 +183,16 @@ def test_compute_hangs_are_their_own_finding(tmp_path):
     assert by_check(run(clean), "compute-hangs")[0]["level"] == "ok"
 
 
+def test_an_unreadable_kernel_log_is_said_not_taken_for_a_clean_one(tmp_path):
+    """As a normal user with kernel.dmesg_restrict=1 (Debian's default) /dev/kmsg cannot be opened: the hang
+    check says it was not made and how to make it, instead of leaving its line out."""
+    tree = board_root(tmp_path)
+    (tmp_path / "dev/kmsg").unlink(missing_ok=True)
+    hangs = by_check(run(tree), "compute-hangs")
+    assert len(hangs) == 1 and hangs[0]["level"] == "info", hangs
+    assert "not checked" in hangs[0]["seen"] and "sudo rdna1-kmgr doctor" in hangs[0]["todo"]
+
+
 def test_pcie_atomics_from_the_io_link_flags_and_the_kernel_log(tmp_path):
     # flags: bit 0 enabled, bits 2 and 3 no 32/64-bit atomics (kfd_crat.h CRAT_IOLINK_FLAGS_*)
     good = board_root(tmp_path / "good").file(f"{TOPOLOGY}/1/io_links/0/properties", "type 2\nflags 1\n")
