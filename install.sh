@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install rdna1-kmgr on Debian or Ubuntu: the system packages it drives (DKMS, kbuild's tools, kmod,
-# QEMU), a Python environment in /opt/rdna1-kmgr, the command /usr/local/bin/rdna1-kmgr and the kernel
-# hooks that make the patched driver follow kernel upgrades (`rdna1-kmgr hooks remove` takes them away).
+# QEMU), a Python environment in /opt/rdna1-kmgr, the command /usr/local/bin/rdna1-kmgr, its man page and shell
+# completion, and the kernel hooks that make the patched driver follow kernel upgrades (`rdna1-kmgr hooks remove`
+# takes them away).
 # Run it as root (a root shell: nothing here calls sudo, which a fresh Debian may not have), or with sudo:
 #   ./install.sh                the tool
 #   ./install.sh --test         the tool, plus what its test suite needs
@@ -31,7 +32,7 @@ esac
 export DEBIAN_FRONTEND=noninteractive
 packages="python3 python3-venv python3-pip ca-certificates
     dkms kmod patch xz-utils openssl mokutil make gcc bc bison flex libelf-dev libssl-dev dwarves
-    initramfs-tools cpio file qemu-system-x86 busybox-static pciutils ccache"
+    initramfs-tools cpio file qemu-system-x86 busybox-static pciutils ccache man-db bash-completion"
 # The tests also build apt repositories (apt-utils), SRPMs (rpm, rpm2cpio) and a throwaway dracut root
 # (debootstrap, also the whole-system image of tests/wholesystem.py; dracut itself is never installed on the host: it would replace initramfs-tools),
 # boot that image through UEFI with Secure Boot (ovmf's firmware with Microsoft's keys; dosfstools for its EFI
@@ -61,6 +62,19 @@ old=/usr/local/sbin/rdna1-kmgr
 if [ "$bindir" != /usr/local/sbin ] && [ -L "$old" ] && [ "$(readlink "$old")" = "$prefix/bin/rdna1-kmgr" ]; then
     rm -f "$old"
 fi
+# The man page (generated from the commands' own definitions: docs/reference.md says how) and click's own shell
+# completion, each where its program looks for a local administrator's files: bash-completion and zsh under
+# /usr/local/share, fish in /etc/fish/completions (fish reads /usr/local/share only when XDG_DATA_DIRS names it).
+# Uninstall: remove these four files (docs/reference.md, "Files and paths").
+echo "install.sh: installing the man page and shell completion"
+install -D -m 0644 "$here/docs/rdna1-kmgr.8" /usr/local/share/man/man8/rdna1-kmgr.8
+for shell_file in bash:/usr/local/share/bash-completion/completions/rdna1-kmgr \
+    zsh:/usr/local/share/zsh/site-functions/_rdna1-kmgr fish:/etc/fish/completions/rdna1-kmgr.fish; do
+    file=${shell_file#*:}
+    mkdir -p "$(dirname "$file")"
+    _RDNA1_KMGR_COMPLETE=${shell_file%%:*}_source "$prefix/bin/rdna1-kmgr" >"$file.new"
+    chmod 0644 "$file.new" && mv -f "$file.new" "$file"
+done
 # Where every command logs the programs it ran (core/command_log.py writes only where this folder exists).
 install -d -m 0700 /var/log/rdna1-kmgr && chmod 0700 /var/log/rdna1-kmgr  # root's logs (issue 40)
 # Kernel upgrades: /etc/kernel/{postinst,header_postinst,postrm}.d, apt's DPkg::Post-Invoke and a boot unit,

@@ -15,7 +15,7 @@ children (user + system). The variants, against `g0` (how rdna1-kbuild compiles)
   hugetlb    -g0, the compiler's malloc on transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1);
   no-warn    -g0 -w: no warning, so no pass that only warns.
 --objects si-cik compiles what Kconfig's SI and CIK support adds to the module (those objects' share of a whole
-build, not a lever kept: see the README).
+build, not a lever kept: see bench/RESULTS.md).
 """
 
 from __future__ import annotations

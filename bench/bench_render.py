@@ -9,7 +9,7 @@ For each kernel source (a tree with the top Makefile and drivers/gpu/drm/amd, e.
   unchecked   the same with the tree's name scan and the check left out;
 and prints the ratio render / unchecked and the check's seconds. The check reads amdgpu, amdkfd and include of
 the tree (~18 MB for 6.12); it is meant to cost seconds where a wrong series would cost a failed build of
-minutes (README: a cold build is 3-5 min), so the number to watch is the check's seconds, not the ratio.
+minutes (bench/RESULTS.md: a cold build is 4-5 min), so the number to watch is the check's seconds, not the ratio.
 Nothing is written.
 """
 

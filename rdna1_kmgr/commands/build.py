@@ -11,7 +11,7 @@ from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.modbuild.build_plan import plan
-from rdna1_kmgr.modbuild.module_build import BuildRequest, default_jobs, resolve_kernel, run
+from rdna1_kmgr.modbuild.module_build import BuildRequest, resolve_kernel, run
 
 
 def _confirm_install(plan_) -> bool:
@@ -37,9 +37,8 @@ def _confirm_install(plan_) -> bool:
     help="Keys (gpg --export) that must have signed the sha256sums.asc beside a --source https URL.",
 )
 @quirk_selection
-@click.option(
-    "-j", "--jobs", type=int, metavar="N", help=f"Parallel compile jobs (default: cores + 1 = {default_jobs()})."
-)
+# The help names no number: it is the same on every machine, as the generated reference and man page are.
+@click.option("-j", "--jobs", type=int, metavar="N", help="Parallel compile jobs (default: this machine's cores + 1).")
 @click.option("--key", metavar="FILE", help="Private key to sign with (with --cert; default: the distro's DKMS key).")
 @click.option("--cert", metavar="FILE", help="Certificate of --key (DER or PEM).")
 @click.option("--yes", is_flag=True, help="Install missing prerequisites without asking.")

@@ -223,7 +223,8 @@ class Apt(PackageManager):
 
 class _QueryAndInstall(PackageManager):
     """A package manager asked package by package whether it is installed, and told to install the rest in one
-    command. Written from the tools' documented usage; not run on this Debian machine (see the README)."""
+    command. Written from the tools' documented usage; not run on this Debian machine (docs/reference.md,
+    "Distributions")."""
 
     query: tuple[str, ...] = ()
     install: tuple[str, ...] = ()

@@ -4,7 +4,7 @@ One fetcher per kernel source kind a platform's record names (host/platforms.tom
 debian-archive: the kernel's package version (6.1.192-2) names linux-source-6.1 of that version (kernel_source).
 ubuntu-archive: the package version (6.8.0-48.48) names linux-source-6.8.0 or an HWE source package of that
 version (ubuntu_source). Fedora's SRPM and Arch's package source (fedora-srpm, arch-pkgbuild) are unpacked by
-fedora_srpm for a given file; they are not looked up here (see the README's support table).
+fedora_srpm for a given file; they are not looked up here (see docs/reference.md, "Distributions").
 """
 
 from __future__ import annotations

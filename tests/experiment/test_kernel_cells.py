@@ -51,7 +51,7 @@ def test_stock_cells_are_one_amdgpu_word_each():
 
 def test_quirk_cells_come_from_the_installed_builds_bits():
     # A 6.12 build: cwsr-size (0x10) on by default; crat-mem (0x2) and coarse-mtype's two classes (0x4, 0x8)
-    # carried, opt-in (README's table).
+    # carried, opt-in (the quirk table: docs/reference.md).
     cells = {c.name: c.parameter for c in kernel_cells.quirk_cells(InstalledBuild(QuirkMask(0x10), QuirkMask(0x1E)))}
     assert cells == {
         "quirks-off": "amdgpu.rdna1_quirks=0",

@@ -84,7 +84,7 @@ def test_every_patch_passes_the_kernel_s_own_checkpatch(request, tmp_path, fixtu
     out = tmp_path / "out"
     manifest = render(source, out)
     for name in manifest.series:
-        # No error and no warning at all; the only thing left out is the sign-off (see the README).
+        # No error and no warning at all; the only thing left out is the sign-off (see docs/developer.md).
         assert checkpatch(script, out / name, "--no-signoff") == [], name
         # nor a CHECK of --strict (what drm maintainers run)
         assert checkpatch(script, out / name, "--no-signoff", "--strict") == [], name

@@ -2,7 +2,7 @@
 
 Skipped unless the host has an RDNA1 board AND the person running the tests names it, because the run
 takes the board away from the host for a while and, without vendor-reset, may leave it dead until a power
-cycle. To run it (as root, on a host set up as the README's "Testing on a real RX 5600 XT" says):
+cycle. To run it (as root, on a host set up as docs/guide.md's "A second GPU" says):
 
     RDNA1_KMGR_TEST_GPU=0000:0a:00.0 /opt/rdna1-kmgr/bin/python -m pytest -ra tests/vm/test_passthrough_gpu.py
 
