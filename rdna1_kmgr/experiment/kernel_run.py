@@ -233,6 +233,16 @@ def decide(current: str | None, this_cell: str | None, grub_state: str | None, g
 # --- the commands -----------------------------------------------------------------------------------------------
 
 
+def new_run_folder() -> Path:
+    """experiments/kernel-<time>, of this run alone: a start in the same second as an earlier one (right after a
+    `stop`) gets -2, -3... after the time, so its record never carries the earlier run's events."""
+    stamp = experiments_dir() / f"kernel-{time.strftime('%Y%m%dT%H%M%S')}"
+    folder, n = stamp, 2
+    while folder.exists():
+        folder, n = stamp.with_name(f"{stamp.name}-{n}"), n + 1
+    return folder
+
+
 def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Callable[[str], None]) -> dict:
     root = TargetRoot.from_env()
     refuse_if_busy()
@@ -275,7 +285,7 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
     }
     if dry_run:
         return result
-    folder = experiments_dir() / f"kernel-{time.strftime('%Y%m%dT%H%M%S')}"
+    folder = new_run_folder()
     plan = Plan(
         str(folder),
         tuple(kernel_cells),

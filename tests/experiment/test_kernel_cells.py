@@ -278,3 +278,15 @@ def test_plan_json_keeps_only_what_a_cell_needs_not_roots_secrets():
     assert "AWS_SECRET_ACCESS_KEY" not in kept and "GITHUB_TOKEN" not in kept
     assert "SSH_AUTH_SOCK" not in kept and "LD_PRELOAD" not in kept
     assert kept == {k: env[k] for k in list(env)[:8]}
+
+
+def test_a_start_in_the_same_second_as_the_last_gets_a_folder_of_its_own(state, monkeypatch):
+    # start, stop, start within one second (a script, a fast machine): the second run's events and record must
+    # not land in the stopped run's folder
+    monkeypatch.setattr(kernel_run.time, "strftime", lambda fmt, *a: "20261126T192743")
+    first = kernel_run.new_run_folder()
+    first.mkdir(parents=True)
+    second = kernel_run.new_run_folder()
+    second.mkdir()
+    assert first.name == "kernel-20261126T192743" and second.name == "kernel-20261126T192743-2"
+    assert kernel_run.new_run_folder().name == "kernel-20261126T192743-3"

@@ -18,6 +18,12 @@ One system per module, driven through its boots in order, each test the next cha
        grubenv or the initramfs
 
 Boots run under TCG with OVMF's SMM: ~2-4 min each; the two MokManager boots end in the firmware.
+
+`install` and `rollback` stay in boots here, though the boot guard's story runs them in a chroot
+(`System.chroot`): install's Secure Boot gate is what chapters 1 and 2 prove, and it reads the running
+firmware's state and the enrolled keys (mokutil, EFI variables), which a chroot on this machine does not have;
+rollback's last boot proves it in a running system (systemd up, the EFI system partition mounted, which this
+machine's kernel cannot mount: no FAT).
 """
 
 from __future__ import annotations
