@@ -32,7 +32,7 @@ from rdna1_kmgr.core.errors import Exit, HostError, KmgrError, UsageError
 from rdna1_kmgr.host import host_facts, kmsg, sysfs
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, format_id, is_rdna1
 from rdna1_kmgr.modbuild import module_elf
-from rdna1_kmgr.vm import engine, guest_kernel, reset_readiness, verdict, vfio, vfio_journal
+from rdna1_kmgr.vm import engine, gpu_checks, guest_kernel, reset_readiness, verdict, vfio, vfio_journal
 
 AMDGPU = "amdgpu"
 # What a board that did not come back leaves in the host's log (probe errors, a failed IP block init, ...).
@@ -346,7 +346,7 @@ def run_gpu(
     pre = preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
     release = user_input.kernel_release(release or module_elf.read(Path(module_path), verdict.INIT_MESSAGES).release)
     guest_kernel.locate(release, fetch=fetch)  # a missing kernel is refused (or fetched) before anything is bound
-    gpu = verdict.GpuTarget(
+    gpu = gpu_checks.GpuTarget(
         _id(pre.plan.target), tuple(quirks) if quirks is not None else None, workload if workload != "smoke" else None
     )
     story = {
