@@ -9,7 +9,7 @@ version=${1:-}
 cli=@CLI@
 [ -n "$version" ] && [ -x "$cli" ] || exit 0
 case "$0" in
-    */postrm.d/*) "$cli" follow --kernel "$version" --removed --hook || true ;;
-    *) "$cli" follow --kernel "$version" --defer --hook || true ;;
+    */postrm.d/*) "$cli" follow removed "$version" --hook || true ;;
+    *) "$cli" follow defer "$version" --hook || true ;;
 esac
 exit 0

@@ -6,7 +6,7 @@ import sys
 import click
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import command_log, runner
+from rdna1_kmgr.core import command_log, program_path
 from rdna1_kmgr.core.errors import KmgrError
 
 # Each command's module is imported when that command runs (or `--help` lists them all): the boot guard's
@@ -48,7 +48,7 @@ class KmgrGroup(click.Group):
         return getattr(importlib.import_module(f"rdna1_kmgr.commands.{module}"), attribute)
 
     def invoke(self, ctx):
-        runner.include_system_programs()
+        program_path.include_system_programs()
         command_log.start()
         try:
             return super().invoke(ctx)

@@ -1,4 +1,5 @@
-"""ruff, as pyproject.toml configures it (lint, and the formatter at line length 120), over the whole checkout.
+"""ruff, as pyproject.toml configures it (lint, and the formatter at line length 120), over the whole checkout,
+and mypy over rdna1_kmgr/.
 The README's test command runs it, so CI does: a change that is not formatted or not lint-clean fails here,
 with ruff's own lines saying where."""
 
@@ -22,4 +23,19 @@ def test_ruff_lint_is_clean():
 
 def test_ruff_format_is_clean():
     result = ruff("format", "--check", "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+MYPY = Path(sys.executable).parent / "mypy"  # the venv's, pinned in pyproject's test extra beside ruff
+
+
+def test_mypy_finds_no_type_error_in_the_package():
+    # pyproject's [tool.mypy] names what it checks (rdna1_kmgr/) and the error kinds each listed module still has
+    assert MYPY.is_file(), f"{MYPY} is missing: install the test extra (`./install.sh --test`)"
+    result = subprocess.run(
+        [str(MYPY), "--no-incremental", "--config-file", str(ROOT / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

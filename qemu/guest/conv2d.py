@@ -1,4 +1,4 @@
-"""The conv2d workload of `rdna1-kmgr vm-test --gpu ... --workload conv2d`: GPU results against the CPU's.
+"""The conv2d workload of `rdna1-kmgr vm-test gpu BDF --workload conv2d`: GPU results against the CPU's.
 
     python3 conv2d.py [--device cuda] [--sweep standard|matrix|smoke|experiment|experiment-quick]
                       [--cudnn on|off] [--benchmark on|off] [--events] [--case-limit S]

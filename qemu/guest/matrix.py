@@ -1,4 +1,4 @@
-"""Guest side of `rdna1-kmgr vm-test --matrix`: the experiment's cells, one after another, in this VM.
+"""Guest side of `rdna1-kmgr vm-test matrix BDF`: the experiment's cells, one after another, in this VM.
 
     python3 -I -S matrix.py RUNDIR
 

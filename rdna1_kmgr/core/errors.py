@@ -12,9 +12,9 @@ class Exit(IntEnum):
     HOST = 4  # the host lacks something (a tool, headers, a permission, the board)
     BUILD = 5  # a build, a VM verdict or a follow-up stage failed; no experiment cell passed
     JOURNAL = 6  # the journal is corrupted or unfinished
-    GPU_LOST = 6  # `experiment` stopped: the GPU did not come back (shares 6, as the README has said since)
     BUSY = 7  # another run holds the lock
     REFUSED = 8  # install's gate said no
+    GPU_LOST = 9  # `experiment` stopped: the GPU did not come back (it shared 6 with the journal before issue 41)
     INTERRUPTED = 130  # 128 + SIGINT: a signal stopped a passthrough run after giving the devices back
 
 

@@ -22,9 +22,7 @@ import logging
 import os
 import select
 import shlex
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,9 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rdna1_kmgr.core import keeper, trust
+from rdna1_kmgr.core import keeper, keeper_link
 from rdna1_kmgr.core.errors import HostError, KmgrError
-from rdna1_kmgr.core.owner import ROOT_PATH, Owner
+from rdna1_kmgr.core.owner import Owner
+from rdna1_kmgr.core.program_path import located
+from rdna1_kmgr.core.program_path import which as which  # callers name it runner.which
 
 log = logging.getLogger("rdna1_kmgr.runner")
 
@@ -61,42 +61,6 @@ class Result:
 
     def last_error_line(self) -> str:
         return last_line(self.stderr if self.stderr else self.stdout)
-
-
-# Debian and Ubuntu keep the system's programs (modinfo, depmod, dkms, mokutil) in the sbin folders, which a
-# normal user's PATH leaves out: `rdna1-kmgr status` without sudo must still find them.
-SYSTEM_PROGRAMS = "/usr/local/sbin:/usr/sbin:/sbin"
-
-
-def include_system_programs() -> None:
-    """Add SYSTEM_PROGRAMS to this process's PATH where missing: what the tool runs (DKMS's own programs too)
-    finds them, after the caller's own folders. Under root only the caller's folders that root alone can change
-    stay (absolute, owned by root, writable by nobody else, as core/trust.py checks): a `modprobe` or `dkms` in a
-    user's folder that sudo -E or a root shell passed on is never the one root runs, while a folder root itself
-    put first (a test's stand-in programs, a prefix of its own) keeps its place. The command line does it once,
-    at the start."""
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-    if os.geteuid() == 0:
-        path = [d for d in path if os.path.isabs(d) and os.path.isdir(d) and trust.untrusted(d, trust.ROOT) is None]
-        wanted = ROOT_PATH.split(os.pathsep)
-    else:
-        wanted = SYSTEM_PROGRAMS.split(os.pathsep)
-    path = list(dict.fromkeys(path))
-    path += [d for d in wanted if d not in path]
-    os.environ["PATH"] = os.pathsep.join(path)
-
-
-def which(name: str) -> str | None:
-    """The program's path on PATH (or in the system's sbin folders), or None."""
-    return shutil.which(name) or shutil.which(name, path=SYSTEM_PROGRAMS)
-
-
-def _located(argv: list[str], env: dict[str, str] | None) -> list[str]:
-    """argv with a bare program name that is not on PATH but in the system's sbin folders named by its path."""
-    if "/" in argv[0] or shutil.which(argv[0], path=(env or os.environ).get("PATH", os.defpath)):
-        return argv
-    found = shutil.which(argv[0], path=SYSTEM_PROGRAMS)
-    return [found, *argv[1:]] if found else argv
 
 
 def run(
@@ -174,7 +138,7 @@ def interactive(
     argv = [str(arg) for arg in argv]
     log.info("run (interactive): %s", shlex.join(argv))
     try:
-        code = subprocess.run(_located(argv, None)).returncode
+        code = subprocess.run(located(argv, None)).returncode
     except OSError as err:
         raise error(f"{doing or argv[0]}: cannot run {argv[0]}: {err.strerror}", hint) from None
     log.info("exit %d: %s", code, argv[0])
@@ -407,24 +371,21 @@ Started, reporting_starts, stop_left_over = keeper.Started, keeper.reporting_sta
 # --- programs die with the tool ---------------------------------------------------------------------------
 
 
-_keeper_lock = threading.Lock()
-_KEEPER_POPEN = subprocess.Popen
-_keeper: subprocess.Popen | None = None
-_keeper_channel: socket.socket | None = None
-_live: dict[int, int] = {}  # session -> start time: this process's programs whose sessions still run
-
-
 def _popen(argv: list[str], as_user: Owner | None = None, **popen) -> subprocess.Popen:
     """Popen in a session of its own, tied to this process's life: its parent death signal, the keeper, and
     whoever `reporting_starts` asked."""
-    with _keeper_lock:
-        _keeper_alive()  # before the program: a tool killed right after the fork still has its keeper
+    keeper_link.ensure(_start_keeper)  # before the program: a tool killed right after the fork still has its keeper
     if as_user is not None:
         popen.update(_as_owner(as_user, popen.get("env")))
-    argv = _located(argv, popen.get("env"))
+    argv = located(argv, popen.get("env"))
     proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=keeper.dies_with(os.getpid()), **popen)
     started = Started(proc.pid, keeper.start_time(proc.pid) or 0, keeper.boot_id(), tuple(argv))
-    _track(started.session, started.start_time, [f.fileno() for f in (proc.stdout, proc.stderr) if f is not None])
+    keeper_link.track(
+        _start_keeper,
+        started.session,
+        started.start_time,
+        [f.fileno() for f in (proc.stdout, proc.stderr) if f is not None],
+    )
     try:
         keeper.report(started)
     except BaseException:
@@ -433,59 +394,25 @@ def _popen(argv: list[str], as_user: Owner | None = None, **popen) -> subprocess
     return proc
 
 
-def _track(session: int, started: int | None, outputs: list[int] = ()) -> None:
-    """List a session with the keeper (started: its start time; outputs: the read ends of its pipes, which
-    the keeper reads once the tool is gone) or take it off (None)."""
-    global _keeper
-    with _keeper_lock:
-        if started is None:
-            _live.pop(session, None)
-        else:
-            _live[session] = started
-        messages = [(f"+ {session} {started}" if started is not None else f"- {session}", list(outputs))]
-        for _ in (1, 2):
-            if _keeper_alive():  # a new keeper gets the whole list
-                messages = [(f"+ {s} {t}", list(outputs) if s == session else []) for s, t in _live.items()]
-            if _keeper is None:
-                return
-            try:
-                for text, fds in messages:
-                    socket.send_fds(_keeper_channel, [text.encode()], fds)
-                return
-            except OSError:  # it was killed since
-                _keeper = None
+_KEEPER_POPEN = subprocess.Popen
 
 
-def _keeper_alive() -> bool:
-    """Start the keeper when there is none (first program, or it was killed; the caller holds the lock): True
-    when this call started it."""
-    global _keeper, _keeper_channel
-    if _keeper is not None and _keeper.poll() is None:
-        return False
-    # Message boundaries (one per program, its pipes' fds with it), and the end seen when the tool's end closes.
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+def _start_keeper(channel: int) -> subprocess.Popen:
+    """The keeper (core/keeper.py), reading the channel `channel` is its end of, in a session of its own."""
     # Through the saved Popen: the keeper is not one of the programs a caller asked for (tests count those).
-    try:
-        with ours, theirs:
-            _keeper = _KEEPER_POPEN(
-                [sys.executable, "-I", "-S", keeper.__file__],
-                stdin=theirs.fileno(),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            _keeper_channel = ours.dup()
-        return True
-    except OSError as err:
-        _keeper = None
-        log.warning("cannot start the keeper (%s): programs may outlive a killed rdna1-kmgr", err)
-        return False
+    return _KEEPER_POPEN(
+        [sys.executable, "-I", "-S", keeper.__file__],
+        stdin=channel,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _ended(session: int) -> None:
     """The program is done; once nothing is left in its session, the keeper need not stop it."""
-    if session in _live and not session_members(session):
-        _track(session, None)
+    if keeper_link.listed(session) and not session_members(session):
+        keeper_link.track(_start_keeper, session, None)
 
 
 # --- the owner's programs ---------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def _driver(board: PciDevice, sysroot: Path) -> Finding:
             "problem" if board.driver is None else "warn",
             f"{name}: bound to {board.driver or 'no driver'}",
             "ROCm needs the board on amdgpu (KFD is part of it)",
-            "load amdgpu (`modprobe amdgpu`), or give the board back (`rdna1-kmgr vm-test --restore` "
+            "load amdgpu (`modprobe amdgpu`), or give the board back (`rdna1-kmgr vm-test restore` "
             "after a killed VM run)"
             if board.driver in (None, "vfio-pci")
             else "unbind it from that driver and bind amdgpu",
@@ -96,7 +96,7 @@ def _driver(board: PciDevice, sysroot: Path) -> Finding:
             "if compute misbehaves, the cheap checks first: a PyTorch with this board's code (torch), "
             "no HSA_OVERRIDE_GFX_VERSION (gfx-override), device access (access), the queue finding, "
             "then the experiment on the host (`rdna1-kmgr experiment`); the passthrough matrix "
-            "(`rdna1-kmgr vm-test --gpu auto --matrix`, a second GPU) only after those",
+            "(`rdna1-kmgr vm-test matrix auto`, a second GPU) only after those",
             facts,
         )
     facts["rdna1_quirks"] = mask
@@ -197,7 +197,7 @@ def _iommu(board: PciDevice, facts: HostFacts, sysroot: Path) -> Finding:
             "info",
             f"IOMMU off (cmdline: {' '.join(options) or 'nothing'})",
             "ROCm runs without it; the passthrough experiment needs it on",
-            "for `vm-test --gpu`: " "enable it in the firmware and add intel_iommu=on or amd_iommu=on, plus iommu=pt",
+            "for `vm-test gpu`: " "enable it in the firmware and add intel_iommu=on or amd_iommu=on, plus iommu=pt",
             data,
         )
     mode = {"identity": "passthrough (iommu=pt)", "DMA": "translated", "DMA-FQ": "translated, lazy flush"}.get(

@@ -134,7 +134,7 @@ def recommendation(best: HostResult | None, results: list[HostResult], stop: str
         return [
             "no user-space cell passed: no profile or backend setting made Conv2d right with this PyTorch and "
             "this kernel. Next: the kernel axis (quirk masks, amdgpu parameters), one boot per cell on this "
-            "desktop: `sudo rdna1-kmgr experiment kernel` (or `vm-test --gpu auto --matrix` on a host with a "
+            "desktop: `sudo rdna1-kmgr experiment kernel` (or `vm-test matrix auto` on a host with a "
             "second GPU)"
         ] + tail
     cell = best.cell

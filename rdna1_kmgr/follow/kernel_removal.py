@@ -1,4 +1,4 @@
-"""`rdna1-kmgr follow --kernel KREL --removed`: a removed kernel's rdna1-kmgr state goes with it.
+"""`rdna1-kmgr follow removed KREL`: a removed kernel's rdna1-kmgr state goes with it.
 
 Run by /etc/kernel/postrm.d/rdna1-kmgr after the kernel package removed /lib/modules/KREL's own files and
 initramfs-tools removed /boot/initrd.img-KREL. A rollback would be wrong here: it would put the kernel's old
@@ -122,7 +122,7 @@ def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
     kernel = user_input.kernel_release(kernel)
     root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
     said = []
-    with locked(f"follow --kernel {kernel} --removed"):
+    with locked(f"follow removed {kernel}"):
         journal = Journal(kernel)
         packages = _packages(kernel, journal, trees)
         for package, package_trees in packages:

@@ -123,7 +123,7 @@ def _vm_check(candidate: Candidate, skip: bool) -> dict:
         return {"skipped": True, "why": problem}
     raise InstallRefused(
         f"refusing to install {candidate.package.ref} for {candidate.kernel}: {problem}",
-        f"run `rdna1-kmgr vm-test --kernel {candidate.kernel}` first (or, at your own risk, "
+        f"run `rdna1-kmgr vm-test emulated --kernel {candidate.kernel}` first (or, at your own risk, "
         "--skip-vm-check); nothing was changed",
     )
 

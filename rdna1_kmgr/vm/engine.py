@@ -30,7 +30,7 @@ from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.modbuild import module_elf
-from rdna1_kmgr.vm import guest, guest_kernel, guest_registry, guest_view, qemu_args, verdict
+from rdna1_kmgr.vm import gpu_checks, guest, guest_kernel, guest_registry, guest_view, qemu_args, verdict
 
 ACCELS = ("auto", "kvm", "tcg")
 DEFAULT_TIMEOUT = 300  # seconds for the guest run; an emulated verdict takes ~15 s under TCG
@@ -140,7 +140,7 @@ def validate_module(
     selftest_required: int | None = None,
     report: Reporter = say,
     devices: tuple[str, ...] = (),
-    gpu: verdict.GpuTarget | None = None,
+    gpu: gpu_checks.GpuTarget | None = None,
     passthrough: dict | None = None,
 ) -> verdict.Record:
     """Validate a built amdgpu.ko in a VM of its kernel; store and return the verdict record.
@@ -207,7 +207,7 @@ def validate_module(
     if counts is not None:
         counts["required"] = max(selftest_required or 1, 1)
     if passthrough is not None:
-        passthrough = {**passthrough, "workload": verdict.workload_cases(result)}
+        passthrough = {**passthrough, "workload": gpu_checks.workload_cases(result)}
     record = verdict.Record(
         verdict=outcome,
         reason=reason,

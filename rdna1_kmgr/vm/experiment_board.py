@@ -1,4 +1,4 @@
-"""`vm-test --gpu auto --matrix`: the experiment on the owner's board, passed through to fresh VMs.
+"""`vm-test matrix auto`: the experiment on the owner's board, passed through to fresh VMs.
 
 The same refusals as every passthrough run (IOMMU group, display use, reset readiness, vfio-pci) come
 first; the board and its audio function stay on vfio-pci for the whole experiment and go back to their

@@ -2,11 +2,12 @@
 
 A run asks for a `GuestRequest`: a kernel, the host folder the guest reports into (and what else the guest
 must see), the PCI devices it gets over VFIO, the acceleration, a hard time limit and the command the guest
-runs. A `Guest` boots it and gives back a `GuestRun`. Two guests exist (guest_registry.py): virtme-ng, which
-runs the host's own operating system in the guest (virtme_guest.py; the module tests and the matrix), and
-plain QEMU with a busybox initramfs that only lists the guest's PCI devices (plumbing_guest.py; the
-plumbing-only run). How each turns the request into a command line is its own business: no caller names
-virtme-ng's options.
+runs. A `Guest` boots it and gives back a `GuestRun`. The guests are named in guest_registry.py: plain QEMU
+with a busybox initramfs over the host's root, read-only, and no init system (hostroot_guest.py; the emulated
+module test), virtme-ng, the host's own operating system with udev (virtme_guest.py; runs with a device passed
+and the matrix), and plain QEMU with a busybox initramfs that only lists the guest's PCI devices
+(plumbing_guest.py; the plumbing-only run). How each turns the request into a command line is its own
+business: no caller names a guest program's options.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The order matters for a real desktop. Every refusal happens before anything changes (IOMMU and group,
 display, reset readiness, vfio-pci). Each device is journaled (vfio_journal) before it is unbound, and
 given back in a `finally` with SIGINT/SIGTERM/SIGHUP held off, so success, failure, a hard timeout and
-Ctrl-C all end with the devices on their own drivers; SIGKILL leaves the journal for `vm-test --restore`.
+Ctrl-C all end with the devices on their own drivers; SIGKILL leaves the journal for `vm-test restore`.
 
 In the guest the devices sit behind a PCIe root port QEMU adds (a GPU expects to be on PCIe), function for
 function (qemu_args.vfio_devices); a run hands the guest their addresses (guest.GuestRequest.devices).
@@ -32,7 +32,7 @@ from rdna1_kmgr.core.errors import Exit, HostError, KmgrError, UsageError
 from rdna1_kmgr.host import host_facts, kmsg, sysfs
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, format_id, is_rdna1
 from rdna1_kmgr.modbuild import module_elf
-from rdna1_kmgr.vm import engine, guest_kernel, reset_readiness, verdict, vfio, vfio_journal
+from rdna1_kmgr.vm import engine, gpu_checks, guest_kernel, reset_readiness, verdict, vfio, vfio_journal
 
 AMDGPU = "amdgpu"
 # What a board that did not come back leaves in the host's log (probe errors, a failed IP block init, ...).
@@ -101,7 +101,7 @@ def require_rdna1(bdf: str, sysroot: Path = Path("/")) -> None:
     if not is_rdna1(dev.vendor, dev.device):
         raise UsageError(
             f"{bdf} ({dev.vendor:04x}:{dev.device:04x}) is not an RDNA1 GPU",
-            "the GPU test needs one; add --plumbing-only to test only the VFIO plumbing with it",
+            "the GPU test needs one; `vm-test plumbing BDF` tests only the VFIO plumbing with it",
         )
 
 
@@ -136,7 +136,7 @@ def _refuse_journaled(plan: vfio.GroupPlan) -> None:
                 )
             raise HostError(
                 f"{dev.bdf} was left on vfio-pci by an earlier run that did not finish (pid {b.pid})",
-                "give it back first: rdna1-kmgr vm-test --restore",
+                "give it back first: rdna1-kmgr vm-test restore",
             )
 
 
@@ -234,7 +234,7 @@ def _still_ours(binding: vfio_journal.Binding) -> bool:
     )
 
 
-# --- after a SIGKILL: vm-test --restore, rollback ----------------------------------------------------------
+# --- after a SIGKILL: vm-test restore, rollback ----------------------------------------------------------
 
 
 def restore_pending(report=engine.say) -> list[dict]:
@@ -275,7 +275,7 @@ def restore_pending(report=engine.say) -> list[dict]:
                     "wanted": binding.driver,
                     "driver": vfio.current_driver(binding.bdf),
                     "detail": f"IOMMU group {binding.iommu_group} of {binding.bdf} is open in {name} "
-                    f"(pid {pid}): stop it, then run `rdna1-kmgr vm-test --restore` again",
+                    f"(pid {pid}): stop it, then run `rdna1-kmgr vm-test restore` again",
                 }
             )
             continue
@@ -333,7 +333,7 @@ def run_gpu(
     selftest_required: int | None = None,
     report=engine.say,
 ) -> verdict.Record:
-    """`vm-test --gpu SPEC`: every emulated check, in a guest that drives the GPU, plus the GPU's own.
+    """`vm-test gpu SPEC`: every emulated check, in a guest that drives the GPU, plus the GPU's own.
 
     preflight (every refusal) -> devices on vfio-pci -> engine.validate_module in passthrough mode -> devices
     given back -> whether they came back goes into the record (a board that did not is a failed verdict:
@@ -346,7 +346,7 @@ def run_gpu(
     pre = preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
     release = user_input.kernel_release(release or module_elf.read(Path(module_path), verdict.INIT_MESSAGES).release)
     guest_kernel.locate(release, fetch=fetch)  # a missing kernel is refused (or fetched) before anything is bound
-    gpu = verdict.GpuTarget(
+    gpu = gpu_checks.GpuTarget(
         _id(pre.plan.target), tuple(quirks) if quirks is not None else None, workload if workload != "smoke" else None
     )
     story = {

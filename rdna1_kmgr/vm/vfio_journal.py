@@ -2,7 +2,7 @@
 
 One small JSON file per device, state_dir()/vfio/<bdf>.json, written and fsynced before the device is
 touched and removed once it is back on its driver. Each names the run that made it (a token also put in the
-environment of the VM's processes, so `vm-test --restore` can find a QEMU the killed run left behind), the
+environment of the VM's processes, so `vm-test restore` can find a QEMU the killed run left behind), the
 process that owns it (pid, start time, boot id: a reused pid or a reboot does not look like a live owner)
 and the last kernel log record before the bind (so "no probe error since the bind" can be checked later).
 """

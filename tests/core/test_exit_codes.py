@@ -34,3 +34,23 @@ def test_the_readme_says_what_each_error_code_means():
     paragraph = README.read_text().split("with an exit code by kind:", 1)[1].split("\n\n", 1)[0]
     said = {int(n) for n in re.findall(r"(?<![\w.])(\d+) [a-z]", paragraph)}
     assert {int(code) for code in Exit if code != Exit.FAILED} <= said
+
+
+def test_each_kind_has_its_own_code():
+    # An IntEnum member with another's value is an alias of it: a script could not tell the two kinds apart.
+    aliases = [name for name, code in Exit.__members__.items() if code.name != name]
+    assert aliases == []
+
+
+def test_the_codes_a_user_may_already_script_against_stay():
+    # The README's Errors paragraph as it stood before GPU_LOST got its own code: these meanings do not move.
+    assert (Exit.USAGE, Exit.SOURCE, Exit.HOST, Exit.BUILD, Exit.JOURNAL, Exit.BUSY, Exit.REFUSED) == (
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        8,
+    )
+    assert Exit.INTERRUPTED == 130 and Exit.GPU_LOST == 9

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import program_path, runner
 from rdna1_kmgr.core.errors import BuildError, HostError
 
 # --- one-shot runs --------------------------------------------------------------------------------------------
@@ -201,14 +201,14 @@ def test_a_system_program_is_found_off_a_normal_users_path():
 def test_the_system_program_folders_come_after_a_users_own(monkeypatch):
     """A normal user's PATH on Debian (/etc/profile) has no sbin folder; the tool appends them, never ahead of
     what the user put first and never twice."""
-    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(program_path.os, "geteuid", lambda: 1000)
     monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games")
-    runner.include_system_programs()
+    program_path.include_system_programs()
     assert (
         os.environ["PATH"] == "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games:/usr/local/sbin:/usr/sbin:/sbin"
     )
     monkeypatch.setenv("PATH", "/opt/x/bin:/usr/sbin:/usr/bin")
-    runner.include_system_programs()
+    program_path.include_system_programs()
     assert os.environ["PATH"] == "/opt/x/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/sbin"
 
 
@@ -226,12 +226,12 @@ def test_under_root_a_folder_someone_else_can_change_leaves_path(monkeypatch, tm
     roots = tmp_path / "roots-bin"
     roots.mkdir(mode=0o755)
     monkeypatch.setenv("PATH", f"{users}:.:{roots}:/usr/games:{roots}")
-    runner.include_system_programs()
+    program_path.include_system_programs()
     assert os.environ["PATH"] == f"{roots}:/usr/games:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     assert "planted" not in runner.run(["modinfo", "--version"]).stdout
     group_writable = tmp_path / "shared-bin"
     group_writable.mkdir()
     group_writable.chmod(0o775)
     monkeypatch.setenv("PATH", f"{group_writable}:/usr/bin")
-    runner.include_system_programs()
+    program_path.include_system_programs()
     assert str(group_writable) not in os.environ["PATH"].split(os.pathsep)

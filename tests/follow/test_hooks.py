@@ -114,9 +114,9 @@ def test_hooks_install_places_every_hook_calling_this_installation_and_remove_ta
         assert hook.stat().st_mode & 0o777 == 0o755
         assert f"cli={CLI}\n" in hook.read_text()
     conf = host.root / "etc/apt/apt.conf.d/80rdna1-kmgr"
-    assert f"then {CLI} follow --pending --hook" in conf.read_text()
+    assert f"then {CLI} follow pending --hook" in conf.read_text()
     unit = host.root / "etc/systemd/system/rdna1-kmgr-follow.service"
-    assert f"ExecStart={CLI} follow --pending --hook" in unit.read_text()
+    assert f"ExecStart={CLI} follow pending --hook" in unit.read_text()
     link = host.root / "etc/systemd/system/multi-user.target.wants/rdna1-kmgr-follow.service"
     assert os.readlink(link) == "../rdna1-kmgr-follow.service"
     again = host.cli("hooks", "install")
@@ -150,7 +150,7 @@ def test_apt_reads_the_post_invoke_hook(host):
     if not shutil.which("apt-config"):
         pytest.skip("apt-config is not installed (not a Debian/Ubuntu host)")
     dump = post_invoke_dump(host)
-    assert f"then {CLI} follow --pending --hook || true; fi" in dump
+    assert f"then {CLI} follow pending --hook || true; fi" in dump
 
 
 def test_before_any_install_the_kernel_hooks_do_nothing(host):
@@ -204,7 +204,7 @@ def test_a_kernel_that_is_not_installed_stays_stock_with_the_reason_in_status(ho
     host.opt_in()
     assert host.run_parts("postinst.d", NEW)[0].returncode == 0
     # As apt's Post-Invoke hook runs it: exit status 0, one line that says why.
-    proc = host.cli("follow", "--pending", "--hook")
+    proc = host.cli("follow", "pending", "--hook")
     assert proc.returncode == 0, proc.stderr
     (last,) = [line for line in proc.stdout.splitlines() if line.strip()][-1:]
     assert last.startswith(f"rdna1-kmgr: {NEW}: keeps the stock amdgpu: kernel {NEW} is not installed")
@@ -231,7 +231,7 @@ def test_the_postrm_hook_forgets_a_removed_kernel(host):
     guest = Path(host.env["RDNA1_KMGR_CACHE"]) / "kernels" / NEW
     (guest / "boot").mkdir(parents=True)
     (guest / "boot" / f"vmlinuz-{NEW}").write_bytes(b"image")
-    dry = host.cli("follow", "--kernel", NEW, "--removed", "--dry-run")
+    dry = host.cli("follow", "removed", NEW, "--dry-run")
     assert dry.returncode == 0 and f"remove the follow record of {NEW}" in dry.stdout
     assert f"remove the guest kernel {guest}" in dry.stdout
     assert f"remove its kernel source under {Path(host.env['RDNA1_KMGR_CACHE']) / 'src'} unless" in dry.stdout
@@ -243,11 +243,11 @@ def test_the_postrm_hook_forgets_a_removed_kernel(host):
 
 
 def test_bad_input_is_one_line_and_the_hook_form_never_fails(host):
-    for args in (["follow"], ["follow", "--kernel", "../etc", "--defer"], ["follow", "--kernel", NEW, "--pending"]):
+    for args in (["follow"], ["follow", "defer", "../etc"], ["follow", "--kernel", NEW, "--pending"]):
         proc = host.cli(*args)
         assert proc.returncode == 2
         assert [ln for ln in proc.stderr.splitlines() if ln.strip()][0].startswith("rdna1-kmgr: error: ")
-    proc = host.cli("follow", "--kernel", "../etc", "--defer", "--hook")
+    proc = host.cli("follow", "defer", "../etc", "--hook")
     assert proc.returncode == 0 and proc.stdout.startswith("rdna1-kmgr: ")
 
 

@@ -210,6 +210,6 @@ def test_a_refusal_is_one_line_and_changes_nothing(nested):
     assert read(nested, "refused.rc") == "2"
     assert read(nested, "refused.err") == (
         f"rdna1-kmgr: error: {EDU} (1234:11e8) is not an RDNA1 GPU: the GPU test needs one; "
-        "add --plumbing-only to test only the VFIO plumbing with it"
+        "`vm-test plumbing BDF` tests only the VFIO plumbing with it"
     )
     assert read(nested, "refused.before") == read(nested, "refused.after") == "none (null)"

@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 from test_engine import CANNED_KERNEL, patched_module, patched_result
 
-from rdna1_kmgr.vm import engine, guest, guest_kernel, guest_view, passthrough, qemu_args, verdict, virtme_guest
+from rdna1_kmgr.vm import (
+    engine,
+    gpu_checks,
+    guest,
+    guest_kernel,
+    guest_view,
+    passthrough,
+    qemu_args,
+    verdict,
+    virtme_guest,
+)
 
 GPU = "1002:731f"
 QUIRKS = ("crat-mem", "coarse-mtype")
@@ -56,7 +66,7 @@ def workload_report(errors: dict[str, float] | None = None) -> dict:
     errors = errors or {}
     cases = [
         {"case": name, "max_abs_err": errors.get(name, 2e-6), "ok": errors.get(name, 2e-6) <= 1e-3}
-        for name in verdict.WORKLOAD_CASES
+        for name in gpu_checks.WORKLOAD_CASES
     ]
     return {
         "device": "cuda",
@@ -90,7 +100,7 @@ def with_workload(result: dict, report: dict | None, rc: int = 0, output: str = 
 
 
 def judge(result, quirks=QUIRKS, workload=None) -> dict[str, verdict.Check]:
-    target = verdict.GpuTarget(GPU, quirks, workload)
+    target = gpu_checks.GpuTarget(GPU, quirks, workload)
     return {c.name: c for c in verdict.check_guest(result, patched_module(), CANNED_KERNEL, 7, None, target)}
 
 
@@ -254,7 +264,7 @@ def test_the_guest_reads_kfd_topology_in_the_form_the_rules_judge(tmp_path):
 
 
 def test_the_plan_carries_the_gpu_identity_quirks_and_workload(tmp_path):
-    target = verdict.GpuTarget(GPU, QUIRKS, "conv2d")
+    target = gpu_checks.GpuTarget(GPU, QUIRKS, "conv2d")
     view = guest_view.prepare(tmp_path, with_venv=True)
     plan = verdict.guest_plan(
         patched_module(), "/run/amdgpu.ko", gpu=target, workload=engine.workload_plan("conv2d", view)
@@ -439,7 +449,7 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
     assert events[0][2]["accept_reset_risk"] is True and events[0][2]["plumbing_only"] is False
     _, mode, devices, gpu = events[2]
     assert mode == "passthrough" and devices == (board.bdf,)  # as data: the guest turns them into its options
-    assert gpu == verdict.GpuTarget("1002:731f", ("crat-mem", "coarse-mtype"), "conv2d")
+    assert gpu == gpu_checks.GpuTarget("1002:731f", ("crat-mem", "coarse-mtype"), "conv2d")
     out = json.loads(result.stdout)
     assert out["mode"] == "passthrough" and out["passthrough"]["bdf"] == board.bdf
     assert out["passthrough"]["accepted_reset_risk"] is True and out["passthrough"]["came_back"] is True
@@ -467,10 +477,10 @@ def test_conv2d_runs_on_the_cpu_against_the_cpu_and_passes(torch_python):
     python = torch_python
     workload = run_collect_workload([python], "cpu")
     report = workload["runs"][-1]["report"]
-    assert [c["case"] for c in report["cases"]] == list(verdict.WORKLOAD_CASES)
+    assert [c["case"] for c in report["cases"]] == list(gpu_checks.WORKLOAD_CASES)
     assert report["tolerance"] == {"rtol": 1e-3, "atol": 1e-3, "dtype": "float32"}
     assert all(c["ok"] and c["max_abs_err"] <= 1e-3 for c in report["cases"])
-    check = verdict._workload(workload)
+    check = gpu_checks._workload(workload)
     assert check.ok and check.detail.startswith("16 cases within rtol 0.001 / atol 0.001")
 
 
@@ -485,7 +495,7 @@ def test_conv2d_without_a_gpu_reports_that_it_could_not_run(torch_python):
     assert len(workload["runs"]) == len(pythons)
     if no_torch:
         assert workload["runs"][0]["report"]["error"].startswith("cannot import torch")
-    check = verdict._workload(workload)
+    check = gpu_checks._workload(workload)
     assert not check.ok and "the workload could not run: torch" in check.detail and "sees no GPU" in check.detail
 
 

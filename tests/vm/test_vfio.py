@@ -220,7 +220,7 @@ def test_a_device_that_is_not_rdna1_needs_plumbing_only(tmp_path):
     tree.pci_device(EDU, 0x1234, 0x11E8, 0x00FF00, iommu_group=9)
     err = refusal(lambda: preflight(tmp_path, EDU))
     assert isinstance(err, UsageError)
-    assert err.what == f"{EDU} (1234:11e8) is not an RDNA1 GPU" and "--plumbing-only" in err.hint
+    assert err.what == f"{EDU} (1234:11e8) is not an RDNA1 GPU" and "vm-test plumbing BDF" in err.hint
 
 
 def test_vfio_pci_missing_is_refused(tmp_path):
@@ -236,7 +236,7 @@ def test_a_device_a_killed_run_left_on_vfio_is_refused_until_restored(tmp_path):
     vfio_journal.write(binding(EDU, pid=dead_pid()))
     err = refusal(lambda: preflight(tmp_path, EDU, plumbing_only=True))
     assert err.what.startswith(f"{EDU} was left on vfio-pci by an earlier run that did not finish")
-    assert err.hint == "give it back first: rdna1-kmgr vm-test --restore"
+    assert err.hint == "give it back first: rdna1-kmgr vm-test restore"
 
 
 def test_no_such_device_and_bad_addresses_are_refused(tmp_path):
