@@ -148,7 +148,11 @@ def reference_text(current: str) -> str:
         if len(block.findall(text)) != 1:
             raise ValueError(f"{REFERENCE}: needs exactly one `<!-- generated: {name} -->` ... `end generated` block")
         body = make()
-        text = block.sub(lambda m, body=body: m[1] + "\n" + body + "\n" + m[3], text)
+
+        def filled(match: re.Match[str], body: str = body) -> str:
+            return match[1] + "\n" + body + "\n" + match[3]
+
+        text = block.sub(filled, text)
     return text
 
 
