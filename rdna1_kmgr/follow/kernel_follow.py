@@ -42,10 +42,11 @@ from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.install import module_install, rollback
 from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
-from rdna1_kmgr.modbuild import build_plan, built_module, module_build
+from rdna1_kmgr.modbuild import built_module, module_build
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.source import target_kernel
 from rdna1_kmgr.vm import engine, verdict
 
 
@@ -171,13 +172,13 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     installed = current_install(exclude=kernel)
     if installed is None:
         return [f"nothing to do for {kernel}: no kernel has an rdna1-kmgr install (follow acts once one has)"]
-    target = module_build.resolve_kernel(kernel, "planning a build", system=system_identity.read())
+    target = target_kernel.resolve_kernel(kernel, "planning a build", system=system_identity.read())
     request = _build_request(target, installed, source)
     lines = [
         f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
         f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"
     ]
-    lines += [f"  {line}" for line in build_plan.plan(request)["plan"]]
+    lines += [f"  {line}" for line in module_build.plan(request)["plan"]]
     lines.append(f"  vm-test: the emulated verdict for that module on {kernel} (a stored passing one is reused)")
     lines.append(
         f"  install: `rdna1-kmgr install --kernel {kernel}` (journaled; its exact plan once built: "
@@ -190,7 +191,7 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     return lines
 
 
-def _build_request(kernel: module_build.Kernel, installed: Installed, source: str | None) -> module_build.BuildRequest:
+def _build_request(kernel: target_kernel.Kernel, installed: Installed, source: str | None) -> module_build.BuildRequest:
     return module_build.BuildRequest(
         kernel=kernel,
         source=source,
@@ -274,7 +275,7 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
             )
     with _stage("source", story):
         system = system_identity.read()
-        target = module_build.resolve_kernel(kernel, system=system)
+        target = target_kernel.resolve_kernel(kernel, system=system)
         request = _build_request(target, installed, source)
         tree, _origin = module_build.source_tree(request, target, system)
         story.say(f"source {tree}")

@@ -68,10 +68,10 @@ from rdna1_kmgr.install.journal import (
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import built_module, module_checks, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild.module_build import Kernel
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.quirk_mask import QuirkMask
+from rdna1_kmgr.source.target_kernel import Kernel
 
 MODPROBE_CONF = modprobe_conf.NAME
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "stock-loader", "initramfs", "boot-guard", "verify")
@@ -406,7 +406,7 @@ def plan_lines(candidate: Candidate, gate: Gate, steps: list[Step], replacing: l
 
 @dataclass
 class InstallRequest:
-    kernel: Kernel | None = None  # resolved at the command edge (module_build.resolve_kernel); None: tests
+    kernel: Kernel | None = None  # resolved at the command edge (target_kernel.resolve_kernel); None: tests
     skip_vm_check: bool = False
     cert: str | None = None
     dry_run: bool = False
@@ -449,7 +449,7 @@ def run(
         kernel = candidate.kernel
     else:
         if request.kernel is None:
-            raise ValueError("InstallRequest.kernel is resolved at the command edge (module_build.resolve_kernel)")
+            raise ValueError("InstallRequest.kernel is resolved at the command edge (target_kernel.resolve_kernel)")
         kernel = request.kernel.release
     refuse_if_busy()
     journal = Journal(kernel)
