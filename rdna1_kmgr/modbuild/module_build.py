@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.pipeline import Pipeline
@@ -213,6 +212,7 @@ class FetchStage:
 
     def run(self, ctx: BuildContext) -> None:
         ctx.tree, ctx.origin = source_tree(ctx.request, ctx.kernel, ctx.system)
+        progress.say(f"rdna1-kmgr: source {ctx.tree}")
 
 
 class SigningKeyStage:
@@ -256,6 +256,10 @@ class RenderStage:
     def run(self, ctx: BuildContext) -> None:
         self._render(ctx)
         assert ctx.manifest is not None
+        progress.say(
+            f"rdna1-kmgr: rendered {len(ctx.manifest.patches)} patches "
+            f"(patch set {ctx.manifest.patchset_sha256[:12]})"
+        )
         for line in ctx.manifest.notes():  # before the long compile: what the build will and will not change
             progress.say(f"rdna1-kmgr: {line}")
 
@@ -384,35 +388,30 @@ class VerifyStage:
             kept_installed_versions=tuple(built.kept),
             seconds=round(time.monotonic() - ctx.started, 1),
         )
+        progress.say(f"rdna1-kmgr: {'reused' if built.reused else 'built'} {package.ref}: {built.module}")
 
 
-BUILD = Pipeline(
-    (
-        KernelStage(),
-        PrerequisitesStage(),
-        FetchStage(),
-        SigningKeyStage(),
-        RenderStage(),
-        ProbeStage(),
-        DkmsBuildStage(),
-        VerifyStage(),
-    )
-)
+KERNEL, PREREQUISITES, FETCH, SIGNING_KEY = KernelStage(), PrerequisitesStage(), FetchStage(), SigningKeyStage()
+RENDER, PROBE, DKMS_BUILD, VERIFY = RenderStage(), ProbeStage(), DkmsBuildStage(), VerifyStage()
+BUILD = Pipeline((KERNEL, PREREQUISITES, FETCH, SIGNING_KEY, RENDER, PROBE, DKMS_BUILD, VERIFY))
 
 
 # --- the build and its plan ----------------------------------------------------------------------------
 
 
-def plan(request: BuildRequest) -> dict:
+def plan(request: BuildRequest, pipeline: Pipeline = BUILD) -> dict:
     """{"plan": the steps as lines, "kernel", "source", "signing", "render", "system"}: the build's stages
-    planned. What the render decides is said right after the kernel and devices, before the steps that work."""
+    (or a pipeline made of them and more: follow's) planned. What the render decides is said right after the
+    kernel and devices, before the steps that do the work."""
     root = user_input.existing_dir(request.sysroot, "sysroot") if request.sysroot else Path("/")
     system = system_identity.read(root)
     keys = signing.resolve(request.key, request.cert, system.platform)
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
         ctx = BuildContext(request, system, request.kernel, keys, Path(tmp), root=root)
-        planned = [stage.plan(ctx) for stage in BUILD.stages]
-    lines = planned[0] + ctx.notes + [line for stage_lines in planned[1:] for line in stage_lines]
+        planned = [(stage.name, stage.plan(ctx)) for stage in pipeline.stages]
+    lines: list[str] = []
+    for name, stage_lines in planned:
+        lines += stage_lines + (ctx.notes if name == KERNEL.name else [])
     kernel, manifest, package = ctx.kernel, ctx.manifest, ctx.package
     rendered = None
     if manifest is not None and package is not None:
@@ -438,18 +437,13 @@ def plan(request: BuildRequest) -> dict:
     }
 
 
-def run(
-    request: BuildRequest,
-    confirm: Callable[[prerequisites.InstallPlan], bool] | None = None,
-    stream: TextIO | None = None,
-) -> BuildResult:
-    """Everything `rdna1-kmgr build` does: the build's stages run; what it built."""
+def run(request: BuildRequest, confirm: Callable[[prerequisites.InstallPlan], bool] | None = None) -> BuildResult:
+    """Everything `rdna1-kmgr build` does: the build's stages run; what it built. Its lines go to progress."""
     started = time.monotonic()
     system = system_identity.read()
-    with progress.reporting_to(stream if stream is not None else progress.current_stream()):
-        keys = signing.resolve(request.key, request.cert, system.platform)
-        with cache_left_as_found(), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
-            ctx = BuildContext(request, system, request.kernel, keys, Path(tmp), confirm=confirm, started=started)
-            BUILD.run(ctx)
+    keys = signing.resolve(request.key, request.cert, system.platform)
+    with cache_left_as_found(), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
+        ctx = BuildContext(request, system, request.kernel, keys, Path(tmp), confirm=confirm, started=started)
+        BUILD.run(ctx)
     assert ctx.result is not None
     return ctx.result
