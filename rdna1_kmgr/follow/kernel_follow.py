@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import BuildError, Exit, HostError, KmgrError
@@ -120,8 +119,8 @@ def current_install(exclude: str | None = None) -> Installed | None:
 class Story:
     """Writes every line to the caller's stream and to the kernel's follow log."""
 
-    def __init__(self, stream: TextIO, log: Path):
-        self.stream = stream
+    def __init__(self, log: Path):
+        self.stream = progress.current_stream()  # where the caller reads progress (apt's output, a terminal)
         self.log = log
         make_dirs(log.parent)
         self._file = open_private_log(log)
@@ -197,9 +196,8 @@ def _build_request(kernel: target_kernel.Kernel, installed: Installed, source: s
     )
 
 
-def follow(kernel: str, source: str | None = None, stream: TextIO | None = None) -> dict:
+def follow(kernel: str, source: str | None = None) -> dict:
     """Patch `kernel` or leave it stock; returns its follow record. StageFailed when it stays stock."""
-    stream = stream if stream is not None else progress.current_stream()
     kernel = user_input.kernel_release(kernel)
     finished = finished_installs().get(kernel)
     if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
@@ -222,7 +220,7 @@ def follow(kernel: str, source: str | None = None, stream: TextIO | None = None)
         }
     with follow_lock():
         log = log_dir() / f"follow-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        story = Story(stream, log)
+        story = Story(log)
         follow_record.write(kernel, "running", pid=os.getpid(), log=str(log))
         try:
             story.say(

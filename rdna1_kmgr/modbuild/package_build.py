@@ -12,7 +12,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from rdna1_kmgr.core import cache_entry, progress
 from rdna1_kmgr.core.errors import BuildError, KmgrError
@@ -103,11 +102,9 @@ def build_package(
     jobs: int | None = None,
     description: str = "",
     trees: dkms.Trees | None = None,
-    stream: TextIO | None = None,
 ) -> PackageBuild:
     """Build (or reuse) one package version for one kernel, verified; on failure nothing of it is left."""
     trees = trees or dkms.Trees.from_env()
-    stream = stream if stream is not None else progress.current_stream()
     # DKMS has no locking of its own: a second run for the same kernel waits here instead of
     # deleting the first one's build directory under it.
     with cache_left_as_found(), cache_entry.exclusive(dkms.kbuild_root(package.name), kernel):
@@ -123,12 +120,11 @@ def build_package(
             jobs,
             description,
             trees,
-            stream,
         )
 
 
 def _build_package(
-    package, kernel, source_root, subtrees, series_dir, keys, devices, parameters, jobs, description, trees, stream
+    package, kernel, source_root, subtrees, series_dir, keys, devices, parameters, jobs, description, trees
 ) -> PackageBuild:
     started = time.monotonic()
 
@@ -148,7 +144,7 @@ def _build_package(
                     f"{package.ref} is installed for {kernel} and fails a check: {err.what}",
                     "roll the install back first (`rdna1-kmgr rollback`), then build again",
                 ) from None
-            stream.write(f"rdna1-kmgr: rebuilding {package.ref}: the earlier build fails a check ({err.what})\n")
+            progress.say(f"rdna1-kmgr: rebuilding {package.ref}: the earlier build fails a check ({err.what})")
             dkms.remove(package, trees, kernel)
         else:
             removed, kept = _remove_older(package, kernel, trees)
@@ -171,9 +167,7 @@ def _build_package(
     compiler_cache = ccache_env()
     if compiler_cache:
         cap_ccache()
-    counter = Progress(
-        f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees), stream=stream
-    )
+    counter = Progress(f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees))
     # what is compiled and signed is what was checked: nobody but root can have changed it since
     for subtree in subtrees:
         verification.check_root_only(source_root / subtree)

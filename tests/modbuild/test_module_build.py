@@ -17,6 +17,7 @@ import hellomod
 import pytest
 from dkms_helpers import make_keys, make_sandbox
 
+from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build, module_checks, package_build
@@ -37,19 +38,19 @@ def hello_build(sandbox, word: str, keys=None, patch: str | None = None):
         hellomod.write_series(out, {"0001-greet.patch": patch or hellomod.greeting_patch(word)})
     manifest = json.loads((out / "manifest.json").read_text())
     package = sandbox.package(manifest)
-    return package_build.build_package(
-        package,
-        sandbox.kernel,
-        sandbox.root / "tree",
-        [hellomod.LOCATION],
-        out,
-        keys or sandbox.keys,
-        [0x731F],
-        ["rdna1_hello_enable"],
-        jobs=2,
-        trees=sandbox.trees,
-        stream=open(os.devnull, "w"),
-    )
+    with open(os.devnull, "w") as quiet, progress.reporting_to(quiet):
+        return package_build.build_package(
+            package,
+            sandbox.kernel,
+            sandbox.root / "tree",
+            [hellomod.LOCATION],
+            out,
+            keys or sandbox.keys,
+            [0x731F],
+            ["rdna1_hello_enable"],
+            jobs=2,
+            trees=sandbox.trees,
+        )
 
 
 # --- the package half, real DKMS ----------------------------------------------------------------------
