@@ -33,10 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdna1_kmgr.modbuild import module_build, signing
+from rdna1_kmgr.modbuild import package_build, signing
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.patch_series import render, render_series
-from rdna1_kmgr.source import kernel_source
+from rdna1_kmgr.source import kernel_source, target_kernel
 
 AMD = "drivers/gpu/drm/amd"
 
@@ -147,14 +147,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernel", help="kernel release (default: the distribution's current one)")
     parser.add_argument("--source", help="unpacked kernel source tree (default: Debian's for the kernel)")
-    parser.add_argument("-j", "--jobs", type=int, default=module_build.default_jobs())
+    parser.add_argument("-j", "--jobs", type=int, default=package_build.default_jobs())
     parser.add_argument(
         "--quirk-off", help="the quirk to switch off for the rebuild (default: the last one the source carries)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args()
 
-    kernel = module_build.resolve_kernel(args.kernel).release
+    kernel = target_kernel.resolve_kernel(args.kernel).release
     tree = kernel_source.checked_tree(Path(args.source)) if args.source else kernel_source.fetch_kernel_source(kernel)
     quirk_ids = sorted(quirk_catalog.load_quirks())
     # The default is the last quirk this source carries: switching off one it leaves out (cwsr-size below
@@ -183,7 +183,7 @@ def main() -> int:
         series = work / "series"
         render(tree, series, quirk_ids)
         fix_patch = out_of_tree_fix(series)
-        ccache = "on (cold)" if module_build.ccache_env() else "off (not installed)"
+        ccache = "on (cold)" if package_build.ccache_env() else "off (not installed)"
         say(
             f"bench: kernel {kernel}, source {tree} (Linux {kernel_source.kernel_version(tree)}), -j{args.jobs}, "
             f"{os.cpu_count()} cores, ccache {ccache}, load {load()}"

@@ -32,9 +32,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_build  # noqa: E402  (the stopwatch and the unpatched copy are the same as there)
 
-from rdna1_kmgr.modbuild import module_build  # noqa: E402
+from rdna1_kmgr.modbuild import package_build  # noqa: E402
 from rdna1_kmgr.render.patch_series import render  # noqa: E402
-from rdna1_kmgr.source import kernel_source  # noqa: E402
+from rdna1_kmgr.source import (
+    kernel_source,  # noqa: E402
+    target_kernel,  # noqa: E402
+)
 
 say = bench_build.say
 
@@ -63,7 +66,7 @@ def variants(work: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     return {
         "g0": (["KCFLAGS=-g0"], {}),
         "config-g": ([], {}),
-        "ccache": (["KCFLAGS=-g0"], {**module_build.ccache_env(), "CCACHE_BASEDIR": str(work)}),
+        "ccache": (["KCFLAGS=-g0"], {**package_build.ccache_env(), "CCACHE_BASEDIR": str(work)}),
         "hugetlb": (["KCFLAGS=-g0"], {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}),
         "no-warn": (["KCFLAGS=-g0 -w"], {}),
     }
@@ -86,7 +89,7 @@ def main() -> int:
     parser.add_argument("--objects", choices=("sample", "si-cik"), default="sample")
     args = parser.parse_args()
 
-    kernel = module_build.resolve_kernel(args.kernel).release
+    kernel = target_kernel.resolve_kernel(args.kernel).release
     tree = kernel_source.fetch_kernel_source(kernel)
     work = Path(tempfile.mkdtemp(prefix="rdna1-kmgr-levers-", dir="/var/tmp"))
     # The tool's cache folder, ccache's among it, in the scratch folder: each round empties ccache's.
@@ -103,9 +106,9 @@ def main() -> int:
         cpu: dict[str, list[float]] = {name: [] for name in chosen}
         for round_number in range(args.rounds):
             for name, (make_vars, env) in chosen.items():
-                assert module_build.ccache_dir().is_relative_to(work)
-                shutil.rmtree(module_build.ccache_dir(), ignore_errors=True)
-                module_build.cap_ccache()  # the tool's size cap and compression level, in the scratch folder
+                assert package_build.ccache_dir().is_relative_to(work)
+                shutil.rmtree(package_build.ccache_dir(), ignore_errors=True)
+                package_build.cap_ccache()  # the tool's size cap and compression level, in the scratch folder
                 cpu[name].append(compile_cpu(kernel, amd, objects, make_vars, env))
                 say(f"bench: round {round_number + 1} {name}: {cpu[name][-1]:.2f} s CPU")
         base = statistics.median(cpu["g0"])

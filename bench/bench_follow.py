@@ -34,10 +34,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_build  # noqa: E402  (the raw kbuild, the tool's build and the stopwatch are the same as there)
 
-from rdna1_kmgr.modbuild import module_build, signing  # noqa: E402
+from rdna1_kmgr.modbuild import package_build, signing  # noqa: E402
 from rdna1_kmgr.render import quirk_catalog  # noqa: E402
 from rdna1_kmgr.render.patch_series import render  # noqa: E402
-from rdna1_kmgr.source import kernel_source  # noqa: E402
+from rdna1_kmgr.source import (
+    kernel_source,  # noqa: E402
+    target_kernel,  # noqa: E402
+)
 
 say = bench_build.say
 PACKAGE = "rdna1-amdgpu"
@@ -103,11 +106,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--newer", help="the kernel followed to (default: the distribution's current one)")
     parser.add_argument("--older", help="the kernel followed from (default: the ABI before --newer)")
-    parser.add_argument("-j", "--jobs", type=int, default=module_build.default_jobs())
+    parser.add_argument("-j", "--jobs", type=int, default=package_build.default_jobs())
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders")
     args = parser.parse_args()
 
-    newer = module_build.resolve_kernel(args.newer).release
+    newer = target_kernel.resolve_kernel(args.newer).release
     older = args.older or previous_abi(newer)
     trees = {krel: kernel_source.fetch_kernel_source(krel) for krel in (older, newer)}
     quirks = sorted(quirk_catalog.load_quirks())

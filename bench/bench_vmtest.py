@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from rdna1_kmgr.modbuild import built_module
-from rdna1_kmgr.modbuild.module_build import resolve_kernel
+from rdna1_kmgr.source.target_kernel import resolve_kernel
 from rdna1_kmgr.vm import engine
 
 TARGET_SECONDS = 20.0

@@ -10,8 +10,9 @@ from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.modbuild.build_plan import plan
-from rdna1_kmgr.modbuild.module_build import BuildRequest, resolve_kernel, run
+from rdna1_kmgr.modbuild.module_build import BuildRequest, plan, run
+from rdna1_kmgr.modbuild.package_build import default_jobs
+from rdna1_kmgr.source.target_kernel import resolve_kernel
 
 
 def _confirm_install(plan_) -> bool:

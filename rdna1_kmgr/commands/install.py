@@ -7,8 +7,8 @@ import click
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.module_install import InstallRequest, run
-from rdna1_kmgr.modbuild.module_build import kernel_to_install
 from rdna1_kmgr.render.quirk_mask import QuirkMask
+from rdna1_kmgr.source.target_kernel import kernel_to_install
 
 
 def confirm_plan(question: str):

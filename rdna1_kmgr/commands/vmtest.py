@@ -18,7 +18,7 @@ from rdna1_kmgr.core.errors import BuildError, UsageError
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.modbuild import built_module
-from rdna1_kmgr.modbuild.module_build import resolve_kernel
+from rdna1_kmgr.source.target_kernel import resolve_kernel
 from rdna1_kmgr.vm import engine, experiment, experiment_board, passthrough
 
 _KERNEL = click.option(

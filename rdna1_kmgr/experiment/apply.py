@@ -9,8 +9,8 @@ from rdna1_kmgr.doctor.kfd_access import invoking_home
 from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
 from rdna1_kmgr.install.target_root import TargetRoot
-from rdna1_kmgr.modbuild import module_build
 from rdna1_kmgr.render.quirk_mask import QuirkMask
+from rdna1_kmgr.source import target_kernel
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
 from rdna1_kmgr.vm.experiment import experiments_dir
@@ -62,7 +62,7 @@ def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
     word = cells[chosen]["parameter"]
     mask = QuirkMask.from_kernel_parameter(word)
     if mask is not None:
-        kernel = module_build.kernel_to_install(None, dry_run)
+        kernel = target_kernel.kernel_to_install(None, dry_run)
         done = module_install.run(module_install.InstallRequest(kernel=kernel, quirks=mask, dry_run=dry_run))
         return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done}
     return {

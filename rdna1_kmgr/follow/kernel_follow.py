@@ -31,21 +31,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import BuildError, Exit, HostError, KmgrError
 from rdna1_kmgr.core.files import make_dirs, open_private_log
 from rdna1_kmgr.core.paths import log_dir
+from rdna1_kmgr.core.pipeline import Pipeline
 from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.install import module_install, rollback
 from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
-from rdna1_kmgr.modbuild import build_plan, built_module, module_build
+from rdna1_kmgr.modbuild import built_module, module_build, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.manifest import Manifest
-from rdna1_kmgr.render.patch_series import render
+from rdna1_kmgr.source import target_kernel
 from rdna1_kmgr.vm import engine, verdict
 
 
@@ -119,8 +119,8 @@ def current_install(exclude: str | None = None) -> Installed | None:
 class Story:
     """Writes every line to the caller's stream and to the kernel's follow log."""
 
-    def __init__(self, stream: TextIO, log: Path):
-        self.stream = stream
+    def __init__(self, log: Path):
+        self.stream = progress.current_stream()  # where the caller reads progress (apt's output, a terminal)
         self.log = log
         make_dirs(log.parent)
         self._file = open_private_log(log)
@@ -164,25 +164,20 @@ def follow_lock() -> Iterator[None]:
 
 
 def plan(kernel: str, source: str | None = None) -> list[str]:
-    """What `follow --kernel` would do (changes nothing)."""
+    """What `follow --kernel` would do (changes nothing): its pipeline planned."""
     kernel = user_input.kernel_release(kernel)
     if kernel in finished_installs():
         return [f"nothing to do for {kernel}: it has an rdna1-kmgr install already"]
     installed = current_install(exclude=kernel)
     if installed is None:
         return [f"nothing to do for {kernel}: no kernel has an rdna1-kmgr install (follow acts once one has)"]
-    target = module_build.resolve_kernel(kernel, "planning a build", system=system_identity.read())
+    target = target_kernel.resolve_kernel(kernel, "planning a build", system=system_identity.read())
     request = _build_request(target, installed, source)
     lines = [
         f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
         f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"
     ]
-    lines += [f"  {line}" for line in build_plan.plan(request)["plan"]]
-    lines.append(f"  vm-test: the emulated verdict for that module on {kernel} (a stored passing one is reused)")
-    lines.append(
-        f"  install: `rdna1-kmgr install --kernel {kernel}` (journaled; its exact plan once built: "
-        f"`rdna1-kmgr install --kernel {kernel} --dry-run`)"
-    )
+    lines += [f"  {line}" for line in module_build.plan(request, FOLLOW)["plan"]]
     lines.append(
         f"  any failure: {kernel} keeps the stock amdgpu; the reason goes to "
         f"{follow_record.follow_dir()}/{kernel}.json and `rdna1-kmgr status`"
@@ -190,7 +185,7 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
     return lines
 
 
-def _build_request(kernel: module_build.Kernel, installed: Installed, source: str | None) -> module_build.BuildRequest:
+def _build_request(kernel: target_kernel.Kernel, installed: Installed, source: str | None) -> module_build.BuildRequest:
     return module_build.BuildRequest(
         kernel=kernel,
         source=source,
@@ -201,9 +196,8 @@ def _build_request(kernel: module_build.Kernel, installed: Installed, source: st
     )
 
 
-def follow(kernel: str, source: str | None = None, stream: TextIO | None = None) -> dict:
+def follow(kernel: str, source: str | None = None) -> dict:
     """Patch `kernel` or leave it stock; returns its follow record. StageFailed when it stays stock."""
-    stream = stream if stream is not None else progress.current_stream()
     kernel = user_input.kernel_release(kernel)
     finished = finished_installs().get(kernel)
     if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
@@ -226,7 +220,7 @@ def follow(kernel: str, source: str | None = None, stream: TextIO | None = None)
         }
     with follow_lock():
         log = log_dir() / f"follow-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        story = Story(stream, log)
+        story = Story(log)
         follow_record.write(kernel, "running", pid=os.getpid(), log=str(log))
         try:
             story.say(
@@ -248,65 +242,141 @@ def follow(kernel: str, source: str | None = None, stream: TextIO | None = None)
         return follow_record.write(kernel, "patched", log=str(log), **done)
 
 
-def _stage(name: str, story: Story):
-    """Run a stage: its KmgrError becomes StageFailed(name)."""
-
-    @contextmanager
-    def stage() -> Iterator[None]:
-        story.say(f"--- {name}")
-        try:
-            yield
-        except StageFailed:
-            raise
-        except KmgrError as err:
-            raise StageFailed(name, err) from None
-
-    return stage()
+# --- the stages -------------------------------------------------------------------------------------------
 
 
-def _stages(kernel: str, installed: Installed, source: str | None, story: Story) -> dict:
-    root = TargetRoot.from_env()
-    with _stage("image", story):
+@dataclass
+class FollowContext(module_build.BuildContext):
+    """The build's context, and what the VM verdict and the install add."""
+
+    installed: Installed | None = None
+    record: verdict.Record | None = None
+
+
+class ImageStage:
+    """The kernel is installed: install needs its modules folder, and a package manager still on its way runs the
+    hook again when it gets there."""
+
+    name = "image"
+
+    def plan(self, ctx: FollowContext) -> list[str]:
+        return []
+
+    def run(self, ctx: FollowContext) -> None:
+        root = TargetRoot.from_env()
+        kernel = ctx.kernel.release
         if not (root.modules_dir(kernel) / "kernel").is_dir():
             raise HostError(
                 f"kernel {kernel} is not installed ({root.modules_dir(kernel)} holds no modules)",
                 f"install linux-image-{kernel}; its hook follows it then",
             )
-    with _stage("source", story):
-        system = system_identity.read()
-        target = module_build.resolve_kernel(kernel, system=system)
-        request = _build_request(target, installed, source)
-        tree, _origin = module_build.source_tree(request, target, system)
-        story.say(f"source {tree}")
-    with _stage("render", story), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-follow-") as tmp:
-        devices, _found = module_build.devices_for(request)
-        manifest = render(tree, Path(tmp) / "series", request.quirks, devices, request.without)
-        story.say(f"rendered {len(manifest.patches)} patches (patch set {manifest.patchset_sha256[:12]})")
-    with _stage("build", story):
-        built = module_build.run(request, stream=story)
-        story.say(f"{'reused' if built.reused else 'built'} {built.package}/{built.package_version}: {built.module}")
-    with _stage("vm-test", story):
+
+
+class VmVerdictStage:
+    name = "vm-test"
+
+    def plan(self, ctx: FollowContext) -> list[str]:
+        return [
+            f"vm-test: the emulated verdict for that module on {ctx.kernel.release} (a stored passing one is reused)"
+        ]
+
+    def run(self, ctx: FollowContext) -> None:
+        kernel = ctx.kernel.release
         module = built_module.for_kernel(kernel)
         record = verdict.passing_record(module.path, kernel)
         if record is not None:
-            story.say(f"reusing the passing VM verdict {verdict.record_path(record.module_sha256)}")
+            progress.say(f"rdna1-kmgr: reusing the passing VM verdict {verdict.record_path(record.module_sha256)}")
         else:
             record = engine.validate_module(
                 module.path,
                 kernel,
                 fetch=True,
                 selftest_required=module.selftest_cases,
-            )  # its lines ("vm-test: ...") go to the story: reporting_to above
+            )  # its lines ("vm-test: ...") go to the story: reporting_to in follow
             if not record.passed:
                 raise BuildError(f"the VM verdict is {record.verdict}: {record.reason}", f"record {record.record}")
-    with _stage("install", story):
+        ctx.record = record
+
+
+class InstallStage:
+    name = "install"
+
+    def plan(self, ctx: FollowContext) -> list[str]:
+        kernel = ctx.kernel.release
+        return [
+            f"install: `rdna1-kmgr install --kernel {kernel}` (journaled; its exact plan once built: "
+            f"`rdna1-kmgr install --kernel {kernel} --dry-run`)"
+        ]
+
+    def run(self, ctx: FollowContext) -> None:
+        kernel = ctx.kernel.release
         if Journal(kernel).exists():
             # An earlier follow-up of this kernel killed inside its install (a power cut, say): undo that first.
-            story.say(f"an earlier install for {kernel} did not finish: rolling it back first")
-            rollback.run(kernel, keep_build=True, stream=story)
-        result = module_install.run(module_install.InstallRequest(kernel=target), stream=story)
+            progress.say(f"rdna1-kmgr: an earlier install for {kernel} did not finish: rolling it back first")
+            rollback.run(kernel, keep_build=True)
+        result = module_install.run(module_install.InstallRequest(kernel=ctx.kernel))
         for line in result.get("next_boot", []):
-            story.say(line)
+            progress.say(f"rdna1-kmgr: {line}")
+
+
+# Follow is the build's stages, the source's and the render's first (a source the installed quirks do not fit
+# is the likeliest reason to stay stock, and follow never installs the prerequisites a build may install),
+# then the VM verdict and the install. Each fetches and renders once.
+FOLLOW = Pipeline(
+    (
+        ImageStage(),
+        module_build.KERNEL,
+        module_build.FETCH,
+        module_build.RENDER,
+        module_build.PREREQUISITES,
+        module_build.SIGNING_KEY,
+        module_build.PROBE,
+        module_build.DKMS_BUILD,
+        module_build.VERIFY,
+        VmVerdictStage(),
+        InstallStage(),
+    )
+)
+# The name a failure is recorded under (follow/<KREL>.json, `status`), as follow has always named its stages.
+RECORDED_STAGE = {"kernel": "source", "fetch": "source", "render": "render", "vm-test": "vm-test", "image": "image"}
+
+
+def _recorded(stage: str) -> str:
+    return RECORDED_STAGE.get(stage, "install" if stage == "install" else "build")
+
+
+@contextmanager
+def _failing_as(stage: list[str]) -> Iterator[None]:
+    """A KmgrError inside becomes StageFailed under the recorded name of the stage running (stage[0])."""
+    try:
+        yield
+    except StageFailed:
+        raise
+    except KmgrError as err:
+        raise StageFailed(_recorded(stage[0]), err) from None
+
+
+def _stages(kernel: str, installed: Installed, source: str | None, story: Story) -> dict:
+    running = ["image"]
+    said: list[str] = []
+
+    def starting(name: str) -> None:
+        running[0] = name
+        if not said or said[-1] != _recorded(name):
+            said.append(_recorded(name))
+            story.say(f"--- {_recorded(name)}")
+
+    with _failing_as(running), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-follow-") as tmp:
+        running[0] = "kernel"
+        system = system_identity.read()
+        target = target_kernel.resolve_kernel(kernel, system=system)
+        request = _build_request(target, installed, source)
+        running[0] = "signing key"
+        keys = signing.resolve(request.key, request.cert, system.platform)
+        ctx = FollowContext(request, system, target, keys, Path(tmp), installed=installed)
+        FOLLOW.run(ctx, on_stage=starting)
+    built, record = ctx.result, ctx.record
+    assert built is not None and record is not None
     return {
         "package": built.package,
         "package_version": built.package_version,

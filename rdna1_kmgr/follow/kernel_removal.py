@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TextIO
 
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import KmgrError
@@ -116,9 +115,8 @@ def plan(kernel: str) -> list[str]:
     return lines
 
 
-def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
+def forget(kernel: str) -> list[str]:
     """Drop everything rdna1-kmgr kept for a removed kernel; what it did."""
-    stream = stream if stream is not None else progress.current_stream()
     kernel = user_input.kernel_release(kernel)
     root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
     said = []
@@ -164,5 +162,5 @@ def forget(kernel: str, stream: TextIO | None = None) -> list[str]:
         if follow_record.forget(kernel):
             said.append(f"removed the follow record of {kernel}")
     for line in said:
-        stream.write(f"rdna1-kmgr: {line}\n")
+        progress.say(f"rdna1-kmgr: {line}")
     return said

@@ -25,7 +25,7 @@ from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.module_install import MODPROBE_CONF, resolved_module
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild import module_build, module_checks, module_elf, signing
+from rdna1_kmgr.modbuild import module_checks, module_elf, package_build, signing
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.vm import verdict
 
@@ -271,8 +271,8 @@ def run(cert: str | None = None) -> dict:
 
 
 def compiler_cache() -> dict:
-    """The builds' ccache (modbuild/module_build.py): where, how much it holds, its cap."""
-    folder = module_build.ccache_dir()
+    """The builds' ccache (modbuild/package_build.py): where, how much it holds, its cap."""
+    folder = package_build.ccache_dir()
     held = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
     conf = folder / "ccache.conf"
     caps = [line.split("=", 1)[1].strip() for line in _lines(conf) if line.split("=", 1)[0].strip() == "max_size"]
@@ -296,7 +296,7 @@ def text_lines(result: dict) -> list[str]:
         cap = (
             f" of {cache['max_size']}"
             if cache["max_size"]
-            else f", no cap yet (the next build sets {module_build.CCACHE_MAX_SIZE})"
+            else f", no cap yet (the next build sets {package_build.CCACHE_MAX_SIZE})"
         )
         lines.append(f"ccache        {cache['bytes'] / 1e6:.0f} MB{cap} in {cache['path']}")
     guard = result.get("boot_guard") or {}

@@ -31,7 +31,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError, UsageError
@@ -68,10 +67,10 @@ from rdna1_kmgr.install.journal import (
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import built_module, module_checks, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild.module_build import Kernel
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.quirk_mask import QuirkMask
+from rdna1_kmgr.source.target_kernel import Kernel
 
 MODPROBE_CONF = modprobe_conf.NAME
 STEPS = ("dkms-install", "depmod", "modprobe-conf", "stock-loader", "initramfs", "boot-guard", "verify")
@@ -406,7 +405,7 @@ def plan_lines(candidate: Candidate, gate: Gate, steps: list[Step], replacing: l
 
 @dataclass
 class InstallRequest:
-    kernel: Kernel | None = None  # resolved at the command edge (module_build.resolve_kernel); None: tests
+    kernel: Kernel | None = None  # resolved at the command edge (target_kernel.resolve_kernel); None: tests
     skip_vm_check: bool = False
     cert: str | None = None
     dry_run: bool = False
@@ -439,17 +438,15 @@ def run(
     request: InstallRequest,
     candidate: Candidate | None = None,
     confirm: Callable[[list[str]], bool] | None = None,
-    stream: TextIO | None = None,
 ) -> dict:
     """Everything `rdna1-kmgr install` does; returns the JSON result. `candidate` overrides the lookup (tests)."""
-    stream = stream if stream is not None else progress.current_stream()
     root = TargetRoot.from_env()
     trees = dkms.Trees.from_env()
     if candidate is not None:
         kernel = candidate.kernel
     else:
         if request.kernel is None:
-            raise ValueError("InstallRequest.kernel is resolved at the command edge (module_build.resolve_kernel)")
+            raise ValueError("InstallRequest.kernel is resolved at the command edge (target_kernel.resolve_kernel)")
         kernel = request.kernel.release
     refuse_if_busy()
     journal = Journal(kernel)
@@ -504,7 +501,7 @@ def run(
         "plan": lines,
     }
     if gate.vm_skipped:
-        stream.write(loud_skip(gate))
+        progress.current_stream().write(loud_skip(gate))
     if request.dry_run:
         return {**summary, "dry_run": True}
     if confirm is not None and not confirm(lines):
@@ -512,7 +509,7 @@ def run(
 
     with locked(f"install --kernel {kernel}"):
         for line in journal_programs.stop_left_over(journal):  # a killed run's, before anything changes
-            stream.write(f"rdna1-kmgr: {line}\n")
+            progress.say(f"rdna1-kmgr: {line}")
         if _existing(journal, candidate) != existing:
             raise JournalError(
                 f"the journal of {kernel} changed while this run was getting ready",
@@ -520,7 +517,7 @@ def run(
             )
         if existing == "replace":
             for line in rollback.replay(journal, keep_build=same_build, reason=f"replaced by {candidate.package.ref}"):
-                stream.write(f"rdna1-kmgr: {line}\n")
+                progress.say(f"rdna1-kmgr: {line}")
         journal.begin(
             "install",
             kernel=kernel,
@@ -536,7 +533,7 @@ def run(
             trees={"source": str(trees.source), "dkms": str(trees.dkms)},
         )
         with journal_programs.recorded(journal):
-            _run_steps(journal, steps, stream)
+            _run_steps(journal, steps)
         journal.append("commit", verified=verified)
     return {
         **summary,
@@ -547,15 +544,15 @@ def run(
     }
 
 
-def _run_steps(journal: Journal, steps: list[Step], stream: TextIO) -> None:
+def _run_steps(journal: Journal, steps: list[Step]) -> None:
     for step in steps:
-        stream.write(f"rdna1-kmgr: {step.name}" + (f": {' '.join(step.command)}" if step.command else "") + "\n")
+        progress.say(f"rdna1-kmgr: {step.name}" + (f": {' '.join(step.command)}" if step.command else ""))
         if step.name != "verify":
             journal.record_intent(step.name, step.command, step.replaces, step.dirs, step.undo)
         try:
             step.run()
         except BaseException as err:
-            _roll_back_failed(journal, step.name, err, stream)
+            _roll_back_failed(journal, step.name, err)
             raise _failure(step.name, err) from None
         if step.name != "verify":
             journal.append("done", step=step.name)
@@ -569,12 +566,12 @@ def guard_settings(
     return boot_guard.settings(root, candidate.quirks, request.confirm_after, request.confirm_target)
 
 
-def _roll_back_failed(journal: Journal, step: str, err: BaseException, stream: TextIO) -> None:
+def _roll_back_failed(journal: Journal, step: str, err: BaseException) -> None:
     why = err.line() if isinstance(err, KmgrError) else (type(err).__name__ + (f": {err}" if str(err) else ""))
-    stream.write(f"rdna1-kmgr: install failed at {step} ({why}); rolling back\n")
+    progress.say(f"rdna1-kmgr: install failed at {step} ({why}); rolling back")
     try:
         for line in rollback.replay(journal, keep_build=True, reason=f"install failed at {step}"):
-            stream.write(f"rdna1-kmgr: {line}\n")
+            progress.say(f"rdna1-kmgr: {line}")
     except KmgrError as failed:
         raise JournalError(
             f"install failed at {step} ({why}), and rolling it back failed too: {failed.what}",

@@ -19,7 +19,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
 
 from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import UsageError
@@ -222,10 +221,8 @@ def run(
     keep_build: bool = False,
     dry_run: bool = False,
     confirm: Callable[[list[str]], bool] | None = None,
-    stream: TextIO | None = None,
 ) -> dict:
-    """Everything `rdna1-kmgr rollback` does; returns the JSON result."""
-    stream = stream if stream is not None else progress.current_stream()
+    """Everything `rdna1-kmgr rollback` does; returns the JSON result. Its lines go to progress."""
     refuse_if_busy()
     journals = kernels_to_roll_back(kernel)
     plans = {j.kernel: plan_for(j, keep_build) for j in journals}  # refuses a corrupted journal here
@@ -249,6 +246,6 @@ def run(
                 continue  # another run finished it between the plan and the lock
             said = replay(journal, keep_build, reason="rdna1-kmgr rollback")
             for line in said:
-                stream.write(f"rdna1-kmgr: {line}\n")
+                progress.say(f"rdna1-kmgr: {line}")
             done[journal.kernel] = said
     return {"nothing_installed": False, "kernels": list(done), "dry_run": False, "plan": lines, "done": done}

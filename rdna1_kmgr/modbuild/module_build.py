@@ -1,399 +1,54 @@
 """`rdna1-kmgr build`: a kernel release in, a patched, signed, verified amdgpu.ko out (through DKMS).
 
-kernel release -> prerequisites (headers, dkms, tools) -> the kernel's exact driver source -> render
-the series -> DKMS package -> dkms add/build -> verify (vermagic, signature, parameters, aliases)
--> drop this package's older versions for that kernel.
+The build is one pipeline (core/pipeline.py) of stages, each saying what it would do and doing it, so
+`build --dry-run` is this list planned and the build is this list run:
 
-The second half (`build_package`) knows nothing about amdgpu: it takes any DKMS package of a
-kernel-shaped tree and a series, which is how the tests drive it with a tiny module.
+    kernel         which kernel and which devices (resolved at the command edge; said here)
+    prerequisites  headers, dkms, tools (installed when allowed); the kernel's package version once known
+    fetch          the kernel's exact driver source, unpacked in the cache (or the tree given)
+    signing key    the key and certificate the module is signed with (made when missing)
+    render         the series for that source, the quirks and devices asked
+    probe          what the driver tree could not show, confirmed against the headers before the long compile
+    dkms build     the DKMS package written, added, built and verified (package_build); older versions dropped
+    verify         what was built and checked, as the build's result
+
+A dry run changes nothing on the system: the source is fetched into the cache as a build would (the cache is no
+part of the system; a dry run that cannot name the source it renders proves little), the series is rendered into
+a scratch folder and applied to a copy of the files it changes. With a sysroot the kernel and distribution facts
+come from there; the prerequisites are then listed, not checked, since the host's dpkg is not the sysroot's.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
-from rdna1_kmgr.core import cache_entry, progress, runner, user_input
-from rdna1_kmgr.core.errors import BuildError, HostError, KmgrError
-from rdna1_kmgr.core.files import make_dirs, write_atomic
-from rdna1_kmgr.core.paths import cache_dir, log_dir
-from rdna1_kmgr.core.progress import Progress, count_sources
+from rdna1_kmgr.core import progress, user_input
+from rdna1_kmgr.core.pipeline import Pipeline
 from rdna1_kmgr.host import host_facts, system_identity
 from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
-from rdna1_kmgr.modbuild import compile_probes, module_checks, prerequisites, signing
+from rdna1_kmgr.modbuild import compile_probes, prerequisites, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild.build_result import BuildResult
+from rdna1_kmgr.modbuild.package_build import PackageBuild, build_package, cache_left_as_found, ccache_env, default_jobs
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
-from rdna1_kmgr.source import distro_source, kernel_source, verification
+from rdna1_kmgr.render.series_apply import check_applies
+from rdna1_kmgr.source import distro_source, kernel_source
+from rdna1_kmgr.source.target_kernel import Kernel
 
 AMD_TREE = "drivers/gpu/drm/amd"
 # A patch line declaring a module parameter: the series' rdna1_* parameters must be in the module.
 _PARAMETER = re.compile(r"^\+.*\bmodule_param(?:_named)?\(\s*(rdna1_\w+)", re.MULTILINE)
 
 
-def default_jobs() -> int:
-    return (os.cpu_count() or 1) + 1
-
-
-# --- which kernel -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Kernel:
-    release: str  # uname -r style: 6.1.0-56-amd64
-    package_version: str | None  # the distro's version of that kernel: 6.1.192-2, Ubuntu's 6.8.0-48.48
-    note: str | None = None  # said to the user when the release was chosen for them
-    upstream: str | None = None  # the Linux version, when the kernel says it (Ubuntu's version_signature)
-
-
-def distro_current_kernel() -> str | None:
-    """The release the distro's kernel metapackage points to today (installed one first, else apt's candidate)."""
-    if not runner.which("dpkg-query"):
-        return None  # dnf and pacman hosts: their place is here, not written yet
-    arch = runner.run(["dpkg", "--print-architecture"]).stdout.strip()
-    metas = [f"linux-image-{arch}", f"linux-headers-{arch}", "linux-image-generic", "linux-headers-generic"]
-    for meta in metas:
-        proc = runner.run(["dpkg-query", "--show", "--showformat=${Depends}", meta], check=False)
-        found = _release_in_depends(proc.stdout) if proc.returncode == 0 else None
-        if found:
-            return found
-    for meta in metas:
-        proc = runner.run(["apt-cache", "depends", meta], check=False)
-        found = _release_in_depends(proc.stdout) if proc.returncode == 0 else None
-        if found:
-            return found
-    return None
-
-
-def _current_kernel(system: SystemIdentity) -> str | None:
-    """The distribution's current kernel, the way the system's platform record names (none: not known)."""
-    finders = {"apt-metapackage": distro_current_kernel}  # by the name in the record (built here: tests patch it)
-    finder = finders.get(system.platform.current_kernel or "")
-    return finder() if finder is not None and system.on_host else None
-
-
-def _release_in_depends(text: str) -> str | None:
-    m = re.search(r"\blinux-(?:image|headers)-(\d+\.\d+[^\s,()|]*)", text)
-    return m.group(1) if m else None
-
-
-def resolve_kernel(requested: str | None, doing: str = "building", system: SystemIdentity | None = None) -> Kernel:
-    """--kernel when given; else the running kernel, or, when that is not the distro's, the distro's current one.
-    `doing` is what the command does for it, for the note ("building", "planning an install", ...); `system`
-    the one whose facts decide (default: this one)."""
-    system = system or system_identity.read()
-    if requested is not None:
-        release = user_input.kernel_release(requested)
-        version, upstream = distro_source.kernel_package(release, system)
-        return Kernel(release, version, upstream=upstream)
-    running = system.running_release
-    version, upstream = distro_source.kernel_package(running, system)
-    if version is not None:
-        return Kernel(running, version, upstream=upstream)
-    current = _current_kernel(system)
-    name = system.distro_id or "distribution"
-    if current is None:
-        raise HostError(
-            f"the running kernel {running} is not a {name} kernel " "and no distribution kernel is known",
-            "give --kernel RELEASE",
-        )
-    return Kernel(
-        current,
-        distro_source.kernel_package(current, system)[0],
-        note=f"the running kernel {running} is not a {name} kernel; "
-        f"{doing} for the distribution's current kernel {current} (give --kernel to choose)",
-    )
-
-
-def kernel_to_install(requested: str | None, dry_run: bool) -> Kernel:
-    """The kernel an install (or its plan) is for, resolved once where the command starts, its note said."""
-    kernel = resolve_kernel(requested, "planning an install" if dry_run else "installing")
-    if kernel.note:
-        progress.say(f"rdna1-kmgr: {kernel.note}")
-    return kernel
-
-
-# --- the package half --------------------------------------------------------------------------------
-
-
 @dataclass
-class PackageBuild:
-    package: dkms.Package
-    kernel: str
-    module: Path
-    report: module_checks.ModuleReport
-    keys: signing.KeyPair
-    reused: bool
-    compiled: int
-    seconds: float
-    log: Path | None
-    removed: list[str] = field(default_factory=list)  # older versions removed for this kernel
-    kept: list[str] = field(default_factory=list)  # older versions left because they are installed
-
-
-CCACHE_MAX_SIZE = "1.0G"  # ~135 MB a kernel (270 MB measured for 6.1 and 6.12); the owner's max_size wins
-# zstd level 8 instead of ccache's 1: amdgpu's cache for one kernel 39.2 MB instead of 41.7 MB (`ccache -X`, 6.1),
-# for 1.3 s of CPU over the ~100 MB a cold build writes (a cold build takes 450 s of CPU); above 8, little more.
-CCACHE_COMPRESSION_LEVEL = 8
-
-
-def ccache_dir() -> Path:
-    return cache_dir() / "ccache"
-
-
-def cap_ccache() -> None:
-    """The cache's size cap and compression level, written once before the first build uses it: the owner may
-    change them there (`ccache -M 2G` with this CCACHE_DIR, or edit the file); a dry run never writes it."""
-    conf = ccache_dir() / "ccache.conf"
-    if not conf.exists():
-        make_dirs(conf.parent)
-        settings = f"max_size = {CCACHE_MAX_SIZE}\ncompression_level = {CCACHE_COMPRESSION_LEVEL}\n"
-        write_atomic(conf, settings.encode())
-
-
-def ccache_env() -> dict[str, str]:
-    """Route the compiler through ccache when it is installed (install.sh installs it; Debian and Ubuntu put
-    its masquerade links in /usr/lib/ccache). rdna1-kbuild compiles in a view where the headers and the kbuild
-    tree have the same paths for every kernel release (below the base directory, so ccache keys on them
-    relative): a point release's compile finds the last one's object unless what it includes changed."""
-    masquerade = Path("/usr/lib/ccache")
-    if not shutil.which("ccache") or not masquerade.is_dir():
-        return {}
-    return {
-        "PATH": f"{masquerade}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "CCACHE_DIR": str(ccache_dir()),
-        "CCACHE_BASEDIR": str(cache_dir() / "kbuild"),
-        "CCACHE_NOHASHDIR": "1",
-        # Depend mode: the key is the source and every header the compiler's own dependency file names (kbuild
-        # asks for one: -Wp,-MMD), so no compile ever runs the preprocessor twice and a cold build costs about
-        # what a plain one does. rdna1-kbuild keeps the build salt out of that key, so a point release hits.
-        "CCACHE_DEPEND": "1",
-        # Each amdgpu object includes some 1500 headers, the register headers megabytes each, and every lookup
-        # hashes all of them: the inode cache hashes a header once per build (by device, inode, size and times).
-        "CCACHE_INODECACHE": "1",
-    }
-
-
-def signing_env(keys: signing.KeyPair) -> dict[str, str]:
-    # DKMS reads these from its environment unless /etc/dkms/framework.conf sets them; the key is read in place.
-    return {"mok_signing_key": str(keys.key), "mok_certificate": str(keys.cert)}
-
-
-def build_package(
-    package: dkms.Package,
-    kernel: str,
-    source_root: Path,
-    subtrees: list[str],
-    series_dir: Path,
-    keys: signing.KeyPair,
-    devices: list[int],
-    parameters: list[str],
-    jobs: int | None = None,
-    description: str = "",
-    trees: dkms.Trees | None = None,
-    stream: TextIO | None = None,
-) -> PackageBuild:
-    """Build (or reuse) one package version for one kernel, verified; on failure nothing of it is left."""
-    trees = trees or dkms.Trees.from_env()
-    stream = stream if stream is not None else progress.current_stream()
-    # DKMS has no locking of its own: a second run for the same kernel waits here instead of
-    # deleting the first one's build directory under it.
-    with cache_left_as_found(), cache_entry.exclusive(dkms.kbuild_root(package.name), kernel):
-        return _build_package(
-            package,
-            kernel,
-            source_root,
-            subtrees,
-            series_dir,
-            keys,
-            devices,
-            parameters,
-            jobs,
-            description,
-            trees,
-            stream,
-        )
-
-
-def _build_package(
-    package, kernel, source_root, subtrees, series_dir, keys, devices, parameters, jobs, description, trees, stream
-) -> PackageBuild:
-    started = time.monotonic()
-
-    def checked(module: Path) -> module_checks.ModuleReport:
-        return module_checks.verify(module, kernel, keys.cert, devices, parameters=parameters)
-
-    if dkms.is_built(package, kernel, trees):
-        dkms.assemble(package, source_root, subtrees, series_dir, trees, description)  # dkms.conf up to date
-        module = dkms.built_module(package, kernel, trees)
-        try:
-            report = checked(module)
-        except BuildError as err:
-            # Built before, but not as asked now (another key, say): build it again, unless it is installed
-            # (rebuilding would uninstall it behind the install journal's back).
-            if dkms.is_installed(package, kernel, trees):
-                raise BuildError(
-                    f"{package.ref} is installed for {kernel} and fails a check: {err.what}",
-                    "roll the install back first (`rdna1-kmgr rollback`), then build again",
-                ) from None
-            stream.write(f"rdna1-kmgr: rebuilding {package.ref}: the earlier build fails a check ({err.what})\n")
-            dkms.remove(package, trees, kernel)
-        else:
-            removed, kept = _remove_older(package, kernel, trees)
-            return PackageBuild(
-                package,
-                kernel,
-                module,
-                report,
-                keys,
-                reused=True,
-                compiled=0,
-                seconds=time.monotonic() - started,
-                log=None,
-                removed=removed,
-                kept=kept,
-            )
-
-    created_source = not package.source_dir(trees).exists()
-    log = log_dir() / f"build-{package.name}-{package.version}-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    compiler_cache = ccache_env()
-    if compiler_cache:
-        cap_ccache()
-    counter = Progress(
-        f"building {package.module.name} for {kernel}", total=_objects_total(source_root, subtrees), stream=stream
-    )
-    # what is compiled and signed is what was checked: nobody but root can have changed it since
-    for subtree in subtrees:
-        verification.check_root_only(source_root / subtree)
-    verification.check_root_only(series_dir)
-    try:
-        dkms.assemble(package, source_root, subtrees, series_dir, trees, description)
-        dkms.add(package, trees)
-        outcome = dkms.build(
-            package,
-            kernel,
-            trees,
-            log,
-            jobs or default_jobs(),
-            env={**compiler_cache, **signing_env(keys)},
-            on_line=counter.feed,
-            on_tick=counter.tick,
-        )
-        _check_signed_with(outcome, keys)
-        report = checked(outcome.module)
-    except BaseException:
-        counter.finish("failed")
-        _discard(package, kernel, trees, created_source)
-        raise
-    counter.finish("done")
-    removed, kept = _remove_older(package, kernel, trees)
-    return PackageBuild(
-        package,
-        kernel,
-        outcome.module,
-        report,
-        keys,
-        reused=False,
-        compiled=outcome.compiled,
-        seconds=time.monotonic() - started,
-        log=outcome.log,
-        removed=removed,
-        kept=kept,
-    )
-
-
-def _objects_total(source_root: Path, subtrees: list[str]) -> int:
-    return sum(count_sources(source_root / sub) for sub in subtrees)
-
-
-def _check_signed_with(outcome: dkms.BuildOutcome, keys: signing.KeyPair) -> None:
-    """DKMS says which key it signed with; a framework.conf setting would override ours."""
-    if outcome.certificate is None:
-        raise BuildError("DKMS did not sign the module", f"see {outcome.log}")
-    if Path(outcome.certificate) != keys.cert:
-        raise BuildError(
-            f"DKMS signed with {outcome.certificate}, not {keys.cert}",
-            "/etc/dkms/framework.conf sets mok_certificate; remove that line or pass it as --key/--cert",
-        )
-
-
-def _discard(package: dkms.Package, kernel: str, trees: dkms.Trees, created_source: bool) -> None:
-    """Undo a failed build in DKMS: the package if this run made it, else only this kernel's build of it."""
-    try:
-        if created_source:
-            dkms.remove(package, trees)
-        else:
-            dkms.remove(package, trees, kernel)
-            shutil.rmtree(package.version_dir(trees) / "build", ignore_errors=True)
-    except KmgrError:
-        pass  # the original error matters more
-
-
-def _cache_entries(root: Path, depth: int = 3) -> set[Path]:
-    """The cache's folders and files down to `depth` (src/<version>, kbuild/<package>/<release>, locks...)."""
-    found: set[Path] = set()
-    level = [root] if root.is_dir() else []
-    found.update(level)
-    for _ in range(depth):
-        below = []
-        for folder in level:
-            try:
-                with os.scandir(folder) as entries:
-                    for entry in entries:
-                        found.add(Path(entry.path))
-                        if entry.is_dir(follow_symlinks=False):
-                            below.append(Path(entry.path))
-            except OSError:
-                continue
-        level = below
-    return found
-
-
-@contextmanager
-def cache_left_as_found():
-    """When the work inside fails, remove what it added to the cache (an unpacked source, a download, a kbuild
-    tree, ccache's folder, lock files), so a refused or failed build leaves the cache as it was. What was
-    there before stays, with whatever the failed run added inside it."""
-    root = cache_dir()
-    before = _cache_entries(root)
-    try:
-        yield
-    except BaseException:
-        for path in sorted(_cache_entries(root) - before, key=lambda p: len(p.parts)):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        raise
-
-
-def _remove_older(package: dkms.Package, kernel: str, trees: dkms.Trees) -> tuple[list[str], list[str]]:
-    """Other versions of this package built for this kernel go; installed ones stay (install owns those)."""
-    removed, kept = [], []
-    for entry in dkms.status(package.name, trees):
-        if entry.version == package.version or entry.kernel != kernel:
-            continue
-        if entry.state == "installed":
-            kept.append(entry.version)
-            continue
-        dkms.remove(dkms.Package(package.name, entry.version, package.module), trees, kernel)
-        removed.append(entry.version)
-    return removed, kept
-
-
-# --- the whole build -----------------------------------------------------------------------------------
-
-
 @dataclass
 class BuildRequest:
     kernel: Kernel  # resolved once, where the command is given (resolve_kernel); nothing below validates it again
@@ -450,101 +105,345 @@ def source_tree(request: BuildRequest, kernel: Kernel, system: SystemIdentity) -
     return distro_source.fetch(kernel.release, system)
 
 
-def run(
-    request: BuildRequest,
-    confirm: Callable[[prerequisites.InstallPlan], bool] | None = None,
-    stream: TextIO | None = None,
-) -> BuildResult:
-    """Everything `rdna1-kmgr build` does; what it built."""
-    stream = stream if stream is not None else progress.current_stream()
+# --- the stages ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BuildContext:
+    """What the build's stages read and fill, in stage order."""
+
+    request: BuildRequest
+    system: SystemIdentity
+    kernel: Kernel
+    keys: signing.KeyPair
+    scratch: Path  # the series is rendered below it
+    root: Path = Path("/")  # the system whose boards choose the devices (a dry run's sysroot)
+    confirm: Callable[[prerequisites.InstallPlan], bool] | None = None
+    started: float = field(default_factory=time.monotonic)
+    trees: dkms.Trees = field(default_factory=dkms.Trees.from_env)
+    devices: list[int] = field(default_factory=list)
+    devices_found: str | None = None  # the line naming the boards' devices (None: given)
+    tree: Path | None = None  # the driver source (None in a plan: not known until the headers are installed)
+    origin: dict = field(default_factory=dict)
+    key_exists: bool = False
+    manifest: Manifest | None = None
+    notes: list[str] = field(default_factory=list)  # what the render decided, said before the work
+    applies_to: list[str] = field(default_factory=list)  # the files the series changes (a plan's check)
+    package: dkms.Package | None = None
+    built: PackageBuild | None = None
+    result: BuildResult | None = None
+
+    @property
+    def series(self) -> Path:
+        return self.scratch / "series"
+
+    @property
+    def jobs(self) -> int:
+        return self.request.jobs or default_jobs()
+
+
+class KernelStage:
+    name = "kernel"
+
+    def plan(self, ctx: BuildContext) -> list[str]:
+        kernel = ctx.kernel
+        lines = [f"note: {kernel.note}"] if kernel.note else []
+        lines.append(
+            f"kernel {kernel.release}"
+            + (f" (package {kernel.package_version})" if kernel.package_version else "")
+            + (f", Linux {kernel.upstream}" if kernel.upstream else "")
+        )
+        ctx.devices, ctx.devices_found = devices_for(ctx.request, ctx.root)
+        lines.append(ctx.devices_found or f"devices {' '.join(format_id(d) for d in ctx.devices)} (as given)")
+        return lines
+
+    def run(self, ctx: BuildContext) -> None:
+        if ctx.kernel.note:
+            progress.say(f"rdna1-kmgr: {ctx.kernel.note}")
+        ctx.devices, ctx.devices_found = devices_for(ctx.request, ctx.root)
+        if ctx.devices_found:
+            progress.say(f"rdna1-kmgr: {ctx.devices_found}")
+
+
+class PrerequisitesStage:
+    name = "prerequisites"
+
+    def plan(self, ctx: BuildContext) -> list[str]:
+        kernel, system = ctx.kernel, ctx.system
+        manager = prerequisites.manager_for(system.platform, system.codename)
+        if not system.on_host:
+            return [
+                f"prerequisites: not checked (sysroot {system.sysroot}); {manager.name} must have "
+                f"{' '.join(manager.required(kernel.release))}"
+            ]
+        install = manager.plan(kernel.release)
+        if install.empty:
+            return ["prerequisites: all installed"]
+        verb = "missing (--no-install: stop here)" if ctx.request.no_install else "install"
+        return [f"prerequisites {verb}: {' '.join(install.missing)}"] + [f"  {step}" for step in install.describe()]
+
+    def run(self, ctx: BuildContext) -> None:
+        request, kernel = ctx.request, ctx.kernel
+        prerequisites.ensure_prerequisites(
+            kernel.release, yes=request.yes, no_install=request.no_install, confirm=ctx.confirm
+        )
+        if kernel.package_version is None:  # the headers may have come with the prerequisites
+            version, upstream = distro_source.kernel_package(kernel.release, ctx.system)
+            ctx.kernel = Kernel(kernel.release, version, kernel.note, upstream)
+
+
+class FetchStage:
+    name = "fetch"
+
+    def plan(self, ctx: BuildContext) -> list[str]:
+        request, kernel = ctx.request, ctx.kernel
+        if not request.source and not kernel.package_version:
+            return ["source: unknown until the headers are installed (then the distribution's linux-source)"]
+        ctx.tree, ctx.origin = source_tree(request, kernel, ctx.system)
+        origin = ctx.origin
+        what = (
+            f"{origin['package']} {origin['version']}" if origin.get("package") else request.source or "the given tree"
+        )
+        return [
+            f"source {ctx.tree} (Linux {kernel_source.kernel_version(ctx.tree)}, from {what}"
+            + (f", {origin['suite']}" if origin.get("suite") else "")
+            + ")"
+        ]
+
+    def run(self, ctx: BuildContext) -> None:
+        ctx.tree, ctx.origin = source_tree(ctx.request, ctx.kernel, ctx.system)
+        progress.say(f"rdna1-kmgr: source {ctx.tree}")
+
+
+class SigningKeyStage:
+    name = "signing key"
+
+    def plan(self, ctx: BuildContext) -> list[str]:
+        keys, system = ctx.keys, ctx.system
+        key_file = keys.key if keys.convention == "given" else system.path(keys.key)
+        cert_file = keys.cert if keys.convention == "given" else system.path(keys.cert)
+        ctx.key_exists = key_file.exists()
+        if key_file.exists() or cert_file.exists():
+            return [f"sign with {keys.key} and {keys.cert} ({keys.convention})"]
+        return [f"generate the signing key {keys.key} (mode 0600) and certificate {keys.cert} ({keys.convention})"]
+
+    def run(self, ctx: BuildContext) -> None:
+        if signing.ensure(ctx.keys):
+            progress.say(
+                f"rdna1-kmgr: made the signing key {ctx.keys.key} and certificate {ctx.keys.cert}; "
+                "enroll it for Secure Boot with `rdna1-kmgr keys enroll`"
+            )
+
+
+class RenderStage:
+    name = "render"
+
+    def plan(self, ctx: BuildContext) -> list[str]:
+        if ctx.tree is None:
+            return [
+                f"render the series; package {dkms.PACKAGE_NAME}-<kernel version>+p<patch-set hash> "
+                f"under {ctx.trees.source}"
+            ]
+        self._render(ctx)
+        assert ctx.manifest is not None
+        ctx.applies_to = check_applies(ctx.tree, ctx.series)
+        ctx.notes = ctx.manifest.notes()
+        return [
+            f"render {len(ctx.manifest.patches)} patches (patch set {ctx.manifest.patchset_sha256[:12]}) "
+            f"for devices {' '.join(ctx.manifest.devices)}; they apply with patch -p1 ({len(ctx.applies_to)} files)"
+        ]
+
+    def run(self, ctx: BuildContext) -> None:
+        self._render(ctx)
+        assert ctx.manifest is not None
+        progress.say(
+            f"rdna1-kmgr: rendered {len(ctx.manifest.patches)} patches "
+            f"(patch set {ctx.manifest.patchset_sha256[:12]})"
+        )
+        for line in ctx.manifest.notes():  # before the long compile: what the build will and will not change
+            progress.say(f"rdna1-kmgr: {line}")
+
+    @staticmethod
+    def _render(ctx: BuildContext) -> None:
+        assert ctx.tree is not None
+        request = ctx.request
+        ctx.manifest = render(ctx.tree, ctx.series, request.quirks, ctx.devices, request.without)
+        ctx.package = package_for(ctx.manifest, request.debug_info)
+
+
+class ProbeStage:
+    name = "probe"
+
+    def plan(self, ctx: BuildContext) -> list[str]:
+        if ctx.manifest is None or not ctx.manifest.kernel_names or not ctx.system.on_host:
+            return []
+        return [
+            f"compile probe against {compile_probes.headers_dir(ctx.kernel.release)}: "
+            f"{' '.join(sorted(ctx.manifest.kernel_names))} defined"
+        ]
+
+    def run(self, ctx: BuildContext) -> None:
+        assert ctx.manifest is not None
+        if compile_probes.confirm(ctx.kernel.release, ctx.manifest.kernel_names):
+            progress.say(
+                f"rdna1-kmgr: compile probe: {ctx.kernel.release}'s headers define "
+                f"{' '.join(sorted(ctx.manifest.kernel_names))}"
+            )
+
+
+class DkmsBuildStage:
+    name = "dkms build"
+
+    def plan(self, ctx: BuildContext) -> list[str]:
+        kernel, trees, package = ctx.kernel.release, ctx.trees, ctx.package
+        if package is None:  # the source is not known yet: the commands, with the version to come
+            build = ["build", "-m", dkms.PACKAGE_NAME, "-v", "<version>", "-k", kernel, "-j", str(ctx.jobs)]
+            return [
+                f"  {' '.join(dkms.command(['add', '-m', dkms.PACKAGE_NAME, '-v', '<version>'], trees))}",
+                f"  {' '.join(dkms.command(build, trees))}",
+            ]
+        have_dkms = ctx.system.on_host and shutil.which("dkms") is not None
+        if have_dkms and dkms.is_built(package, kernel, trees):
+            return [f"reuse {package.ref}, already built for {kernel} (verified again)"]
+        lines = [
+            f"write {package.source_dir(trees)}/ ({AMD_TREE}, patches/, dkms.conf)",
+            f"  {' '.join(dkms.command(dkms.add_args(package), trees))}",
+            f"  {' '.join(dkms.command(dkms.build_args(package, kernel, ctx.jobs), trees))}"
+            f"   (kbuild tree {dkms.kbuild_root(package.name) / kernel}{', ccache' if ccache_env() else ''}"
+            f"{', with debug info' if ctx.request.debug_info else ', no debug info unless module BTF needs it'})",
+        ]
+        if have_dkms:
+            for entry in dkms.status(package.name, trees):
+                if entry.version != package.version and entry.kernel == kernel:
+                    if entry.state == "installed":
+                        lines.append(f"keep {entry.name}/{entry.version}: installed for {kernel}")
+                    else:
+                        old = dkms.Package(package.name, entry.version)
+                        lines.append(f"  {' '.join(dkms.command(dkms.remove_args(old, kernel), trees))}")
+        return lines
+
+    def run(self, ctx: BuildContext) -> None:
+        assert ctx.manifest is not None and ctx.package is not None and ctx.tree is not None
+        manifest = ctx.manifest
+        ctx.built = build_package(
+            ctx.package,
+            ctx.kernel.release,
+            ctx.tree,
+            [AMD_TREE],
+            ctx.series,
+            ctx.keys,
+            [int(d, 16) for d in manifest.devices],
+            series_parameters(ctx.series),
+            jobs=ctx.request.jobs,
+            description=f"amdgpu of Linux {manifest.kernel_version} with the RDNA1 quirks "
+            f"{' '.join(manifest.quirk_ids)} for {' '.join(manifest.devices)}",
+        )
+
+
+class VerifyStage:
+    """The module is checked (vermagic, signature, parameters, aliases) inside build_package, under the build's
+    lock, since whether an earlier build is reused depends on it; this stage plans that check and records it."""
+
+    name = "verify"
+
+    def plan(self, ctx: BuildContext) -> list[str]:
+        if ctx.manifest is None:
+            return []
+        return [
+            f"verify vermagic {ctx.kernel.release}, the signature against {ctx.keys.cert} (openssl), "
+            f"parameters {' '.join(series_parameters(ctx.series))}, aliases for {' '.join(ctx.manifest.devices)}"
+        ]
+
+    def run(self, ctx: BuildContext) -> None:
+        manifest, package, built, kernel, keys = ctx.manifest, ctx.package, ctx.built, ctx.kernel, ctx.keys
+        assert manifest is not None and package is not None and built is not None and ctx.tree is not None
+        cert = signing.certificate_info(keys.cert)
+        ctx.result = BuildResult(
+            kernel=kernel.release,
+            kernel_version=manifest.kernel_version,
+            kernel_package_version=kernel.package_version,
+            note=kernel.note,
+            source=str(ctx.tree),
+            source_package=ctx.origin,
+            package=package.name,
+            package_version=package.version,
+            package_source=str(package.source_dir(dkms.Trees.from_env())),
+            module=str(built.module),
+            sha256=built.report.sha256,
+            vermagic=built.report.vermagic.strip(),
+            signer=built.report.signer,
+            certificate=str(keys.cert),
+            certificate_sha1=cert.sha1_fingerprint,
+            signing_key=str(keys.key),
+            parameters=tuple(built.report.parameters),
+            quirks=tuple(manifest.quirk_ids),
+            devices=tuple(format_id(int(d, 16)) for d in manifest.devices),
+            quirks_on=manifest.bits_on,
+            quirks_off=tuple(b.id for b in manifest.bits_off),
+            patchset_sha256=manifest.patchset_sha256,
+            reused=built.reused,
+            compiled_objects=built.compiled,
+            log=str(built.log) if built.log else None,
+            removed_versions=tuple(built.removed),
+            kept_installed_versions=tuple(built.kept),
+            seconds=round(time.monotonic() - ctx.started, 1),
+        )
+        progress.say(f"rdna1-kmgr: {'reused' if built.reused else 'built'} {package.ref}: {built.module}")
+
+
+KERNEL, PREREQUISITES, FETCH, SIGNING_KEY = KernelStage(), PrerequisitesStage(), FetchStage(), SigningKeyStage()
+RENDER, PROBE, DKMS_BUILD, VERIFY = RenderStage(), ProbeStage(), DkmsBuildStage(), VerifyStage()
+BUILD = Pipeline((KERNEL, PREREQUISITES, FETCH, SIGNING_KEY, RENDER, PROBE, DKMS_BUILD, VERIFY))
+
+
+# --- the build and its plan ----------------------------------------------------------------------------
+
+
+def plan(request: BuildRequest, pipeline: Pipeline = BUILD) -> dict:
+    """{"plan": the steps as lines, "kernel", "source", "signing", "render", "system"}: the build's stages
+    (or a pipeline made of them and more: follow's) planned. What the render decides is said right after the
+    kernel and devices, before the steps that do the work."""
+    root = user_input.existing_dir(request.sysroot, "sysroot") if request.sysroot else Path("/")
+    system = system_identity.read(root)
+    keys = signing.resolve(request.key, request.cert, system.platform)
+    with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
+        ctx = BuildContext(request, system, request.kernel, keys, Path(tmp), root=root)
+        planned = [(stage.name, stage.plan(ctx)) for stage in pipeline.stages]
+    lines: list[str] = []
+    for name, stage_lines in planned:
+        lines += stage_lines + (ctx.notes if name == KERNEL.name else [])
+    kernel, manifest, package = ctx.kernel, ctx.manifest, ctx.package
+    rendered = None
+    if manifest is not None and package is not None:
+        rendered = {
+            "kernel_version": manifest.kernel_version,
+            "patches": len(manifest.patches),
+            "patchset_sha256": manifest.patchset_sha256,
+            "devices": list(manifest.devices),
+            "quirks_on": list(manifest.bits_on),
+            "quirks_off": [b.id for b in manifest.bits_off],
+            "applies": True,
+            "files": ctx.applies_to,
+            "package": package.ref,
+        }
+    return {
+        "system": system.to_json(),
+        "plan": lines,
+        "signing": {**keys.to_json(), "exists": ctx.key_exists},
+        "kernel": {"release": kernel.release, "package_version": kernel.package_version, "upstream": kernel.upstream},
+        "source": {**ctx.origin, "tree": str(ctx.tree) if ctx.tree else None},
+        "render": rendered,
+        "devices": [format_id(d) for d in ctx.devices],
+    }
+
+
+def run(request: BuildRequest, confirm: Callable[[prerequisites.InstallPlan], bool] | None = None) -> BuildResult:
+    """Everything `rdna1-kmgr build` does: the build's stages run; what it built. Its lines go to progress."""
     started = time.monotonic()
     system = system_identity.read()
-    kernel = request.kernel
-    if kernel.note:
-        stream.write(f"rdna1-kmgr: {kernel.note}\n")
     keys = signing.resolve(request.key, request.cert, system.platform)
-    with cache_left_as_found():
-        return _run(request, kernel, system, keys, confirm, stream, started)
-
-
-def _run(
-    request: BuildRequest,
-    kernel: Kernel,
-    system: SystemIdentity,
-    keys: signing.KeyPair,
-    confirm,
-    stream: TextIO,
-    started: float,
-) -> BuildResult:
-    prerequisites.ensure_prerequisites(kernel.release, yes=request.yes, no_install=request.no_install, confirm=confirm)
-    if kernel.package_version is None:  # the headers may have come with the prerequisites
-        kernel = Kernel(kernel.release, *distro_source.kernel_package(kernel.release, system)[:1], kernel.note)
-    if signing.ensure(keys):
-        stream.write(
-            f"rdna1-kmgr: made the signing key {keys.key} and certificate {keys.cert}; "
-            "enroll it for Secure Boot with `rdna1-kmgr keys enroll`\n"
-        )
-    tree, origin = source_tree(request, kernel, system)
-    devices, found = devices_for(request)
-    if found:
-        stream.write(f"rdna1-kmgr: {found}\n")
-
-    with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
-        series = Path(tmp) / "series"
-        manifest = render(tree, series, request.quirks, devices, request.without)
-        for line in manifest.notes():  # before the long compile: what the build will and will not change
-            stream.write(f"rdna1-kmgr: {line}\n")
-        # what the driver tree could not show, confirmed against the headers before the long compile
-        if compile_probes.confirm(kernel.release, manifest.kernel_names):
-            stream.write(
-                f"rdna1-kmgr: compile probe: {kernel.release}'s headers define "
-                f"{' '.join(sorted(manifest.kernel_names))}\n"
-            )
-        package = package_for(manifest, request.debug_info)
-        devices = [int(d, 16) for d in manifest.devices]
-        quirk_ids = manifest.quirk_ids
-        built = build_package(
-            package,
-            kernel.release,
-            tree,
-            [AMD_TREE],
-            series,
-            keys,
-            devices,
-            series_parameters(series),
-            jobs=request.jobs,
-            description=f"amdgpu of Linux {manifest.kernel_version} with the RDNA1 quirks "
-            f"{' '.join(quirk_ids)} for {' '.join(manifest.devices)}",
-            stream=stream,
-        )
-    cert = signing.certificate_info(keys.cert)
-    return BuildResult(
-        kernel=kernel.release,
-        kernel_version=manifest.kernel_version,
-        kernel_package_version=kernel.package_version,
-        note=kernel.note,
-        source=str(tree),
-        source_package=origin,
-        package=package.name,
-        package_version=package.version,
-        package_source=str(package.source_dir(dkms.Trees.from_env())),
-        module=str(built.module),
-        sha256=built.report.sha256,
-        vermagic=built.report.vermagic.strip(),
-        signer=built.report.signer,
-        certificate=str(keys.cert),
-        certificate_sha1=cert.sha1_fingerprint,
-        signing_key=str(keys.key),
-        parameters=tuple(built.report.parameters),
-        quirks=tuple(quirk_ids),
-        devices=tuple(format_id(d) for d in devices),
-        quirks_on=manifest.bits_on,
-        quirks_off=tuple(b.id for b in manifest.bits_off),
-        patchset_sha256=manifest.patchset_sha256,
-        reused=built.reused,
-        compiled_objects=built.compiled,
-        log=str(built.log) if built.log else None,
-        removed_versions=tuple(built.removed),
-        kept_installed_versions=tuple(built.kept),
-        seconds=round(time.monotonic() - started, 1),
-    )
+    with cache_left_as_found(), tempfile.TemporaryDirectory(prefix="rdna1-kmgr-series-") as tmp:
+        ctx = BuildContext(request, system, request.kernel, keys, Path(tmp), confirm=confirm, started=started)
+        BUILD.run(ctx)
+    assert ctx.result is not None
+    return ctx.result

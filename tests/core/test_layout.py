@@ -238,3 +238,19 @@ def test_the_distribution_check_sees_what_it_forbids():
         'if tool == "dracut" or kind in {"debian-archive"}: pass\n'
     )
     assert distribution_tests(source) == [1, 2, 3, 4]
+
+
+def test_progress_goes_through_core_progress_not_a_stream_argument():
+    """Issue 41: a flow's stages report through core/progress (`say`, `Progress`), which a caller keeping a
+    story redirects with `reporting_to`; no function outside core/ takes the stream to write to."""
+    found = []
+    for path in modules():
+        if stage_of(path) == "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args.args + node.args.kwonlyargs + node.args.posonlyargs
+                for arg in args:
+                    if arg.annotation is not None and "TextIO" in ast.unparse(arg.annotation):
+                        found.append(f"{path.relative_to(PACKAGE)}: {node.name}({arg.arg})")
+    assert found == []

@@ -43,10 +43,11 @@ from install_checks import (
 )
 from sysfs_fixtures import FakeSysroot
 
+from rdna1_kmgr.core import progress
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild import module_build as kbuild
 from rdna1_kmgr.modbuild import module_checks, signing
+from rdna1_kmgr.modbuild import package_build as kbuild
 from rdna1_kmgr.vm import verdict
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
@@ -158,19 +159,19 @@ def build_standin(base: Path, kernel: str, trees: dkms.Trees, keys: signing.KeyP
     manifest = write_series(base / f"series-{tag}", "6.1.192", tag)
     package = dkms.Package(dkms.PACKAGE_NAME, dkms.package_version("6.1.192", manifest["patchset_sha256"]))
     log = open(base / f"build-{tag}.log", "w")
-    kbuild.build_package(
-        package,
-        kernel,
-        tree,
-        [AMD_TREE],
-        base / f"series-{tag}",
-        keys,
-        [0x731F],
-        ["rdna1_quirks"],
-        jobs=2,
-        trees=trees,
-        stream=log,
-    )
+    with progress.reporting_to(log):
+        kbuild.build_package(
+            package,
+            kernel,
+            tree,
+            [AMD_TREE],
+            base / f"series-{tag}",
+            keys,
+            [0x731F],
+            ["rdna1_quirks"],
+            jobs=2,
+            trees=trees,
+        )
     return package
 
 

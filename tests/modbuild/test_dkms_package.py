@@ -20,7 +20,7 @@ from dkms_helpers import installed_releases, make_keys, make_sandbox
 
 from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild import module_build, module_checks
+from rdna1_kmgr.modbuild import module_checks, package_build
 
 
 def load_kbuild_script():
@@ -524,8 +524,8 @@ def test_ccache_key_leaves_out_the_build_salt_and_keeps_the_rest_of_the_configur
 
     def compile_with(salt: str, x: int) -> dict[str, int]:
         (obj / kbuild.AUTOCONF).write_text(f'{kbuild.SALT}"{salt}"\n#define CONFIG_X {x}\n')
-        # the build's own settings (module_build.ccache_env), then what rdna1-kbuild adds in the view
-        env = {**os.environ, **module_build.ccache_env(), "CCACHE_DIR": str(cache)}
+        # the build's own settings (package_build.ccache_env), then what rdna1-kbuild adds in the view
+        env = {**os.environ, **package_build.ccache_env(), "CCACHE_DIR": str(cache)}
         env.update(kbuild.ccache_view_env(view, obj))
         subprocess.run(["ccache", "-z"], env=env, check=True, capture_output=True)
         compile_a = ["ccache", "gcc", "-Wp,-MMD,./.a.o.d", "-I./include", "-c", "a.c"]  # kbuild's dependency file

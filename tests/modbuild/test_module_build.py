@@ -17,9 +17,10 @@ import hellomod
 import pytest
 from dkms_helpers import make_keys, make_sandbox
 
+from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild import module_build, module_checks
+from rdna1_kmgr.modbuild import module_build, module_checks, package_build
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 
@@ -37,19 +38,19 @@ def hello_build(sandbox, word: str, keys=None, patch: str | None = None):
         hellomod.write_series(out, {"0001-greet.patch": patch or hellomod.greeting_patch(word)})
     manifest = json.loads((out / "manifest.json").read_text())
     package = sandbox.package(manifest)
-    return module_build.build_package(
-        package,
-        sandbox.kernel,
-        sandbox.root / "tree",
-        [hellomod.LOCATION],
-        out,
-        keys or sandbox.keys,
-        [0x731F],
-        ["rdna1_hello_enable"],
-        jobs=2,
-        trees=sandbox.trees,
-        stream=open(os.devnull, "w"),
-    )
+    with open(os.devnull, "w") as quiet, progress.reporting_to(quiet):
+        return package_build.build_package(
+            package,
+            sandbox.kernel,
+            sandbox.root / "tree",
+            [hellomod.LOCATION],
+            out,
+            keys or sandbox.keys,
+            [0x731F],
+            ["rdna1_hello_enable"],
+            jobs=2,
+            trees=sandbox.trees,
+        )
 
 
 # --- the package half, real DKMS ----------------------------------------------------------------------
@@ -188,7 +189,7 @@ def test_installed_older_versions_are_left_to_install(monkeypatch):
     removed = []
     monkeypatch.setattr(dkms, "status", lambda name, trees: entries)
     monkeypatch.setattr(dkms, "remove", lambda package, trees, kernel=None: removed.append((package.version, kernel)))
-    result = module_build._remove_older(dkms.Package("rdna1-amdgpu", "6.1.192+pnew"), "K", dkms.Trees())
+    result = package_build._remove_older(dkms.Package("rdna1-amdgpu", "6.1.192+pnew"), "K", dkms.Trees())
     assert result == (["6.1.192+pold1"], ["6.1.192+pold2"])
     assert removed == [("6.1.192+pold1", "K")]
 
@@ -204,29 +205,15 @@ def test_series_parameters_come_from_the_patches(tmp_path):
     assert module_build.series_parameters(tmp_path / "s") == ["rdna1_quirks", "rdna1_selftest"]
 
 
-def test_kernel_release_is_resolved_and_explained(monkeypatch):
-    monkeypatch.setattr(
-        module_build.distro_source,
-        "kernel_package",
-        lambda release, system: ({"6.1.0-56-amd64": "6.1.192-2"}.get(release), None),
-    )
-    monkeypatch.setattr(module_build, "distro_current_kernel", lambda: "6.1.0-56-amd64")
-    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "h", "6.18.44-custom", "#1", "x86_64")))
-    kernel = module_build.resolve_kernel(None)
-    assert kernel.release == "6.1.0-56-amd64" and kernel.package_version == "6.1.192-2"
-    assert "6.18.44-custom is not a" in kernel.note and "6.1.0-56-amd64" in kernel.note
-    assert "building for the distribution's current kernel 6.1.0-56-amd64" in kernel.note
-    # install says what it does: no "building for" in a plan that builds nothing
-    note = module_build.resolve_kernel(None, "planning an install").note
-    assert "planning an install for the distribution's current kernel 6.1.0-56-amd64" in note
-    assert module_build.resolve_kernel("6.1.0-56-amd64").note is None
-
-
-def test_the_distro_kernel_of_this_machine_is_found():
-    release = module_build.distro_current_kernel()
-    installed = sorted(p.name for p in Path("/lib/modules").iterdir() if (p / "build").exists())
-    assert release is not None and release in installed
-    assert module_build.kernel_source.debian_kernel_version(release)  # e.g. 6.1.192-2 from dpkg
+def test_headers_installed_by_the_prerequisites_give_the_kernel_its_version_and_upstream(monkeypatch, tmp_path):
+    # Ubuntu says the Linux version in the headers' version_signature: known only once they are installed, and
+    # then kept with the package version (the source check compares the tree against it).
+    monkeypatch.setattr(module_build.prerequisites, "ensure_prerequisites", lambda *a, **k: None)
+    monkeypatch.setattr(module_build.distro_source, "kernel_package", lambda release, system: ("6.8.0-48.48", "6.8.12"))
+    kernel = module_build.Kernel("6.8.0-48-generic", None, note="chosen for you")
+    ctx = module_build.BuildContext(module_build.BuildRequest(kernel=kernel), None, kernel, None, tmp_path)
+    module_build.PrerequisitesStage().run(ctx)
+    assert ctx.kernel == module_build.Kernel("6.8.0-48-generic", "6.8.0-48.48", "chosen for you", "6.8.12")
 
 
 # --- the command's refusals -----------------------------------------------------------------------------

@@ -23,9 +23,11 @@ from test_engine import (  # noqa: F401 (fixtures)
     vm_env,
 )
 
+from rdna1_kmgr.core import progress
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build
 from rdna1_kmgr.render import quirk_catalog
+from rdna1_kmgr.source import target_kernel
 
 # The line of crat-mem that keeps the total size: without it the self-test's memory-info cases must fail.
 FOLD = "\tmem_info->local_mem_size_private += mem_info->local_mem_size_public;\n"
@@ -83,8 +85,9 @@ def broken_build(built: dict, template: str, line: str, replacement: str, vm_env
     monkeypatch.setenv("RDNA1_KMGR_CACHE", str(persistent_cache_root()))
     monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
 
-    kernel = module_build.resolve_kernel(built["kernel"])
-    broken = module_build.run(module_build.BuildRequest(kernel=kernel, yes=True), stream=io.StringIO())
+    kernel = target_kernel.resolve_kernel(built["kernel"])
+    with progress.reporting_to(io.StringIO()):
+        broken = module_build.run(module_build.BuildRequest(kernel=kernel, yes=True))
     assert broken.sha256 != built["sha256"]
     # the shared kbuild tree: the changed core and what links it, not the whole driver again
     assert broken.compiled_objects <= 5, broken.compiled_objects
