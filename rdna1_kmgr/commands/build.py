@@ -11,7 +11,6 @@ from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.modbuild.module_build import BuildRequest, plan, run
-from rdna1_kmgr.modbuild.package_build import default_jobs
 from rdna1_kmgr.source.target_kernel import resolve_kernel
 
 
