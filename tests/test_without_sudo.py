@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from install_checks import restore_hooks, snapshot_hooks
 
+# real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
+pytestmark = pytest.mark.system
+
 REPO = Path(__file__).resolve().parents[1]
 
 

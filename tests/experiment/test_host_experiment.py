@@ -21,6 +21,9 @@ from sysfs_fixtures import no_gpu, rx5600xt
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.experiment import cell_run
 
+# real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
+pytestmark = pytest.mark.system
+
 STANDIN = Path(__file__).parent / "standin"
 CASE_LIMIT = 6  # seconds without progress; the stand-in's compilation takes 15 s, its hang forever
 

@@ -20,6 +20,9 @@ from sysfs_fixtures import FakeSysroot
 
 from rdna1_kmgr.install import journal as jr
 
+# real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
+pytestmark = pytest.mark.system
+
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 OLD, NEW = "6.1.0-56-amd64", "6.12.95+deb12-amd64"
 VERSION = "6.1.192+p0123456789ab"

@@ -25,6 +25,9 @@ import pytest
 from install_checks import ensure_image_installed, purge_image, tree_digest
 from test_module_install import _new_system, fake_tools, pristine  # noqa: F401 (fixtures)
 
+# real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
+pytestmark = pytest.mark.system
+
 STOPPED_WITHIN = 60  # seconds: the keeper's grace is 10 s; this only bounds a failing test
 
 

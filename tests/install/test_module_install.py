@@ -50,6 +50,9 @@ from rdna1_kmgr.modbuild import module_checks, signing
 from rdna1_kmgr.modbuild import package_build as kbuild
 from rdna1_kmgr.vm import verdict
 
+# real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
+pytestmark = pytest.mark.system
+
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
 AMD_TREE = "drivers/gpu/drm/amd"
 

@@ -22,6 +22,9 @@ from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_checks, package_build
 
+# real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
+pytestmark = pytest.mark.system
+
 
 def load_kbuild_script():
     """dkms/rdna1-kbuild as a module (it has no .py suffix: DKMS runs it as a program)."""

@@ -22,6 +22,9 @@ from rdna1_kmgr.core.errors import BuildError
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build, module_checks, package_build
 
+# real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
+pytestmark = pytest.mark.system
+
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 
 
