@@ -204,9 +204,9 @@ def findings(
     svm: SvmFacts,
     use_svm: list[Assignment],
 ) -> list[Finding]:
-    if not board_present:
-        return []
     validates, how = kernel_validates(sysroot, release)
+    if not board_present:
+        return [_without_board(release, validates, how, mask, svm)]
     switched_off, zeros = svm_switched_off(use_svm)
     facts = {
         "kernel": release,
@@ -234,6 +234,33 @@ def findings(
     backing = _bo_reason(svm, switched_off)
     removable = zeros if svm.offered is not False else []  # without the SVM API removing them changes nothing
     return [_by_rocm(runtimes, backing, f"KFD checks the CWSR size ({how}), {driver}", removable, facts)]
+
+
+def _without_board(release: str, validates: bool, how: str, mask: int | None, svm: SvmFacts) -> Finding:
+    """What this kernel would do to an RDNA1 board, for an owner checking it before the board is in (or in a VM):
+    whether it needs cwsr-size, and whether the loaded amdgpu carries it. A note: there is no queue here to fail."""
+    facts = {"kernel": release, "validates": validates, "how": how, "rdna1_quirks": mask, "svm": svm.to_json()}
+    if mask is None:
+        loaded = "the loaded amdgpu is not an rdna1-kmgr build"
+    elif mask >> quirk_bit() & 1:
+        loaded = f"the loaded amdgpu carries {QUIRK}, on (rdna1_quirks=0x{mask:x})"
+    else:
+        loaded = f"the loaded amdgpu is an rdna1-kmgr build with {QUIRK} off (rdna1_quirks=0x{mask:x})"
+    if not validates:
+        seen = f"no RDNA1 board here; kernel {release}: KFD does not check the CWSR buffer size ({how}): not affected"
+    elif svm.offered:
+        seen = (
+            f"no RDNA1 board here; kernel {release}: KFD checks the CWSR size ({how}) but offers the SVM API "
+            f"({svm.evidence()}): not affected unless {USE_SVM}=0; {loaded}"
+        )
+    elif svm.offered is False:
+        seen = (
+            f"no RDNA1 board here; kernel {release}: KFD checks the CWSR size ({how}) and offers no SVM API "
+            f"({svm.evidence()}): an RDNA1 board needs {QUIRK}; {loaded}"
+        )
+    else:
+        seen = f"no RDNA1 board here; kernel {release}: KFD checks the CWSR size ({how}); {_UNTOLD}; {loaded}"
+    return _queue("info", seen, _NEEDS, "", facts)
 
 
 _NEEDS = (

@@ -126,3 +126,35 @@ def test_svm_facts_read_from_a_sysroot(tmp_path):
     assert (facts.topology_says, facts.config_says, facts.offered) == (False, False, False)
     bare = queue_cwsr.read_svm_facts(tmp_path / "empty", KERNEL)
     assert (bare.gpu_capabilities, bare.config, bare.offered) == ((), None, None)
+
+
+# --- no board: what the kernel would do to one ---------------------------------------------------------------------
+
+
+def without_board(tmp_path, release: str, config: str, mask: int | None) -> dict:
+    """The note doctor gives on a machine with no RDNA1 board (a VM, a desktop before the board goes in)."""
+    root = tmp_path / "root"
+    (root / "boot").mkdir(parents=True)
+    (root / f"boot/config-{release}").write_text(config)
+    svm = queue_cwsr.read_svm_facts(root, release)
+    (found,) = queue_cwsr.findings(False, release, root, mask, [], svm, [])
+    return found.to_json()
+
+
+def test_without_a_board_trixies_612_needs_cwsr_size_and_says_whether_the_loaded_build_has_it(tmp_path):
+    stock = without_board(tmp_path / "a", "6.12.118+deb13-amd64", NO_SVM_CONFIG, None)
+    assert stock["level"] == "info" and "no RDNA1 board here; kernel 6.12.118+deb13-amd64" in stock["seen"]
+    assert "offers no SVM API" in stock["seen"] and "an RDNA1 board needs cwsr-size" in stock["seen"]
+    assert stock["seen"].endswith("the loaded amdgpu is not an rdna1-kmgr build")
+    patched = without_board(tmp_path / "b", "6.12.118+deb13-amd64", NO_SVM_CONFIG, 0x1E)
+    assert patched["seen"].endswith("the loaded amdgpu carries cwsr-size, on (rdna1_quirks=0x1e)")
+    off = without_board(tmp_path / "c", "6.12.118+deb13-amd64", NO_SVM_CONFIG, 0x0E)
+    assert off["seen"].endswith("with cwsr-size off (rdna1_quirks=0xe)")
+
+
+def test_without_a_board_a_kernel_with_svm_or_without_the_check_is_not_affected(tmp_path):
+    svm = without_board(tmp_path / "a", "7.3.4+bpo-amd64", SVM_CONFIG, 0x0E)
+    assert svm["level"] == "info" and "offers the SVM API" in svm["seen"] and "CONFIG_HSA_AMD_SVM=y" in svm["seen"]
+    assert "not affected unless HSA_USE_SVM=0" in svm["seen"]
+    old = without_board(tmp_path / "b", "6.1.0-56-amd64", NO_SVM_CONFIG, None)
+    assert "does not check the CWSR buffer size" in old["seen"] and old["seen"].endswith("not affected")
