@@ -16,6 +16,7 @@ Every test that uses one of these fixtures is marked `realsource` (deselect with
 """
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ REAL_FIXTURES = {
     "real_source_61",
     "real_source_612",
     "real_source_72",
+    "real_source_7x",
     "headers_61",
     "headers_612",
     "persistent_cache",
@@ -127,6 +129,19 @@ def real_source_72() -> Path:
     """linux-source-7.2 from sid (7.2.13-1 when written). No headers fixture: sid's need sid's toolchain,
     so this tree is for rendering and applying patches only."""
     return current_debian_source("linux-source-7.2", "sid")
+
+
+@pytest.fixture(scope="session")
+def real_source_7x() -> Path:
+    """The linux-source-7.x trixie-backports' `linux-source` metapackage points to (7.3.4 when written): the
+    kernel Debian 13's follow story builds (tests/install/test_debian13_story.py). Its headers need trixie's
+    toolchain: that compile happens in the story's trixie root."""
+    with _using_test_cache():
+        depends = debian_archive.PrivateArchive("trixie-backports").fields("linux-source").get("Depends", "")
+    match = re.search(r"\blinux-source-(7\.\d+)\b", depends)
+    if match is None:
+        pytest.skip(f"trixie-backports' linux-source points to no 7.x source today (Depends: {depends!r})")
+    return current_debian_source(f"linux-source-{match.group(1)}", "trixie-backports")
 
 
 def installed_headers(suite: str) -> str:

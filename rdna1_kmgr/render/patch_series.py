@@ -22,6 +22,7 @@ import re
 import shutil
 import tempfile
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,6 +187,28 @@ def check_devices(devices: list[int] | None) -> list[int]:
     return devices
 
 
+# Linux 7.0's typed allocators (kzalloc_obj(*p) for kzalloc(sizeof(*p), GFP_KERNEL)): that kernel's checkpatch
+# asks for them (ALLOC_WITH_SIZEOF), so the code follows the tree: where amdgpu itself allocates with them, so
+# does ours; older trees get the classic calls, their rendering unchanged.
+_ALLOC_OBJ = re.compile(rb"\bkzalloc_obj\(")
+
+
+def has_alloc_obj(source_root: Path) -> bool:
+    """Whether the tree's amdgpu allocates with kzalloc_obj() (the helpers are the kernel's then)."""
+    folder = source_root / AMDGPU
+    return any(_ALLOC_OBJ.search(path.read_bytes()) for path in sorted(folder.glob("*.c")))
+
+
+def allocators(alloc_obj: bool) -> dict[str, Callable[[str], str]]:
+    """The templates' zalloc("p") and kvzalloc("p"): a zeroed *p from the slab, or from kvmalloc."""
+    if alloc_obj:
+        return {"zalloc": lambda lval: f"kzalloc_obj(*{lval})", "kvzalloc": lambda lval: f"kvzalloc_obj(*{lval})"}
+    return {
+        "zalloc": lambda lval: f"kzalloc(sizeof(*{lval}), GFP_KERNEL)",
+        "kvzalloc": lambda lval: f"kvmalloc(sizeof(*{lval}), GFP_KERNEL | __GFP_ZERO)",
+    }
+
+
 def _jinja() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(quirk_catalog.kmod_root())),
@@ -253,6 +276,7 @@ def render_series(
         devices=devices,
         all_bits=sum(1 << b.bit for b in bits),
         default_bits=sum(1 << b.bit for b in bits if b.default),
+        **allocators(has_alloc_obj(source_root)),
     )
     env = _jinja()
 

@@ -77,7 +77,7 @@ def checkpatch(script: Path, patch: Path, *options: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if re.search(r": (ERROR|WARNING|CHECK):", line)]
 
 
-@pytest.mark.parametrize("fixture", ["real_source_61", "real_source_612"])
+@pytest.mark.parametrize("fixture", ["real_source_61", "real_source_612", "real_source_7x"])
 def test_every_patch_passes_the_kernel_s_own_checkpatch(request, tmp_path, fixture):
     source = request.getfixturevalue(fixture)
     script = checkpatch_of(source)
