@@ -1,4 +1,4 @@
-"""A whole Debian 12 system in QEMU: boot loader, initramfs, systemd and a kernel of its own, on a disk image.
+"""A whole Debian 12 or 13 system in QEMU: boot loader, initramfs, systemd and a kernel of its own, on a disk image.
 
 For tests that a `vng` guest (the host's root file system, a kernel booted directly) cannot answer: what GRUB
 does at boot, what the initramfs loads before the root file system is mounted, what systemd units do, what
@@ -15,6 +15,18 @@ The base image is built once per kernel release and recipe version, and cached (
     GPU driver), with MODULES=list (update-initramfs with MODULES=most takes 10+ min under TCG); GRUB and
     the kernel on the serial console; then a first boot (kernel and initrd given to
     QEMU directly) runs grub-install on the disk and update-grub, so every later boot goes through GRUB.
+
+A Debian 13 kind, "debian13" (Release TRIXIE, its own recipe number; ~3.5 min the first time here):
+
+    $RDNA1_KMGR_TEST_CACHE/wholesystem/debian13-<KREL>-r<RECIPE>.img   as above, 16 GB sparse (~1 GB used)
+
+    the same recipe from trixie: debootstrap trixie from the archive the machine's apt gives for bookworm, the
+    image's apt listing trixie, trixie-security (from the machine's security archive), -updates and -backports;
+    KREL is the kernel trixie-security's linux-headers-amd64 points to today (6.12.x+deb13); then the tool goes
+    in as the README says: a copy of this checkout in /root/rdna1-kmgr and its ./install.sh run in the chroot
+    (trixie's Python 3.13, dkms, gcc-14, initramfs-tools and QEMU installed by it, the kernel hooks placed),
+    with this machine's local CA certificates and pip.conf so that pip reaches the registries. Tests re-run
+    install_by_readme on their copy: the cached image may hold an older checkout's tool.
 
 A second kind, "uefi-sb", is made from the base image (~1-2 min, cached beside it, its own recipe number):
 
@@ -159,6 +171,42 @@ def debian_sources() -> list[tuple[str, list[str]]]:
     return [(uri, suites) for uri, suites in found if any(s.startswith("bookworm") for s in suites)]
 
 
+@dataclass(frozen=True)
+class Release:
+    """The Debian release a base image is made of: its codename, its suites (each from the archive the
+    machine's apt sources give for the same kind of suite: -security from the security archive, the others from
+    the release's), the image's size, and whether the tool goes in by the README's `./install.sh` in a chroot."""
+
+    name: str  # in the image's file name: debian12, debian13
+    codename: str
+    suites: tuple[str, ...]  # suffixes of the codename: "", "-security", ...
+    recipe: int
+    disk_size: int
+    install_sh: bool
+
+    def sources(self) -> list[tuple[str, list[str]]]:
+        """(URI, suites) for the image's apt: the host's own bookworm entries, or the same archives for another
+        release (the host's bookworm archive for the release and its -updates/-backports, its bookworm-security
+        archive for -security)."""
+        host = debian_sources()
+        if self.codename == "bookworm":
+            return host
+        release = next((uri for uri, suites in host if "bookworm" in suites), None)
+        security = next((uri for uri, suites in host if "bookworm-security" in suites), None)
+        found = []
+        for suffix in self.suites:
+            uri = security if suffix == "-security" else release
+            if uri is not None:
+                found.append((uri, [self.codename + suffix]))
+        return found
+
+
+BOOKWORM = Release("debian12", "bookworm", ("", "-security", "-updates"), RECIPE, DISK_SIZE, install_sh=False)
+# trixie-backports listed, as on a desktop that takes its newer kernels from there (apt's default pin keeps
+# them out until asked for): the follow story installs its 7.x kernel from it.
+TRIXIE = Release("debian13", "trixie", ("", "-security", "-updates", "-backports"), 1, 16 << 30, install_sh=True)
+
+
 def _mbr(disk_size: int) -> bytes:
     """A DOS partition table with one bootable Linux partition from 1 MiB to the end."""
     start = PART_OFFSET // 512
@@ -190,7 +238,12 @@ def mounted(image: Path, offset: int = PART_OFFSET, readonly: bool = False) -> I
 def _chroot_mounts(root: Path) -> Iterator[None]:
     done = []
     try:
-        for fs, target, opts in (("proc", "proc", []), ("sysfs", "sys", []), ("/dev", "dev", ["--bind"])):
+        for fs, target, opts in (
+            ("proc", "proc", []),
+            ("sysfs", "sys", []),
+            ("/dev", "dev", ["--bind"]),
+            ("/dev/pts", "dev/pts", ["--bind"]),
+        ):
             argv = ["mount", *opts, fs, str(root / target)] if opts else ["mount", "-t", fs, fs, str(root / target)]
             _run(argv)
             done.append(root / target)
@@ -437,14 +490,14 @@ def first_boot(image: Path, work: Path, root_device: str) -> Boot:
     return qemu_boot(image, work / "firstboot.log", timeout=900, kernel=kernel)
 
 
-def _build_base(image: Path, kernel: str, work: Path) -> None:
-    sources = debian_sources()
-    mirror = next((uri for uri, suites in sources if "bookworm" in suites), None)
+def _build_base(image: Path, kernel: str, work: Path, release: Release = BOOKWORM) -> None:
+    sources = release.sources()
+    mirror = next((uri for uri, suites in sources if release.codename in suites), None)
     if mirror is None:
-        pytest.skip("the machine's apt sources list no Debian bookworm archive to debootstrap from")
+        pytest.skip(f"the machine's apt sources list no Debian archive to debootstrap {release.codename} from")
     with open(image, "wb") as disk:
-        disk.truncate(DISK_SIZE)
-        disk.write(_mbr(DISK_SIZE))
+        disk.truncate(release.disk_size)
+        disk.write(_mbr(release.disk_size))
     loop = _run(["losetup", "--find", "--show", "--offset", str(PART_OFFSET), str(image)]).stdout.strip()
     try:
         _run(["mkfs.ext4", "-q", "-L", "wholesystem", loop])
@@ -452,7 +505,7 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
         subprocess.run(["losetup", "-d", loop])
     with mounted(image) as root:
         _run(
-            ["debootstrap", "--variant=minbase", "--include=ca-certificates", "bookworm", str(root), mirror],
+            ["debootstrap", "--variant=minbase", "--include=ca-certificates", release.codename, str(root), mirror],
             timeout=3600,
         )
         (root / "etc/apt/sources.list").write_text(
@@ -489,6 +542,8 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
                 env=env,
                 timeout=3600,
             )
+            if release.install_sh:
+                install_by_readme(root, env)
             _run(["chroot", str(root), "apt-get", "clean"], env=env)
             _run(["chroot", str(root), "passwd", "-d", "root"], env=env)
         (root / "usr/sbin/policy-rc.d").unlink()
@@ -507,6 +562,33 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
         raise RuntimeError(
             f"grub-install in the first boot failed ({result[0]}): {result[1][-2000:]}\n" f"{boot.tail()}"
         )
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # the tool's source tree these tests run from
+CHECKOUT_IN_IMAGE = "root/rdna1-kmgr"
+
+
+def install_by_readme(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The tool installed in the chroot `root` as the README says (`./install.sh` from a copy of this checkout,
+    run as root): the release's own Python, dkms, initramfs-tools and kernel hooks. pip reaches the package
+    registries with this machine's trust: its local CA certificates and pip.conf go in first."""
+    local_cas = sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
+    if local_cas:
+        (root / "usr/local/share/ca-certificates").mkdir(parents=True, exist_ok=True)
+        for cert in local_cas:
+            shutil.copy(cert, root / "usr/local/share/ca-certificates" / cert.name)
+        _run(["chroot", str(root), "update-ca-certificates"], env=env)
+    if Path("/etc/pip.conf").is_file():
+        shutil.copy("/etc/pip.conf", root / "etc/pip.conf")
+    copy = root / CHECKOUT_IN_IMAGE
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(
+        CHECKOUT,
+        copy,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache"),
+    )
+    return _run(["chroot", str(root), f"/{CHECKOUT_IN_IMAGE}/install.sh"], env=env, timeout=3600)
 
 
 def facts(out: str) -> dict[str, str]:
@@ -534,6 +616,8 @@ def _cached_image(folder: Path, name: str, earlier: str, build) -> Path:
     the folder's lock); images of earlier recipes (`earlier`, a glob) go when a new one is made: 1.6 GB each."""
     folder.mkdir(parents=True, exist_ok=True)
     image = folder / name
+    if image.is_file():  # published whole (os.replace): no need to wait for another kind's build
+        return image
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if image.is_file():
@@ -559,12 +643,17 @@ def _cached_image(folder: Path, name: str, earlier: str, build) -> Path:
 
 
 def base_image(kernel: str) -> Path:
-    """The cached base image for `kernel` (built the first time; several sessions wait for one build)."""
+    """The cached Debian 12 base image for `kernel` (built the first time; several sessions wait for one build)."""
+    return release_image(BOOKWORM, kernel)
+
+
+def release_image(release: Release, kernel: str) -> Path:
+    """The cached base image of `release` for `kernel` (built the first time; several sessions wait for one)."""
     return _cached_image(
         persistent_cache_root() / "wholesystem",
-        f"debian12-{kernel}-r{RECIPE}.img",
-        f"debian12-{kernel}-r*.img",
-        lambda partial, work: _build_base(partial, kernel, work),
+        f"{release.name}-{kernel}-r{release.recipe}.img",
+        f"{release.name}-{kernel}-r*.img",
+        lambda partial, work: _build_base(partial, kernel, work, release),
     )
 
 
@@ -786,3 +875,28 @@ def wholesystem_uefi_sb_image_61(headers_61) -> Path:
     kernel. Copy it with `new_system(image, tmp, UEFI_SB)` before booting."""
     require_uefi()
     return uefi_sb_image(headers_61)
+
+
+def trixie_kernel() -> str:
+    """The kernel release trixie-security's linux-headers-amd64 points to today (6.12.x+deb13-amd64), asked
+    through a private apt state in the test cache; skipped with the reason when the archive has none."""
+    from conftest import _using_test_cache
+
+    from rdna1_kmgr.core.errors import KmgrError
+    from rdna1_kmgr.source import debian_archive
+
+    with _using_test_cache():
+        try:
+            return debian_archive.current_kernel_abi("trixie-security")
+        except KmgrError as err:
+            pytest.skip(f"the archive names no current trixie kernel: {err}")
+
+
+@pytest.fixture(scope="session")
+def wholesystem_image_trixie() -> tuple[Path, str]:
+    """(image, kernel): the cached Debian 13 base image with trixie's current kernel (trixie-security's
+    linux-image-amd64), GRUB, and the tool installed by the README's ./install.sh in a chroot (trixie's Python
+    3.13, dkms, initramfs-tools). Copy it with `new_system` before changing it."""
+    require_tools()
+    kernel = trixie_kernel()
+    return release_image(TRIXIE, kernel), kernel
