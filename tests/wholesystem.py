@@ -689,15 +689,15 @@ ESP_TYPE = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
 LINUX_TYPE = "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
 
 
-def _uefi_disk(image: Path) -> None:
+def _uefi_disk(image: Path, disk_size: int = DISK_SIZE) -> None:
     """A sparse GPT disk: the EFI system partition (FAT32) from 1 MiB, the root file system (ext4) after it."""
     primary, backup, usable_end = _gpt(
-        DISK_SIZE, [(ESP_TYPE, PART_OFFSET, ESP_SIZE), (LINUX_TYPE, UEFI_ROOT_OFFSET, 0)]
+        disk_size, [(ESP_TYPE, PART_OFFSET, ESP_SIZE), (LINUX_TYPE, UEFI_ROOT_OFFSET, 0)]
     )
     with open(image, "wb") as disk:
-        disk.truncate(DISK_SIZE)
+        disk.truncate(disk_size)
         disk.write(primary)
-        disk.seek(DISK_SIZE - len(backup))
+        disk.seek(disk_size - len(backup))
         disk.write(backup)
     for offset, size, mkfs in (
         (PART_OFFSET, ESP_SIZE, ["mkfs.vfat", "-F", "32", "-n", "EFI"]),
@@ -723,11 +723,11 @@ find /boot/efi -type f
 """
 
 
-def _build_uefi(image: Path, base: Path, work: Path) -> None:
+def _build_uefi(image: Path, base: Path, work: Path, disk_size: int = DISK_SIZE) -> None:
     """The base image's root file system copied onto a GPT disk with an EFI system partition, Debian's signed
     boot chain installed in a chroot (no second debootstrap), then one boot (SeaBIOS, the kernel given to QEMU)
     puts shim and GRUB on the EFI system partition."""
-    _uefi_disk(image)
+    _uefi_disk(image, disk_size)
     with mounted(base, readonly=True) as source, mounted(image, UEFI_ROOT_OFFSET) as root:
         _run(["cp", "-a", f"{source}/.", str(root)], timeout=1800)
         (root / "etc/fstab").write_text(
@@ -760,14 +760,15 @@ def _build_uefi(image: Path, base: Path, work: Path) -> None:
         raise RuntimeError(f"grub-install in the first boot failed ({rc}): {out[-2000:]}\n{boot.tail()}")
 
 
-def uefi_sb_image(kernel: str) -> Path:
-    """The cached UEFI Secure Boot image for `kernel`, made from its base image the first time."""
-    base = base_image(kernel)  # before the lock _cached_image takes: base_image takes the same one
+def uefi_sb_image(kernel: str, release: Release = BOOKWORM) -> Path:
+    """The cached UEFI Secure Boot image of `release` for `kernel`, made from its base image the first time
+    (the release's own shim-signed, grub-efi-amd64-signed and signed kernel)."""
+    base = release_image(release, kernel)
     return _cached_image(
         base.parent,
-        f"debian12-{kernel}-uefi-sb-r{UEFI_RECIPE}.img",
-        f"debian12-{kernel}-uefi-sb-r*.img",
-        lambda partial, work: _build_uefi(partial, base, work),
+        f"{release.name}-{kernel}-uefi-sb-r{UEFI_RECIPE}.img",
+        f"{release.name}-{kernel}-uefi-sb-r*.img",
+        lambda partial, work: _build_uefi(partial, base, work, release.disk_size),
     )
 
 
@@ -900,3 +901,12 @@ def wholesystem_image_trixie() -> tuple[Path, str]:
     require_tools()
     kernel = trixie_kernel()
     return release_image(TRIXIE, kernel), kernel
+
+
+@pytest.fixture(scope="session")
+def wholesystem_uefi_sb_image_trixie() -> tuple[Path, str]:
+    """(image, kernel): the Debian 13 image's UEFI Secure Boot kind (GPT, ESP, trixie's shim, signed GRUB and
+    signed kernel), made from `wholesystem_image_trixie`'s base. Copy it with `new_system(image, tmp, UEFI_SB)`."""
+    require_uefi()
+    kernel = trixie_kernel()
+    return uefi_sb_image(kernel, TRIXIE), kernel
