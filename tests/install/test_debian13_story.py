@@ -157,6 +157,11 @@ def trixie(wholesystem_image_trixie, tmp_path_factory) -> Trixie:
     # The tool as this checkout has it (the cached image holds the one it was built with): the README's
     # ./install.sh again, in the chroot; the system packages are there already.
     with story.chroot() as root:
+        # update-grub in the chroot sees the root on a loop device, for which Debian's 10_linux writes no entry
+        # at all (a live system's image file); the guest's root is /dev/vda1, and grub-mkconfig reads the
+        # drop-ins after probing, so saying so keeps every update-grub of the native steps bootable.
+        (root / "etc/default/grub.d").mkdir(exist_ok=True)
+        (root / "etc/default/grub.d/wholesystem-root.cfg").write_text("GRUB_DEVICE=/dev/vda1\n")
         install_by_readme(root, CHROOT_ENV)
         proc = story.run(
             root, "rdna1-kmgr --version; python3 --version; gcc --version | head -1; dkms --version", "versions"

@@ -537,3 +537,19 @@ def test_ccache_key_leaves_out_the_build_salt_and_keeps_the_rest_of_the_configur
     assert compile_with("6.1.0-56-amd64", 1)["direct_cache_hit"] == 1  # another release, same configuration
     assert compile_with("6.1.0-56-amd64", 2)["cache_miss"] == 1  # an option changed: compiled again
     assert (view / "autoconf-without-salt.h").read_text() == "#define CONFIG_X 2\n"
+
+
+def test_the_kbuild_view_reads_debian_7x_headers_makefile_that_names_its_object_tree(tmp_path):
+    # Debian's headers Makefiles as the packages ship them: 6.12.118+deb13 one line, 7.3.4+deb13 two
+    kbuild = load_kbuild_script()
+    src = tmp_path / "usr/src/linux-headers-7.3.4+deb13-common"
+    src.mkdir(parents=True)
+    (src / "Makefile").write_text("# the kernel's top Makefile\n")
+    obj = tmp_path / "usr/src/linux-headers-7.3.4+deb13-amd64"
+    obj.mkdir()
+    (obj / "Makefile").write_text(f"KBUILD_OUTPUT={obj}\ninclude {src}/Makefile\n")
+    assert kbuild.headers_trees(["make", "-C", str(obj)]) == (obj, src)
+    (obj / "Makefile").write_text(f"include {src}/Makefile\n")
+    assert kbuild.headers_trees(["make", "-C", str(obj)]) == (obj, src)
+    (obj / "Makefile").write_text(f"KBUILD_OUTPUT=/elsewhere\ninclude {src}/Makefile\n")
+    assert "more than" in kbuild.headers_trees(["make", "-C", str(obj)])
