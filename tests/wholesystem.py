@@ -31,6 +31,7 @@ A Debian 13 kind, "debian13" (Release TRIXIE, its own recipe number; ~3.5 min th
 A second kind, "uefi-sb", is made from the base image (~1-2 min, cached beside it, its own recipe number):
 
     $RDNA1_KMGR_TEST_CACHE/wholesystem/debian12-<KREL>-uefi-sb-r<UEFI_RECIPE>.img   GPT: ESP (FAT32) + ext4
+    $RDNA1_KMGR_TEST_CACHE/wholesystem/debian13-<KREL>-uefi-sb-r<UEFI_RECIPE>.img   the same from trixie's base
 
     the base's root file system copied (`cp -a`) onto a GPT disk after a 200 MB EFI system partition (mounted
     at /boot/efi in the guest; /boot/grub stays on ext4, where the boot guard's grubenv must be), then in a
