@@ -1,4 +1,4 @@
-"""A whole Debian 12 system in QEMU: boot loader, initramfs, systemd and a kernel of its own, on a disk image.
+"""A whole Debian 12 or 13 system in QEMU: boot loader, initramfs, systemd and a kernel of its own, on a disk image.
 
 For tests that a `vng` guest (the host's root file system, a kernel booted directly) cannot answer: what GRUB
 does at boot, what the initramfs loads before the root file system is mounted, what systemd units do, what
@@ -16,9 +16,22 @@ The base image is built once per kernel release and recipe version, and cached (
     the kernel on the serial console; then a first boot (kernel and initrd given to
     QEMU directly) runs grub-install on the disk and update-grub, so every later boot goes through GRUB.
 
+A Debian 13 kind, "debian13" (Release TRIXIE, its own recipe number; ~3.5 min the first time here):
+
+    $RDNA1_KMGR_TEST_CACHE/wholesystem/debian13-<KREL>-r<RECIPE>.img   as above, 16 GB sparse (~1 GB used)
+
+    the same recipe from trixie: debootstrap trixie from the archive the machine's apt gives for bookworm, the
+    image's apt listing trixie, trixie-security (from the machine's security archive), -updates and -backports;
+    KREL is the kernel trixie-security's linux-headers-amd64 points to today (6.12.x+deb13); then the tool goes
+    in as the README says: a copy of this checkout in /root/rdna1-kmgr and its ./install.sh run in the chroot
+    (trixie's Python 3.13, dkms, gcc-14, initramfs-tools and QEMU installed by it, the kernel hooks placed),
+    with this machine's local CA certificates and pip.conf so that pip reaches the registries. Tests re-run
+    install_by_readme on their copy: the cached image may hold an older checkout's tool.
+
 A second kind, "uefi-sb", is made from the base image (~1-2 min, cached beside it, its own recipe number):
 
     $RDNA1_KMGR_TEST_CACHE/wholesystem/debian12-<KREL>-uefi-sb-r<UEFI_RECIPE>.img   GPT: ESP (FAT32) + ext4
+    $RDNA1_KMGR_TEST_CACHE/wholesystem/debian13-<KREL>-uefi-sb-r<UEFI_RECIPE>.img   the same from trixie's base
 
     the base's root file system copied (`cp -a`) onto a GPT disk after a 200 MB EFI system partition (mounted
     at /boot/efi in the guest; /boot/grub stays on ext4, where the boot guard's grubenv must be), then in a
@@ -159,6 +172,42 @@ def debian_sources() -> list[tuple[str, list[str]]]:
     return [(uri, suites) for uri, suites in found if any(s.startswith("bookworm") for s in suites)]
 
 
+@dataclass(frozen=True)
+class Release:
+    """The Debian release a base image is made of: its codename, its suites (each from the archive the
+    machine's apt sources give for the same kind of suite: -security from the security archive, the others from
+    the release's), the image's size, and whether the tool goes in by the README's `./install.sh` in a chroot."""
+
+    name: str  # in the image's file name: debian12, debian13
+    codename: str
+    suites: tuple[str, ...]  # suffixes of the codename: "", "-security", ...
+    recipe: int
+    disk_size: int
+    install_sh: bool
+
+    def sources(self) -> list[tuple[str, list[str]]]:
+        """(URI, suites) for the image's apt: the host's own bookworm entries, or the same archives for another
+        release (the host's bookworm archive for the release and its -updates/-backports, its bookworm-security
+        archive for -security)."""
+        host = debian_sources()
+        if self.codename == "bookworm":
+            return host
+        release = next((uri for uri, suites in host if "bookworm" in suites), None)
+        security = next((uri for uri, suites in host if "bookworm-security" in suites), None)
+        found = []
+        for suffix in self.suites:
+            uri = security if suffix == "-security" else release
+            if uri is not None:
+                found.append((uri, [self.codename + suffix]))
+        return found
+
+
+BOOKWORM = Release("debian12", "bookworm", ("", "-security", "-updates"), RECIPE, DISK_SIZE, install_sh=False)
+# trixie-backports listed, as on a desktop that takes its newer kernels from there (apt's default pin keeps
+# them out until asked for): the follow story installs its 7.x kernel from it.
+TRIXIE = Release("debian13", "trixie", ("", "-security", "-updates", "-backports"), 1, 16 << 30, install_sh=True)
+
+
 def _mbr(disk_size: int) -> bytes:
     """A DOS partition table with one bootable Linux partition from 1 MiB to the end."""
     start = PART_OFFSET // 512
@@ -190,7 +239,12 @@ def mounted(image: Path, offset: int = PART_OFFSET, readonly: bool = False) -> I
 def _chroot_mounts(root: Path) -> Iterator[None]:
     done = []
     try:
-        for fs, target, opts in (("proc", "proc", []), ("sysfs", "sys", []), ("/dev", "dev", ["--bind"])):
+        for fs, target, opts in (
+            ("proc", "proc", []),
+            ("sysfs", "sys", []),
+            ("/dev", "dev", ["--bind"]),
+            ("/dev/pts", "dev/pts", ["--bind"]),
+        ):
             argv = ["mount", *opts, fs, str(root / target)] if opts else ["mount", "-t", fs, fs, str(root / target)]
             _run(argv)
             done.append(root / target)
@@ -437,14 +491,14 @@ def first_boot(image: Path, work: Path, root_device: str) -> Boot:
     return qemu_boot(image, work / "firstboot.log", timeout=900, kernel=kernel)
 
 
-def _build_base(image: Path, kernel: str, work: Path) -> None:
-    sources = debian_sources()
-    mirror = next((uri for uri, suites in sources if "bookworm" in suites), None)
+def _build_base(image: Path, kernel: str, work: Path, release: Release = BOOKWORM) -> None:
+    sources = release.sources()
+    mirror = next((uri for uri, suites in sources if release.codename in suites), None)
     if mirror is None:
-        pytest.skip("the machine's apt sources list no Debian bookworm archive to debootstrap from")
+        pytest.skip(f"the machine's apt sources list no Debian archive to debootstrap {release.codename} from")
     with open(image, "wb") as disk:
-        disk.truncate(DISK_SIZE)
-        disk.write(_mbr(DISK_SIZE))
+        disk.truncate(release.disk_size)
+        disk.write(_mbr(release.disk_size))
     loop = _run(["losetup", "--find", "--show", "--offset", str(PART_OFFSET), str(image)]).stdout.strip()
     try:
         _run(["mkfs.ext4", "-q", "-L", "wholesystem", loop])
@@ -452,7 +506,7 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
         subprocess.run(["losetup", "-d", loop])
     with mounted(image) as root:
         _run(
-            ["debootstrap", "--variant=minbase", "--include=ca-certificates", "bookworm", str(root), mirror],
+            ["debootstrap", "--variant=minbase", "--include=ca-certificates", release.codename, str(root), mirror],
             timeout=3600,
         )
         (root / "etc/apt/sources.list").write_text(
@@ -489,6 +543,8 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
                 env=env,
                 timeout=3600,
             )
+            if release.install_sh:
+                install_by_readme(root, env)
             _run(["chroot", str(root), "apt-get", "clean"], env=env)
             _run(["chroot", str(root), "passwd", "-d", "root"], env=env)
         (root / "usr/sbin/policy-rc.d").unlink()
@@ -507,6 +563,33 @@ def _build_base(image: Path, kernel: str, work: Path) -> None:
         raise RuntimeError(
             f"grub-install in the first boot failed ({result[0]}): {result[1][-2000:]}\n" f"{boot.tail()}"
         )
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # the tool's source tree these tests run from
+CHECKOUT_IN_IMAGE = "root/rdna1-kmgr"
+
+
+def install_by_readme(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The tool installed in the chroot `root` as the README says (`./install.sh` from a copy of this checkout,
+    run as root): the release's own Python, dkms, initramfs-tools and kernel hooks. pip reaches the package
+    registries with this machine's trust: its local CA certificates and pip.conf go in first."""
+    local_cas = sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
+    if local_cas:
+        (root / "usr/local/share/ca-certificates").mkdir(parents=True, exist_ok=True)
+        for cert in local_cas:
+            shutil.copy(cert, root / "usr/local/share/ca-certificates" / cert.name)
+        _run(["chroot", str(root), "update-ca-certificates"], env=env)
+    if Path("/etc/pip.conf").is_file():
+        shutil.copy("/etc/pip.conf", root / "etc/pip.conf")
+    copy = root / CHECKOUT_IN_IMAGE
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(
+        CHECKOUT,
+        copy,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache"),
+    )
+    return _run(["chroot", str(root), f"/{CHECKOUT_IN_IMAGE}/install.sh"], env=env, timeout=3600)
 
 
 def facts(out: str) -> dict[str, str]:
@@ -534,6 +617,8 @@ def _cached_image(folder: Path, name: str, earlier: str, build) -> Path:
     the folder's lock); images of earlier recipes (`earlier`, a glob) go when a new one is made: 1.6 GB each."""
     folder.mkdir(parents=True, exist_ok=True)
     image = folder / name
+    if image.is_file():  # published whole (os.replace): no need to wait for another kind's build
+        return image
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if image.is_file():
@@ -559,12 +644,17 @@ def _cached_image(folder: Path, name: str, earlier: str, build) -> Path:
 
 
 def base_image(kernel: str) -> Path:
-    """The cached base image for `kernel` (built the first time; several sessions wait for one build)."""
+    """The cached Debian 12 base image for `kernel` (built the first time; several sessions wait for one build)."""
+    return release_image(BOOKWORM, kernel)
+
+
+def release_image(release: Release, kernel: str) -> Path:
+    """The cached base image of `release` for `kernel` (built the first time; several sessions wait for one)."""
     return _cached_image(
         persistent_cache_root() / "wholesystem",
-        f"debian12-{kernel}-r{RECIPE}.img",
-        f"debian12-{kernel}-r*.img",
-        lambda partial, work: _build_base(partial, kernel, work),
+        f"{release.name}-{kernel}-r{release.recipe}.img",
+        f"{release.name}-{kernel}-r*.img",
+        lambda partial, work: _build_base(partial, kernel, work, release),
     )
 
 
@@ -600,15 +690,15 @@ ESP_TYPE = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
 LINUX_TYPE = "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
 
 
-def _uefi_disk(image: Path) -> None:
+def _uefi_disk(image: Path, disk_size: int = DISK_SIZE) -> None:
     """A sparse GPT disk: the EFI system partition (FAT32) from 1 MiB, the root file system (ext4) after it."""
     primary, backup, usable_end = _gpt(
-        DISK_SIZE, [(ESP_TYPE, PART_OFFSET, ESP_SIZE), (LINUX_TYPE, UEFI_ROOT_OFFSET, 0)]
+        disk_size, [(ESP_TYPE, PART_OFFSET, ESP_SIZE), (LINUX_TYPE, UEFI_ROOT_OFFSET, 0)]
     )
     with open(image, "wb") as disk:
-        disk.truncate(DISK_SIZE)
+        disk.truncate(disk_size)
         disk.write(primary)
-        disk.seek(DISK_SIZE - len(backup))
+        disk.seek(disk_size - len(backup))
         disk.write(backup)
     for offset, size, mkfs in (
         (PART_OFFSET, ESP_SIZE, ["mkfs.vfat", "-F", "32", "-n", "EFI"]),
@@ -634,11 +724,11 @@ find /boot/efi -type f
 """
 
 
-def _build_uefi(image: Path, base: Path, work: Path) -> None:
+def _build_uefi(image: Path, base: Path, work: Path, disk_size: int = DISK_SIZE) -> None:
     """The base image's root file system copied onto a GPT disk with an EFI system partition, Debian's signed
     boot chain installed in a chroot (no second debootstrap), then one boot (SeaBIOS, the kernel given to QEMU)
     puts shim and GRUB on the EFI system partition."""
-    _uefi_disk(image)
+    _uefi_disk(image, disk_size)
     with mounted(base, readonly=True) as source, mounted(image, UEFI_ROOT_OFFSET) as root:
         _run(["cp", "-a", f"{source}/.", str(root)], timeout=1800)
         (root / "etc/fstab").write_text(
@@ -671,14 +761,15 @@ def _build_uefi(image: Path, base: Path, work: Path) -> None:
         raise RuntimeError(f"grub-install in the first boot failed ({rc}): {out[-2000:]}\n{boot.tail()}")
 
 
-def uefi_sb_image(kernel: str) -> Path:
-    """The cached UEFI Secure Boot image for `kernel`, made from its base image the first time."""
-    base = base_image(kernel)  # before the lock _cached_image takes: base_image takes the same one
+def uefi_sb_image(kernel: str, release: Release = BOOKWORM) -> Path:
+    """The cached UEFI Secure Boot image of `release` for `kernel`, made from its base image the first time
+    (the release's own shim-signed, grub-efi-amd64-signed and signed kernel)."""
+    base = release_image(release, kernel)
     return _cached_image(
         base.parent,
-        f"debian12-{kernel}-uefi-sb-r{UEFI_RECIPE}.img",
-        f"debian12-{kernel}-uefi-sb-r*.img",
-        lambda partial, work: _build_uefi(partial, base, work),
+        f"{release.name}-{kernel}-uefi-sb-r{UEFI_RECIPE}.img",
+        f"{release.name}-{kernel}-uefi-sb-r*.img",
+        lambda partial, work: _build_uefi(partial, base, work, release.disk_size),
     )
 
 
@@ -699,17 +790,47 @@ class System:
         with mounted(self.image, self.kind.root_offset) as root:
             yield root
 
-    def chroot(
-        self, argv: list[str], timeout: float = 1800, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess:
-        """`argv` run natively in the powered-off system (a chroot, /proc /sys /dev bound in as the recipe's are):
-        its own update-initramfs, update-grub, dkms and offline systemctl, minutes faster than a TCG boot. What
-        reads the running system (uname -r, /proc/cmdline, systemd's state, EFI variables) sees this machine's:
-        give the kernel explicitly, and keep in a boot what is about a boot. GRUB's 10_linux gives up on a root
-        loop-mounted from a file, so update-grub is told the guest's root device (a grub.d file that lives only
-        during the call): its linux lines say root=/dev/vdaN, with no `search` line. Returns the finished process
-        whatever its status; its output is kept in the logs folder. `env` adds to root's PATH, locale and home."""
+    @contextlib.contextmanager
+    def entered(self, binds: dict[Path, str] | None = None) -> Iterator[Path]:
+        """The powered-off system's root made ready to run its own programs natively: /proc /sys /dev bound in as
+        the recipe's are, no daemon starting (policy-rc.d), each of `binds` (a folder of this machine to a path of
+        the root) bound in. GRUB's 10_linux gives up on a root loop-mounted from a file, so update-grub is told the
+        guest's root device (a grub.d file that lives only as long as this): its linux lines say root=/dev/vdaN,
+        with no `search` line."""
         device = "/dev/vda2" if self.kind.uefi else "/dev/vda1"
+        with self.files() as root, _chroot_mounts(root):
+            added = [root / "etc/default/grub.d/zz-wholesystem-chroot.cfg", root / "usr/sbin/policy-rc.d"]
+            added[0].parent.mkdir(parents=True, exist_ok=True)
+            added[0].write_text(f"GRUB_DEVICE={device}\nGRUB_DEVICE_BOOT={device}\n")
+            added[1].write_text("#!/bin/sh\nexit 101\n")
+            added[1].chmod(0o755)
+            bound = []
+            try:
+                for folder, inside in (binds or {}).items():
+                    target = root / inside
+                    target.mkdir(parents=True, exist_ok=True)
+                    _run(["mount", "--bind", str(folder), str(target)])
+                    bound.append(target)
+                yield root
+            finally:
+                for target in reversed(bound):
+                    subprocess.run(["umount", "-l", str(target)])
+                for path in added:
+                    path.unlink()
+
+    def chroot(
+        self,
+        argv: list[str],
+        timeout: float = 1800,
+        env: dict[str, str] | None = None,
+        binds: dict[Path, str] | None = None,
+        name: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        """`argv` run natively in the powered-off system (`entered`): its own update-initramfs, update-grub, dkms
+        and offline systemctl, minutes faster than a TCG boot. What reads the running system (uname -r,
+        /proc/cmdline, systemd's state, EFI variables) sees this machine's: give the kernel explicitly, and keep
+        in a boot what is about a boot. Returns the finished process whatever its status; its output is kept in
+        the logs folder (as `name`.log when named). `env` adds to root's PATH, locale and home."""
         env = {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "LC_ALL": "C",
@@ -717,18 +838,12 @@ class System:
             "DEBIAN_FRONTEND": "noninteractive",
             **(env or {}),
         }
-        with self.files() as root, _chroot_mounts(root):
-            override = root / "etc/default/grub.d/zz-wholesystem-chroot.cfg"
-            override.parent.mkdir(parents=True, exist_ok=True)
-            override.write_text(f"GRUB_DEVICE={device}\nGRUB_DEVICE_BOOT={device}\n")
-            try:
-                proc = subprocess.run(
-                    ["chroot", str(root), *argv], capture_output=True, text=True, env=env, timeout=timeout
-                )
-            finally:
-                override.unlink()
+        with self.entered(binds) as root:
+            proc = subprocess.run(
+                ["chroot", str(root), *argv], capture_output=True, text=True, env=env, timeout=timeout
+            )
         self.chroots += 1
-        log = self.logs / f"chroot-{self.chroots}.log"
+        log = self.logs / f"{name or f'chroot-{self.chroots}'}.log"
         log.write_text(
             f"$ {' '.join(argv)}\n{proc.stdout}\n--- stderr\n{proc.stderr}\n(exit status {proc.returncode})\n"
         )
@@ -822,3 +937,37 @@ def wholesystem_uefi_sb_image_61(headers_61) -> Path:
     kernel. Copy it with `new_system(image, tmp, UEFI_SB)` before booting."""
     require_uefi()
     return uefi_sb_image(headers_61)
+
+
+def trixie_kernel() -> str:
+    """The kernel release trixie-security's linux-headers-amd64 points to today (6.12.x+deb13-amd64), asked
+    through a private apt state in the test cache; skipped with the reason when the archive has none."""
+    from conftest import _using_test_cache
+
+    from rdna1_kmgr.core.errors import KmgrError
+    from rdna1_kmgr.source import debian_archive
+
+    with _using_test_cache():
+        try:
+            return debian_archive.current_kernel_abi("trixie-security")
+        except KmgrError as err:
+            pytest.skip(f"the archive names no current trixie kernel: {err}")
+
+
+@pytest.fixture(scope="session")
+def wholesystem_image_trixie() -> tuple[Path, str]:
+    """(image, kernel): the cached Debian 13 base image with trixie's current kernel (trixie-security's
+    linux-image-amd64), GRUB, and the tool installed by the README's ./install.sh in a chroot (trixie's Python
+    3.13, dkms, initramfs-tools). Copy it with `new_system` before changing it."""
+    require_tools()
+    kernel = trixie_kernel()
+    return release_image(TRIXIE, kernel), kernel
+
+
+@pytest.fixture(scope="session")
+def wholesystem_uefi_sb_image_trixie() -> tuple[Path, str]:
+    """(image, kernel): the Debian 13 image's UEFI Secure Boot kind (GPT, ESP, trixie's shim, signed GRUB and
+    signed kernel), made from `wholesystem_image_trixie`'s base. Copy it with `new_system(image, tmp, UEFI_SB)`."""
+    require_uefi()
+    kernel = trixie_kernel()
+    return uefi_sb_image(kernel, TRIXIE), kernel

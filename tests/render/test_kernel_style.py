@@ -6,14 +6,13 @@ is taken once from the very linux-source .deb the subset came from (fetched agai
 it has unpacked the subset), into the persistent test cache.
 """
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import _using_test_cache, persistent_cache_root
+from kernel_style import touched_objects, w1_new_warnings
 
 from rdna1_kmgr.core import cache_entry
 from rdna1_kmgr.render.patch_series import render
@@ -95,39 +94,6 @@ def test_every_patch_passes_the_kernel_s_own_checkpatch(request, tmp_path, fixtu
         ], name
 
 
-def patched_copy(source: Path, out: Path, dest: Path) -> Path:
-    shutil.copytree(source, dest, copy_function=os.link)
-    for name in (out / "series").read_text().split():
-        subprocess.run(["patch", "-p1", "--batch", "--quiet", "-d", str(dest), "-i", str(out / name)], check=True)
-    return dest
-
-
-def w1_warnings(tree: Path, release: str, objects: list[str]) -> set[str]:
-    """What W=1 says compiling `objects` of amdgpu, without line numbers (the series moves lines)."""
-    amd = tree / AMD
-    done = subprocess.run(
-        [
-            "make",
-            "-C",
-            f"/lib/modules/{release}/build",
-            f"M={amd}/amdgpu",
-            f"FULL_AMD_PATH={amd}",
-            "W=1",
-            "KCFLAGS=-g0",
-            f"-j{(os.cpu_count() or 1) + 1}",
-            *objects,
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return {
-        re.sub(rf"^{re.escape(str(tree))}/|:\d+(:\d+)?:", "", line).strip()
-        for line in (done.stdout + done.stderr).splitlines()
-        if re.search(r"\bwarning\b|\berror\b", line)
-    }
-
-
 @pytest.mark.realbuild
 @pytest.mark.parametrize(
     "source_fixture, headers_fixture",
@@ -141,24 +107,7 @@ def test_the_objects_the_series_touches_build_clean_with_w1(request, tmp_path, s
     release = request.getfixturevalue(headers_fixture)
     out = tmp_path / "out"
     render(source, out)
-    # amdkfd's files are objects of amdgpu.ko too, named from the amdgpu folder (the Makefile's ../amdkfd)
-    touched = sorted(
-        {
-            ("" if folder == "amdgpu" else "../amdkfd/") + name
-            for folder, name in re.findall(
-                rf"^\+\+\+ b/{AMD}/(amdgpu|amdkfd)/(\w+)\.c$", "".join(p.read_text() for p in out.glob("*.patch")), re.M
-            )
-        }
-    )
+    touched = touched_objects(out)
     assert "amdgpu_rdna1" in touched and "amdgpu_amdkfd" in touched
     assert ("../amdkfd/kfd_queue" in touched) == (source_fixture == "real_source_612")  # cwsr-size from 6.12 on
-    objects = [f"{name}.o" for name in touched]
-    patched = w1_warnings(patched_copy(source, out, tmp_path / "patched"), release, objects)
-    # the same objects of the stock tree (with only the out-of-tree build fix) say what upstream already warns
-    stock = tmp_path / "stock"
-    shutil.copytree(source, stock, copy_function=os.link)
-    subprocess.run(
-        ["patch", "-p1", "--batch", "--quiet", "-d", str(stock), "-i", str(out / "0001-out-of-tree.patch")], check=True
-    )
-    upstream = w1_warnings(stock, release, [o for o in objects if o != "amdgpu_rdna1.o"])
-    assert patched - upstream == set()
+    assert w1_new_warnings(source, out, release, tmp_path) == set()

@@ -1,0 +1,74 @@
+"""W=1 on the objects a rendered series touches, patched against stock: shared by the render tests (Debian 12's
+kernels, on this machine) and the Debian 13 story (trixie's 7.x kernel, in its root: that tree's headers need
+trixie's gcc-14)."""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+AMD = "drivers/gpu/drm/amd"
+
+
+def touched_objects(out: Path) -> list[str]:
+    """amdgpu.ko's objects the rendered series in `out` changes, as kbuild names them from the amdgpu folder
+    (amdkfd's files are objects of amdgpu.ko too, the Makefile's ../amdkfd)."""
+    return sorted(
+        {
+            ("" if folder == "amdgpu" else "../amdkfd/") + name
+            for folder, name in re.findall(
+                rf"^\+\+\+ b/{AMD}/(amdgpu|amdkfd)/(\w+)\.c$", "".join(p.read_text() for p in out.glob("*.patch")), re.M
+            )
+        }
+    )
+
+
+def patched_copy(source: Path, out: Path, dest: Path) -> Path:
+    shutil.copytree(source, dest, copy_function=os.link)
+    for name in (out / "series").read_text().split():
+        subprocess.run(["patch", "-p1", "--batch", "--quiet", "-d", str(dest), "-i", str(out / name)], check=True)
+    return dest
+
+
+def w1_warnings(tree: Path, release: str, objects: list[str], chroot: Path | None = None) -> set[str]:
+    """What W=1 says compiling `objects` of amdgpu, without line numbers (the series moves lines); in `chroot`
+    (where `tree` lies) when given."""
+    inside = Path("/") / tree.relative_to(chroot) if chroot else tree
+    amd = inside / AMD
+    done = subprocess.run(
+        [
+            *(["chroot", str(chroot)] if chroot else []),
+            "make",
+            "-C",
+            f"/lib/modules/{release}/build",
+            f"M={amd}/amdgpu",
+            f"FULL_AMD_PATH={amd}",
+            "W=1",
+            "KCFLAGS=-g0",
+            f"-j{(os.cpu_count() or 1) + 1}",
+            *objects,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return {
+        re.sub(rf"^{re.escape(str(inside))}/|:\d+(:\d+)?:", "", line).strip()
+        for line in (done.stdout + done.stderr).splitlines()
+        if re.search(r"\bwarning\b|\berror\b", line)
+    }
+
+
+def w1_new_warnings(source: Path, out: Path, release: str, work: Path, chroot: Path | None = None) -> set[str]:
+    """What W=1 says of the touched objects of the patched tree that it does not say of the stock one (with only
+    the out-of-tree build fix). `work` and `source` lie inside `chroot` when the compile runs there."""
+    objects = [f"{name}.o" for name in touched_objects(out)]
+    patched = w1_warnings(patched_copy(source, out, work / "patched"), release, objects, chroot)
+    stock = work / "stock"
+    shutil.copytree(source, stock, copy_function=os.link)
+    subprocess.run(
+        ["patch", "-p1", "--batch", "--quiet", "-d", str(stock), "-i", str(out / "0001-out-of-tree.patch")], check=True
+    )
+    upstream = w1_warnings(stock, release, [o for o in objects if o != "amdgpu_rdna1.o"], chroot)
+    return patched - upstream
