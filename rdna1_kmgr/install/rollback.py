@@ -16,6 +16,7 @@ is recorded and the journal moves to history/.
 
 from __future__ import annotations
 
+import datetime
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import journal_checks, journal_programs, modprobe_conf
 from rdna1_kmgr.install.journal import (
     Journal,
+    JournalError,
     State,
     abort_point,
     journal_root,
@@ -203,6 +205,19 @@ def _run(command: list[str], what: str) -> None:
 # --- the command -------------------------------------------------------------------------------------------
 
 
+def _started(journal: Journal) -> tuple[datetime.datetime, str]:
+    """When the journal's install began, to undo the newest first: a later install (follow's, for a new kernel)
+    backs up the files an earlier one wrote (the boot guard's), so undoing it first puts those back as the
+    earlier install left them, and the earlier one's undo then returns them to before both. Oldest when
+    unreadable (plan_for refuses it with the reason)."""
+    try:
+        records = journal.records()
+        started = datetime.datetime.strptime(records[0]["time"], "%Y-%m-%dT%H:%M:%S%z")
+    except (JournalError, IndexError, KeyError, TypeError, ValueError):
+        started = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+    return started, journal.kernel
+
+
 def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     if kernel is not None:
         journal = Journal(user_input.kernel_release(kernel))
@@ -211,7 +226,7 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     experiment, parameters, profile = ExperimentJournal(), ParameterJournal(), ProfileJournal()
     return (
         ([experiment] if experiment.exists() else [])
-        + [Journal(k) for k in Journal.kernels()]
+        + sorted((Journal(k) for k in Journal.kernels()), key=_started, reverse=True)
         + [j for j in (parameters, profile) if j.exists()]
     )
 

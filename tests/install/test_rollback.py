@@ -1,0 +1,47 @@
+"""rollback over several journals: the order in which installs are undone."""
+
+import pytest
+
+from rdna1_kmgr.install import journal as jr
+from rdna1_kmgr.install import rollback, stock_loader
+from rdna1_kmgr.install.target_root import ROOT_ENV
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
+    root = tmp_path / "root"
+    (root / "etc/modprobe.d").mkdir(parents=True)
+    monkeypatch.setenv(ROOT_ENV, str(root))
+    return root
+
+
+def _install(monkeypatch, kernel: str, at: str, guard, content: str) -> None:
+    """One kernel's install as its journal has it: it writes the stock loader's modprobe rule, a file every kernel's
+    install shares (as the boot guard's are), backing up what was there."""
+    monkeypatch.setattr(jr, "_now", lambda: at)
+    journal = jr.Journal(kernel)
+    journal.begin("install", kernel=kernel)
+    journal.record_intent("stock-loader", None, [guard], [])
+    guard.write_text(content)
+    journal.append("done", step="stock-loader")
+    journal.append("commit")
+
+
+@pytest.mark.parametrize(
+    "first, second", [("6.12.118+deb13-amd64", "7.3.4+deb13-amd64"), ("7.3.4-amd64", "6.12.9-amd64")]
+)
+def test_rollback_all_undoes_the_newest_install_first_and_leaves_what_was_there_before_both(
+    root, monkeypatch, first, second
+):
+    # the Debian 13 story: install for trixie's 6.12, then follow installs 7.x; both journal the shared files
+    # (the boot guard's, the stock loader's), the second backing up the first's. Undone oldest first, the
+    # second's backup would put the first's file back after the first's undo had removed it.
+    guard = root / stock_loader.RULE
+    _install(monkeypatch, first, "2026-11-26T20:00:00+0000", guard, "guard as the first install wrote it\n")
+    _install(monkeypatch, second, "2026-11-26T21:30:00+0000", guard, "guard as follow rewrote it\n")
+    monkeypatch.setattr(jr, "_now", lambda: "2026-11-26T22:00:00+0000")
+    result = rollback.run(None)
+    assert result["kernels"] == [second, first]
+    assert not guard.exists()  # as before the first install
+    assert jr.Journal.kernels() == []
