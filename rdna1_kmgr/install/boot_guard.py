@@ -260,8 +260,20 @@ def undo_commands(root: TargetRoot) -> list[list[str]]:
     return [["update-grub"], editenv(root, "unset", STATE, MASK)]
 
 
-def install(root: TargetRoot, settings: Settings, write) -> None:
-    """Write the files and links (`write(path, text)` writes durably), then arm the first trial."""
+def menu_entry_missing(root: TargetRoot, kernel: str) -> str | None:
+    """Why GRUB's menu would not boot `kernel` (None: an entry's linux line loads its image). update-grub
+    succeeds writing no entry at all where 10_linux cannot name the root device (a root on a loop device): a
+    trial armed on such a menu would boot some other kernel, or none."""
+    cfg = root.boot_dir / "grub/grub.cfg"
+    text = cfg.read_text(errors="replace") if cfg.is_file() else ""
+    if re.search(rf"^\s*linux(?:16|efi)?\s+\S*/vmlinuz-{re.escape(kernel)}(?:\s|$)", text, re.M):
+        return None
+    return f"GRUB's menu {cfg} has no entry that boots {kernel} after update-grub"
+
+
+def install(root: TargetRoot, settings: Settings, write, kernel: str) -> None:
+    """Write the files and links (`write(path, text)` writes durably), regenerate GRUB's configuration, check
+    that its menu boots `kernel`, then arm the first trial."""
     for path, text in files(root, settings).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         write(path, text, 0o755 if path.name == Path(GRUB_SCRIPT).name else 0o644)
@@ -270,8 +282,12 @@ def install(root: TargetRoot, settings: Settings, write) -> None:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(target)
-    for command in arm_commands(root, settings):
-        runner.run(command, error=HostError, hint="the boot guard could not be set up")
+    regenerate, arm = arm_commands(root, settings)
+    runner.run(regenerate, error=HostError, hint="the boot guard could not be set up")
+    missing = menu_entry_missing(root, kernel)
+    if missing:
+        raise HostError(missing, "check update-grub's output and /etc/default/grub; nothing of the install stays")
+    runner.run(arm, error=HostError, hint="the boot guard could not be set up")
     if Path("/run/systemd/system").is_dir() and root.is_system:
         runner.run(["systemctl", "daemon-reload"], check=False)
 

@@ -278,7 +278,7 @@ def plan_steps(
         steps.append(loader_step(root, tool))
     steps.append(initramfs_step)
     if guard is not None:
-        steps.append(guard_step(root, guard))
+        steps.append(guard_step(root, guard, kernel))
     steps += [
         Step(
             "verify",
@@ -319,8 +319,9 @@ def loader_step(root: TargetRoot, tool: initramfs.InitramfsTool) -> Step:
     )
 
 
-def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
-    """The boot guard's files and links (journaled like any file), then GRUB regenerated and the trial armed.
+def guard_step(root: TargetRoot, guard: boot_guard.Settings, kernel: str) -> Step:
+    """The boot guard's files and links (journaled like any file), then GRUB regenerated (its menu must boot
+    `kernel`) and the trial armed.
     Its undo, once rollback removed them: GRUB regenerated without it and its variables unset."""
     written = list(boot_guard.files(root, guard)) + list(boot_guard.links(root)) + boot_guard.runtime_files(root)
     dirs = _folders_to_create(written)
@@ -334,7 +335,7 @@ def guard_step(root: TargetRoot, guard: boot_guard.Settings) -> Step:
         None,
         written,
         dirs,
-        lambda: boot_guard.install(root, guard, write),
+        lambda: boot_guard.install(root, guard, write, kernel),
         undo={"kind": "boot-guard", "after": boot_guard.undo_commands(root)},
         text=[f"    {' '.join(c)}" for c in commands]
         + [

@@ -196,3 +196,42 @@ def test_the_boot_check_unit_has_a_start_timeout_systemd_reads(tmp_path):
         pytest.skip("systemd-analyze is not installed")
     analyze = subprocess.run(["systemd-analyze", "timespan", timeout], capture_output=True, text=True)
     assert f"μs: {int(timeout) * 1000000}" in analyze.stdout, analyze.stdout + analyze.stderr
+
+
+# GRUB's menu as grub-mkconfig's 10_linux writes an entry (util/grub.d/10_linux.in: `linux ${rel_dirname}/${basename}
+# root=... ro ${args}`, the path relative to the file system /boot is on), and as it writes none at all when it
+# cannot name the root device (a root on a loop device: only 00_header's settings and 30_os-prober/41_custom).
+ENTRY = """menuentry 'Debian GNU/Linux' --class debian --class gnu-linux --class gnu --class os $menuentry_id_option 'gnulinux-simple-1' {{
+	load_video
+	insmod gzio
+	insmod part_msdos
+	insmod ext2
+	echo	'Loading Linux {kernel} ...'
+	linux	{prefix}/vmlinuz-{kernel} root=UUID=0b7e0ae5-3a6f-4c53-9b1a-5b0b5d6a2b1c ro  quiet
+	echo	'Loading initial ramdisk ...'
+	initrd	{prefix}/initrd.img-{kernel}
+}}
+"""
+HEADER = "set default=0\nif [ -s $prefix/grubenv ]; then\n  load_env\nfi\n### BEGIN /etc/grub.d/10_linux ###\n"
+
+
+@pytest.mark.parametrize(
+    "menu, missing",
+    [
+        (HEADER + ENTRY.format(prefix="/boot", kernel="6.12.118+deb13-amd64"), False),
+        (HEADER + ENTRY.format(prefix="", kernel="6.12.118+deb13-amd64"), False),  # /boot a file system of its own
+        (HEADER + "### END /etc/grub.d/10_linux ###\n", True),  # update-grub found no root device to name
+        (HEADER + ENTRY.format(prefix="/boot", kernel="6.12.118+deb13-amd64-rt"), True),  # another flavour only
+        (HEADER + ENTRY.format(prefix="/boot", kernel="6.1.0-56-amd64"), True),
+    ],
+)
+def test_boot_guard_needs_a_menu_entry_that_boots_the_kernel(tmp_path, menu, missing):
+    (tmp_path / "boot/grub").mkdir(parents=True)
+    (tmp_path / "boot/grub/grub.cfg").write_text(menu)
+    said = boot_guard.menu_entry_missing(TargetRoot(tmp_path), "6.12.118+deb13-amd64")
+    assert (said is not None) == missing
+    if missing:
+        assert (
+            said
+            == f"GRUB's menu {tmp_path}/boot/grub/grub.cfg has no entry that boots 6.12.118+deb13-amd64 after update-grub"
+        )
