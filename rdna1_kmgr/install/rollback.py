@@ -218,6 +218,32 @@ def _started(journal: Journal) -> tuple[datetime.datetime, str]:
     return started, journal.kernel
 
 
+def _written_files(journal: Journal) -> set[str]:
+    """The files a kernel journal's steps backed up before writing them and its undo restores (not the modprobe.d
+    file, which rollback rewrites for the kernels left), not undone yet."""
+    return {b["path"] for step in journal.state().steps if not step.undone for b in _restored(step.intent)}
+
+
+def refuse_under_a_later_install(journal: Journal) -> None:
+    """One kernel's install undone alone must not pull files from under a later install that wrote them again
+    (the boot guard's and the stock loader's serve every kernel): that install's journal holds this one's
+    files as its backup, and relies on them being there. Undone newest first (`--all`), each gets back what it
+    found."""
+    mine = _written_files(journal)
+    for other in kernels_to_roll_back(None):
+        if type(other) is Journal and other.kernel != journal.kernel and _started(other) > _started(journal):
+            shared = sorted(mine & _written_files(other))
+            if shared:
+                raise UsageError(
+                    f"{other.kernel}'s later install rewrote {shared[0]}"
+                    + (f" and {len(shared) - 1} more file(s)" if len(shared) > 1 else "")
+                    + f" that {journal.kernel}'s install wrote: rolling back {journal.kernel} alone would take them"
+                    " from under it",
+                    f"roll back {other.kernel} first (rollback --kernel {other.kernel}), or every kernel with"
+                    " rollback --all; nothing was changed",
+                )
+
+
 def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     if kernel is not None:
         journal = Journal(user_input.kernel_release(kernel))
@@ -241,6 +267,8 @@ def run(
     refuse_if_busy()
     journals = kernels_to_roll_back(kernel)
     plans = {j.kernel: plan_for(j, keep_build) for j in journals}  # refuses a corrupted journal here
+    if kernel is not None and journals:
+        refuse_under_a_later_install(journals[0])
     if not journals:
         where = f" for {kernel}" if kernel else ""
         return {

@@ -2,6 +2,7 @@
 
 import pytest
 
+from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import rollback, stock_loader
 from rdna1_kmgr.install.target_root import ROOT_ENV
@@ -45,3 +46,40 @@ def test_rollback_all_undoes_the_newest_install_first_and_leaves_what_was_there_
     assert result["kernels"] == [second, first]
     assert not guard.exists()  # as before the first install
     assert jr.Journal.kernels() == []
+
+
+def test_rollback_of_the_earlier_kernel_alone_is_refused_while_a_later_install_relies_on_its_files(root, monkeypatch):
+    guard = root / stock_loader.RULE
+    _install(monkeypatch, "6.12.118+deb13-amd64", "2026-11-26T20:00:00+0000", guard, "the first install's rule\n")
+    _install(monkeypatch, "7.3.4+deb13-amd64", "2026-11-26T21:30:00+0000", guard, "follow's rule\n")
+    with pytest.raises(UsageError) as refused:
+        rollback.run("6.12.118+deb13-amd64")
+    assert refused.value.what.startswith("7.3.4+deb13-amd64's later install rewrote ")
+    assert "rollback --kernel 7.3.4+deb13-amd64" in refused.value.hint and "--all" in refused.value.hint
+    assert guard.read_text() == "follow's rule\n"  # nothing changed
+    assert sorted(jr.Journal.kernels()) == ["6.12.118+deb13-amd64", "7.3.4+deb13-amd64"]
+    # the later one alone is fine, and then the earlier one
+    rollback.run("7.3.4+deb13-amd64")
+    assert guard.read_text() == "the first install's rule\n"
+    rollback.run("6.12.118+deb13-amd64")
+    assert not guard.exists()
+
+
+def test_rollback_of_the_earlier_kernel_alone_goes_on_when_they_share_only_the_modprobe_file(root, monkeypatch):
+    # /etc/modprobe.d/rdna1-kmgr.conf serves every kernel too, but rollback rewrites it for the kernels left
+    conf = root / "etc/modprobe.d/rdna1-kmgr.conf"
+    for kernel, at in (
+        ("6.12.118+deb13-amd64", "2026-11-26T20:00:00+0000"),
+        ("7.3.4+deb13-amd64", "2026-11-26T21:30:00+0000"),
+    ):
+        monkeypatch.setattr(jr, "_now", lambda at=at: at)
+        journal = jr.Journal(kernel)
+        journal.begin("install", kernel=kernel)
+        journal.record_intent(
+            "modprobe-conf", None, [conf], [], undo={"kind": "modprobe-conf", "path": str(conf), "kernel": kernel}
+        )
+        conf.write_text(f"# {kernel}\n")
+        journal.append("done", step="modprobe-conf")
+        journal.append("commit")
+    rollback.run("6.12.118+deb13-amd64")
+    assert jr.Journal.kernels() == ["7.3.4+deb13-amd64"]
