@@ -208,6 +208,27 @@ BOOKWORM = Release("debian12", "bookworm", ("", "-security", "-updates"), RECIPE
 TRIXIE = Release("debian13", "trixie", ("", "-security", "-updates", "-backports"), 1, 16 << 30, install_sh=True)
 
 
+# A root login shell's environment for the tool's commands run natively in a Debian 13 system (System.chroot).
+TRIXIE_ENV = {
+    "HOME": "/root",
+    "TERM": "dumb",
+    "LANG": "C.UTF-8",
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "DEBIAN_FRONTEND": "noninteractive",
+}
+
+
+def trixie_build_cache() -> dict[Path, str]:
+    """The compiler cache the tool's builds in a Debian 13 system use (System.chroot's binds), kept between runs
+    in the test cache, apart from the Debian 12 builds' (trixie's gcc-14 objects only): every story that builds
+    a trixie kernel shares it, so each kernel compiles once (a warm run recompiles nothing that did not change)."""
+    from conftest import persistent_cache_root
+
+    cache = persistent_cache_root() / "ccache-debian13"
+    cache.mkdir(exist_ok=True)
+    return {cache: "var/cache/rdna1-kmgr/ccache"}
+
+
 def _mbr(disk_size: int) -> bytes:
     """A DOS partition table with one bootable Linux partition from 1 MiB to the end."""
     start = PART_OFFSET // 512

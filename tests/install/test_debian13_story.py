@@ -44,15 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import persistent_cache_root
 from install_checks import assert_same_system, initramfs_list, tree_digest
 from kernel_style import touched_objects, w1_new_warnings
 from wholesystem import (
     STEP_DIR,
+    TRIXIE_ENV,
     System,
     facts,
     install_by_readme,
     new_system,
+    trixie_build_cache,
 )
 
 from rdna1_kmgr.render.patch_series import render
@@ -60,16 +61,6 @@ from rdna1_kmgr.render.patch_series import render
 pytestmark = [pytest.mark.realbuild, pytest.mark.vm]
 
 CONFIRM_AFTER = 20
-CHROOT_ENV = {
-    "HOME": "/root",
-    "TERM": "dumb",
-    "LANG": "C.UTF-8",
-    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "DEBIAN_FRONTEND": "noninteractive",
-}
-# The compiler cache the chroot's builds use, kept between runs in the test cache (a warm run recompiles
-# nothing that did not change): trixie's gcc-14 objects only, apart from the Debian 12 builds' cache.
-CCACHE = "ccache-debian13"
 
 
 @dataclass
@@ -78,16 +69,10 @@ class Trixie:
     kernel: str  # trixie-security's 6.12
     seen: dict = field(default_factory=dict)  # what earlier chapters found, for the later ones
 
-    def binds(self) -> dict[Path, str]:
-        """The persistent compiler cache, where the tool's builds in the root look for it."""
-        cache = persistent_cache_root() / CCACHE
-        cache.mkdir(exist_ok=True)
-        return {cache: "var/cache/rdna1-kmgr/ccache"}
-
     def run(self, script: str, name: str, timeout: float = 5400) -> subprocess.CompletedProcess:
         """`script` natively in the powered-off system, as a root login shell would run it (a clean environment);
         its output kept in the logs as `name`.log."""
-        return self.system.chroot(["/bin/bash", "-c", script], timeout, CHROOT_ENV, self.binds(), name)
+        return self.system.chroot(["/bin/bash", "-c", script], timeout, TRIXIE_ENV, trixie_build_cache(), name)
 
 
 def build_id(module: Path) -> str:
@@ -132,8 +117,8 @@ def trixie(wholesystem_image_trixie, tmp_path_factory) -> Trixie:
     story = Trixie(system, kernel)
     # The tool as this checkout has it (the cached image holds the one it was built with): the README's
     # ./install.sh again, in the chroot; the system packages are there already.
-    with system.entered(story.binds()) as root:
-        install_by_readme(root, CHROOT_ENV)
+    with system.entered(trixie_build_cache()) as root:
+        install_by_readme(root, TRIXIE_ENV)
     # grub.cfg as the native steps write it (root=/dev/vda1, no device hints) from the start: the state rollback
     # must return to is the one the last update-grub before `install` left
     proc = story.run("update-grub", "update-grub")

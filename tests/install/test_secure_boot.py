@@ -29,13 +29,25 @@ machine's kernel cannot mount: no FAT).
 from __future__ import annotations
 
 import contextlib
+import lzma
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from secure_boot_console import MokManager
-from wholesystem import UEFI_SB, Boot, System, copy_into, facts, install_tool, new_system
+from wholesystem import (
+    TRIXIE_ENV,
+    UEFI_SB,
+    Boot,
+    System,
+    copy_into,
+    facts,
+    install_by_readme,
+    install_tool,
+    new_system,
+    trixie_build_cache,
+)
 
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 
@@ -59,7 +71,9 @@ echo "FACT quirks=$(cat /sys/module/amdgpu/parameters/rdna1_quirks 2>/dev/null |
 echo "FACT loaded_buildid=$(od -An -tx1 /sys/module/amdgpu/notes/.note.gnu.build-id 2>/dev/null \
     | tr -d ' \\n' | tail -c 40)"
 echo "FACT module_file=$(modinfo -k {kernel} -n amdgpu)"
-echo "FACT file_buildid=$(readelf -n $(modinfo -k {kernel} -n amdgpu) | sed -n 's/.*Build ID: //p')"
+# Debian 13's DKMS installs the module xz-compressed, as its kernel's own modules are
+module=$(modinfo -k {kernel} -n amdgpu); case $module in *.xz) xz -dc "$module" > /run/amdgpu.ko; module=/run/amdgpu.ko;; esac
+echo "FACT file_buildid=$(readelf -n $module | sed -n 's/.*Build ID: //p')"
 echo "FACT grubenv=$(grub-editenv /boot/grub/grubenv list | tr '\\n' ' ')"
 echo "FACT cmdline=$(cat /proc/cmdline)"
 echo "FACT enrollment=$(mokutil --test-key {cert} 2>&1 | tr '\\n' ' ')"
@@ -103,30 +117,66 @@ class Story:
         return manager
 
 
-@pytest.fixture(scope="module")
-def story(built_module_61, wholesystem_uefi_sb_image_61, tmp_path_factory, pytestconfig) -> Story:
-    kernel = built_module_61["kernel"]
-    version = built_module_61["package_version"]
-    system = new_system(wholesystem_uefi_sb_image_61, tmp_path_factory.mktemp("secure_boot"), UEFI_SB)
+def stock_build_id(root: Path, kernel: str, tmp: Path) -> str:
+    """The GNU build id of the distribution's amdgpu (Debian 13's modules are xz-compressed)."""
+    stock_file = root / "lib/modules" / kernel / "kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko"
+    if not stock_file.is_file():
+        plain = tmp / "stock-amdgpu.ko"
+        plain.write_bytes(lzma.decompress(stock_file.with_suffix(".ko.xz").read_bytes()))
+        stock_file = plain
+    notes = subprocess.run(["readelf", "-n", str(stock_file)], capture_output=True, text=True, check=True).stdout
+    return notes.split("Build ID:")[1].split()[0]
+
+
+def debian12_system(request, tmp: Path) -> tuple[System, str]:
+    """Debian 12's Secure Boot image with the module `build` made on this machine for its 6.1 kernel (its DKMS
+    package, built tree and DKMS's signing certificate) and this checkout's tool."""
+    built = request.getfixturevalue("built_module_61")
+    kernel, version = built["kernel"], built["package_version"]
+    system = new_system(request.getfixturevalue("wholesystem_uefi_sb_image_61"), tmp, UEFI_SB)
     with system.files() as root:
         install_tool(root)
-        # The module `build` made for this kernel: its DKMS package, built tree and signing certificate.
         copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
         copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)
         copy_into(root, Path(CERT))
-        stock_file = root / "lib/modules" / kernel / "kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko"
-        notes = subprocess.run(["readelf", "-n", str(stock_file)], capture_output=True, text=True, check=True).stdout
-        stock = notes.split("Build ID:")[1].split()[0]
+    return system, kernel
+
+
+def debian13_system(request, tmp: Path) -> tuple[System, str]:
+    """Debian 13's Secure Boot image (trixie's shim, signed GRUB and kernel, mokutil) with this checkout's tool
+    put in by the README's ./install.sh, and the module built there natively for trixie-security's 6.12: trixie's
+    gcc-14 and DKMS, which makes its own signing key on the first build and signs with it."""
+    image, kernel = request.getfixturevalue("wholesystem_uefi_sb_image_trixie")
+    system = new_system(image, tmp, UEFI_SB)
+    with system.entered(trixie_build_cache()) as root:
+        install_by_readme(root, TRIXIE_ENV)
+    build = system.chroot(
+        ["rdna1-kmgr", "build", "--kernel", kernel, "--yes"], 5400, TRIXIE_ENV, trixie_build_cache(), "build"
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return system, kernel
+
+
+@pytest.fixture(scope="module", params=["debian12", "debian13"])
+def story(request, tmp_path_factory, pytestconfig) -> Story:
+    """The story on Debian 12's system, then on Debian 13's (each a module-wide run of every chapter)."""
+    tmp = tmp_path_factory.mktemp(f"secure_boot_{request.param}")
+    system, kernel = (debian12_system if request.param == "debian12" else debian13_system)(request, tmp)
+    with system.files() as root:
+        stock = stock_build_id(root, kernel, tmp)
+        cert = (root / CERT.lstrip("/")).read_bytes()
     subject = subprocess.run(
-        ["openssl", "x509", "-inform", "DER", "-in", CERT, "-noout", "-subject", "-nameopt", "multiline"],
+        ["openssl", "x509", "-inform", "DER", "-noout", "-subject", "-nameopt", "multiline"],
+        input=cert,
         capture_output=True,
-        text=True,
         check=True,
-    ).stdout
+    ).stdout.decode()
     cn = re.search(r"commonName\s*=\s*(.+)", subject).group(1).strip()
     story = Story(system, kernel, stock, cn)
     yield story
-    summary = "Secure Boot story, seconds per boot: " + ", ".join(f"{b.seconds:.0f}" for b in system.boots)
+    summary = f"Secure Boot story ({request.param}, {kernel}), seconds per boot: " + ", ".join(
+        f"{b.seconds:.0f}" for b in system.boots
+    )
     summary += "; MokManager screenshots: " + ", ".join(str(s) for s in story.screenshots if s.is_file())
     (system.logs / "boot-seconds.txt").write_text(summary + "\n")
     capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
@@ -219,7 +269,7 @@ echo "FACT delete_pending=$(mokutil --list-delete | grep -c 'SHA1 Fingerprint' |
     )
     assert "rdna1_kmgr.boot=trial" in found["cmdline"], found
     assert re.search(r"\[(integrity|confidentiality)\]", found["lockdown"]), found
-    assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found
+    assert re.search(r"/updates/dkms/amdgpu\.ko(\.xz)?$", found["module_file"]), found
     assert len(found["loaded_buildid"]) == 40, found
     assert found["loaded_buildid"] == found["file_buildid"] != story.stock_buildid, found
     assert found["signer"] == story.cert_subject, found
@@ -239,7 +289,7 @@ def test_secure_boot_revoked_key_the_kernel_refuses_the_patched_module(story):
         f"""
 echo "FACT status=$(rdna1-kmgr keys status | grep enrollment)"
 # the file itself, past modprobe's rules: the kernel checks the signature before anything else
-echo "FACT insmod=$(insmod /lib/modules/{story.kernel}/updates/dkms/amdgpu.ko 2>&1 || true)"
+echo "FACT insmod=$(insmod $(modinfo -k {story.kernel} -n amdgpu) 2>&1 || true)"
 echo "FACT loader=$(dmesg | grep 'rdna1-kmgr:' | tr '\\n' '|')"
 rdna1-kmgr status
 cat /etc/issue.d/rdna1-kmgr.issue
@@ -247,7 +297,9 @@ cat /etc/issue.d/rdna1-kmgr.issue
     )
     log = kernel_log(boot.step_out)
     assert "is not enrolled" in found["enrollment"] and "not enrolled" in found["status"], found
-    assert found["module_file"].endswith("/updates/dkms/amdgpu.ko"), found  # still installed: the kernel refused it
+    assert re.search(
+        r"/updates/dkms/amdgpu\.ko(\.xz)?$", found["module_file"]
+    ), found  # still installed: the kernel refused it
     assert REFUSED.search(log), f"no refusal in the kernel's log:\n{log}"
     assert "Key was rejected by service" in found["insmod"], found
     assert "rdna1_kmgr.boot=confirmed" in found["cmdline"], found
