@@ -25,9 +25,15 @@ def touched_objects(out: Path) -> list[str]:
 
 
 def patched_copy(source: Path, out: Path, dest: Path) -> Path:
+    """A hard-linked copy of `source` with the series in `out` applied (GNU patch writes each file it changes
+    anew, so the source itself, a cache, is never modified)."""
     shutil.copytree(source, dest, copy_function=os.link)
     for name in (out / "series").read_text().split():
-        subprocess.run(["patch", "-p1", "--batch", "--quiet", "-d", str(dest), "-i", str(out / name)], check=True)
+        done = subprocess.run(
+            ["patch", "-p1", "--batch", "-d", str(dest), "-i", str(out / name)], capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+        assert "fuzz" not in done.stdout and "FAILED" not in done.stdout, done.stdout  # the series applies exactly
     return dest
 
 

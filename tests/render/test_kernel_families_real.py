@@ -8,8 +8,9 @@ import re
 import subprocess
 
 import pytest
-from test_kernel_style import checkpatch, checkpatch_of, w1_warnings
-from test_patch_series_real import derived_tree, patched_copy
+from kernel_style import patched_copy, w1_warnings
+from test_kernel_style import checkpatch, checkpatch_of
+from test_patch_series_real import derived_tree
 
 from rdna1_kmgr.render.name_check import code_of
 from rdna1_kmgr.render.patch_series import render

@@ -7,25 +7,13 @@ import shutil
 import subprocess
 
 import pytest
+from kernel_style import patched_copy
 
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
 
 AMD = "drivers/gpu/drm/amd"
 pytestmark = pytest.mark.realsource
-
-
-def patched_copy(source, out, dest):
-    """A hard-linked copy of the cached source with the series applied (GNU patch writes each file it
-    changes anew, so the cache itself is never modified)."""
-    shutil.copytree(source, dest, copy_function=os.link)
-    for name in (out / "series").read_text().split():
-        done = subprocess.run(
-            ["patch", "-p1", "--batch", "-d", str(dest), "-i", str(out / name)], capture_output=True, text=True
-        )
-        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
-        assert "fuzz" not in done.stdout and "FAILED" not in done.stdout, done.stdout
-    return dest
 
 
 @pytest.mark.parametrize(
