@@ -73,7 +73,13 @@ class MokManager:
         title = "[Enroll MOK]" if self.action == "Enroll MOK" else "[Delete MOK]"
         self.choose(self.drawn(title, "Continue"), "Continue", entries=("View key 0", "Continue"))
         question = "Enroll the key(s)?" if self.action == "Enroll MOK" else "Delete the key(s)?"
-        self.drawn(question, "Yes")
+        if not self.shows(question, 60):
+            # On a busy host the serial port can drop the question's line, which shim draws once: its No and Yes,
+            # which only that dialog draws (and redraws when the selection moves), tell that it is there.
+            self.seen.append(f"{question} (its line lost on the serial port)")
+            self.drawn("No", "Yes")
+        else:
+            self.drawn(question, "Yes")
         self.press(DOWN)  # "No" is first and selected
         self.press(ENTER)
         self.wait_for("Password")
