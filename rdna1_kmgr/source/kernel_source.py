@@ -354,8 +354,9 @@ def _compressed_tarball(archive: Path, deb: tuple[str, str] | None) -> Iterator[
                         f"{archive} holds no kernel tarball under /usr/src (linux-source-X.Y.tar.*)",
                         "give a linux-source-X.Y .deb",
                     )
-                handle = outer.extractfile(member)
-                yield iter(lambda: handle.read(_CHUNK), b""), member.size
+                tarball = outer.extractfile(member)
+                assert tarball is not None  # a regular file's member
+                yield iter(lambda: tarball.read(_CHUNK), b""), member.size
         except (tarfile.TarError, EOFError, OSError) as err:
             raise SourceError(
                 f"cannot read {archive}: {err}", "the file is truncated or damaged; fetch it again"
@@ -385,8 +386,10 @@ def _extract_subset(chunks: Iterator[bytes], size: int, tree: Path, archive: Pat
         for chunk in chain([first], chunks):
             tar.write(chunk)  # once tar gives up, writes are dropped: its exit code and message say why
             progress.advance(len(chunk))
-    message = tar.result.stderr
-    if tar.result.returncode != 0:
+    result = tar.result
+    assert result is not None  # pipe_into sets it when its block ends
+    message = result.stderr
+    if result.returncode != 0:
         progress.finish("failed")
         missing = re.search(r"tar: (\S+): Not found in archive", message)
         if missing:

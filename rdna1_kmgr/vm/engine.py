@@ -167,16 +167,17 @@ def validate_module(
     details: dict = {"build_id": module.build_id, "vermagic": module.vermagic, "kernel_origin": kernel.origin}
     chosen = None
     result = None
-    if all(c.ok for c in checks):
+    booted = all(c.ok for c in checks)
+    if booted:
         with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-vm-") as tmp:
             rundir = Path(tmp)
             # The guest loads a copy in the run folder: the bytes hashed are the bytes loaded.
             copy = rundir / module.path.name
             shutil.copyfile(module.path, copy)
             module = module_elf.read(copy, verdict.INIT_MESSAGES)
-            wants_workload = bool(gpu and gpu.workload)
-            view = guest_view.prepare(rundir, with_venv=wants_workload)
-            workload = workload_plan(gpu.workload, view) if wants_workload else None
+            workload_name = gpu.workload if gpu is not None else None
+            view = guest_view.prepare(rundir, with_venv=bool(workload_name))
+            workload = workload_plan(workload_name, view) if workload_name else None
             plan = verdict.guest_plan(module, view.guest_path(copy), gpu=gpu, workload=workload)
             (rundir / "plan.json").write_text(_json(plan))
             chosen = choose_accel(accel, kernel, vm.qemu, rundir)
@@ -193,7 +194,6 @@ def validate_module(
                 raw.write_text(_json(result))
                 details["guest_result"] = str(raw)
     else:
-        console = None
         say("the module does not fit the kernel: not booting")
     outcome, reason = verdict.decide(checks)
     counts = verdict.selftest_counts(result)
@@ -211,7 +211,7 @@ def validate_module(
         accel=chosen.name if chosen else None,
         checks=checks,
         selftest=counts,
-        console_log=str(console) if console else None,
+        console_log=str(console) if booted else None,
         seconds=round(time.monotonic() - started, 1),
         started=started_at.isoformat(timespec="seconds"),
         tool_version=__version__,

@@ -75,7 +75,7 @@ class CellResult:
 def masks(catalog: dict[str, quirk_catalog.Quirk]) -> list[tuple[int, tuple[str, ...]]]:
     """0, each quirk alone, all quirks: (mask, quirk ids), without repeats (one quirk: all == alone)."""
     ordered = sorted(catalog.values(), key=lambda q: q.bit)
-    found = [(0, ())] + [(1 << q.bit, (q.id,)) for q in ordered]
+    found: list[tuple[int, tuple[str, ...]]] = [(0, ())] + [(1 << q.bit, (q.id,)) for q in ordered]
     every = (sum(1 << q.bit for q in ordered), tuple(q.id for q in ordered))
     if every not in found:
         found.append(every)

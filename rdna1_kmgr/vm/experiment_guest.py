@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.paths import log_dir
@@ -59,7 +60,7 @@ def batch_runner(
     def run_batch(cells: list[experiment.Cell], attempt: int) -> experiment.Batch:
         with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-matrix-") as tmp:
             rundir = Path(tmp)
-            plan = {
+            plan: dict[str, Any] = {
                 "name": facts.name if facts else "amdgpu",
                 "module": None,
                 "depends": [],

@@ -85,8 +85,11 @@ class GuestRun:
 
 
 class Guest(Protocol):
-    name: str  # as guest_registry knows it
-    qemu: str  # the QEMU it runs (the KVM probe boots the same one)
+    @property
+    def name(self) -> str: ...  # as guest_registry knows it
+
+    @property
+    def qemu(self) -> str: ...  # the QEMU it runs (the KVM probe boots the same one)
 
     def boot(self, request: GuestRequest) -> GuestRun: ...
 
