@@ -209,7 +209,7 @@ def validate_module(
         module=str(Path(module_path).resolve()),
         module_sha256=module.sha256,
         accel=chosen.name if chosen else None,
-        checks=checks,
+        checks=tuple(checks),
         selftest=counts,
         console_log=str(console) if booted else None,
         seconds=round(time.monotonic() - started, 1),

@@ -81,7 +81,7 @@ def run_plumbing(
         module=None,
         module_sha256=None,
         accel=chosen.name,
-        checks=checks,
+        checks=tuple(checks),
         selftest=None,
         console_log=str(console),
         seconds=round(time.monotonic() - started, 1),
