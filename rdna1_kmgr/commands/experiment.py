@@ -1,10 +1,11 @@
 """`rdna1-kmgr experiment [apply]`: the user-space cells on the host, the table, the answer, and applying it."""
 
+import sys
 from pathlib import Path
 
 import click
 
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import Exit, UsageError
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.experiment import answer, cell_run, host_run, kernel_run
@@ -74,11 +75,7 @@ def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_time
         cell_run.Limits(case_timeout, cell_timeout),
         quick,
     )
-    done = host_run.run(
-        request,
-        say=lambda line: click.echo(line, err=True),
-        warn=lambda line: click.echo(f"rdna1-kmgr: {line}", err=True),
-    )
+    done = host_run.run(request)
     record = done["record"]
     if as_json:
         emit_json(record)
@@ -176,12 +173,7 @@ def kernel(python, kernel_cells, pattern, case_timeout, cell_timeout, quick, reb
         quick,
         reboot,
     )
-    result = kernel_run.start(
-        request,
-        dry_run,
-        say=lambda line: click.echo(line, err=True),
-        warn=lambda line: click.echo(f"rdna1-kmgr: {line}", err=True),
-    )
+    result = kernel_run.start(request, dry_run)
     if as_json:
         emit_json(result)
     else:
@@ -215,7 +207,7 @@ def status(as_json):
 def stop(dry_run, as_json):
     """End the kernel cells now: the next boot is a normal one; the boot files, GRUB's lines and variables are
     removed (the journal's replay). What ran is kept in the record."""
-    result = kernel_run.stop(dry_run, say=lambda line: click.echo(line, err=True))
+    result = kernel_run.stop(dry_run)
     if as_json:
         emit_json(result)
     elif not result["running"]:
@@ -227,4 +219,5 @@ def stop(dry_run, as_json):
 @experiment.command("boot-step", hidden=True)
 def boot_step():
     """Run by rdna1-kmgr-experiment.service at every boot while kernel cells are under way."""
-    kernel_run.boot_step(say=click.echo)
+    with progress.reporting_to(sys.stdout):  # the unit's output: the journal keeps it
+        kernel_run.boot_step()

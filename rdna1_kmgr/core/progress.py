@@ -187,3 +187,25 @@ class Progress:
     def _plain(self, text: str) -> None:
         self.stream.write(text + "\n")
         self.stream.flush()
+
+
+_MB = 1 << 20
+
+
+class ByteProgress:
+    """Progress counted in bytes, shown in MB."""
+
+    def __init__(self, label: str, total: int | None):
+        self._bytes = 0
+        self._progress = Progress(label, total=-(-total // _MB) if total else None, unit="MB")
+
+    def advance(self, n: int) -> None:
+        before = self._bytes // _MB
+        self._bytes += n
+        if self._bytes // _MB > before:
+            self._progress.advance(self._bytes // _MB - before)
+
+    def finish(self, outcome: str = "done") -> None:
+        if outcome == "done":  # count the last partial MB, so a whole job reads N/N
+            self._progress.advance(-(-self._bytes // _MB) - self._bytes // _MB)
+        self._progress.finish(outcome)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, AnyStr, Generic, Literal, overload
 
 from rdna1_kmgr.core import keeper, keeper_link
 from rdna1_kmgr.core.errors import HostError, KmgrError
@@ -49,11 +49,13 @@ _LOGGED_OUTPUT = 4000  # characters of a run's output kept in the log
 
 
 @dataclass(frozen=True)
-class Result:
+class Result(Generic[AnyStr]):
+    """What a program printed: `Result[str]` from a text run (the default), `Result[bytes]` from `text=False`."""
+
     argv: list[str]
     returncode: int
-    stdout: str | bytes
-    stderr: str | bytes
+    stdout: AnyStr
+    stderr: AnyStr
 
     @property
     def ok(self) -> bool:
@@ -63,15 +65,16 @@ class Result:
         return last_line(self.stderr if self.stderr else self.stdout)
 
 
+@overload
 def run(
     argv: list[str],
     *,
     timeout: float | None = DEFAULT_TIMEOUT,
     check: bool = True,
-    input: str | bytes | None = None,
+    input: str | None = None,
     env: dict[str, str] | None = None,
     cwd: str | Path | None = None,
-    text: bool = True,
+    text: Literal[True] = True,
     on_line: Callable[[str], None] | None = None,
     on_tick: Callable[[], None] | None = None,
     merge_stderr: bool = False,
@@ -79,7 +82,46 @@ def run(
     doing: str | None = None,
     hint: str | None = None,
     as_user: Owner | None = None,
-) -> Result:
+) -> Result[str]: ...
+
+
+@overload
+def run(
+    argv: list[str],
+    *,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    check: bool = True,
+    input: bytes | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    text: Literal[False],
+    on_line: Callable[[bytes], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
+    merge_stderr: bool = False,
+    error: type[KmgrError] = HostError,
+    doing: str | None = None,
+    hint: str | None = None,
+    as_user: Owner | None = None,
+) -> Result[bytes]: ...
+
+
+def run(
+    argv: list[str],
+    *,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    check: bool = True,
+    input: Any = None,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    text: bool = True,
+    on_line: Callable[[Any], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
+    merge_stderr: bool = False,
+    error: type[KmgrError] = HostError,
+    doing: str | None = None,
+    hint: str | None = None,
+    as_user: Owner | None = None,
+) -> Result[Any]:
     """Run argv to its end and return what it printed.
 
     `on_line` gets each line of its stdout (and stderr, with merge_stderr) as it comes, and `on_tick` is
@@ -119,8 +161,8 @@ def run(
         timer.cancel()  # a watchdog that fired is waited for: its stop ends only once the tree is gone
         ticker.join()
         _ended(proc.pid)
-    empty = "" if text else b""
-    result = Result(argv, proc.returncode, stdout or empty, stderr or empty)
+    empty: Any = "" if text else b""
+    result: Result[Any] = Result(argv, proc.returncode, stdout or empty, stderr or empty)
     _log_result(result, time.monotonic() - started)
     if timer.fired:
         raise error(f"{what} did not finish within {timeout:.0f} s and was stopped", hint)
@@ -159,22 +201,23 @@ def pipe_from(
     log.info("run (reading): %s", shlex.join(argv))
     with tempfile.TemporaryFile() as errors:
         proc = _start(argv, what, error, hint, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors)
+        stdout = _piped(proc.stdout)
         try:
-            yield proc.stdout
+            yield stdout
         except BaseException as failure:
             try:
                 code = proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 code = None
                 stop(proc)
-            proc.stdout.close()
+            stdout.close()
             if code and not isinstance(failure, KeyboardInterrupt):
                 raise error(f"{what} failed (exit {code}): {last_line(_read(errors))}", hint) from failure
             raise
-        finished = proc.stdout.read(1) == b""
+        finished = stdout.read(1) == b""
         if not finished:
             stop(proc)
-        proc.stdout.close()
+        stdout.close()
         code = proc.wait()
         _ended(proc.pid)
         message = _read(errors)
@@ -189,7 +232,7 @@ class Sink:
     def __init__(self, stream: IO[bytes]):
         self._stream = stream
         self._broken = False
-        self.result: Result | None = None
+        self.result: Result[str] | None = None
 
     def write(self, data: bytes) -> int:
         # A reader that has gone (it failed) makes writes no-ops: its exit code and message say why.
@@ -217,11 +260,12 @@ def pipe_into(
     log.info("run (writing): %s", shlex.join(argv))
     with tempfile.TemporaryFile() as errors:
         proc = _start(argv, what, error, hint, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
-        sink = Sink(proc.stdin)
+        stdin = _piped(proc.stdin)
+        sink = Sink(stdin)
         try:
             yield sink
             try:
-                proc.stdin.close()
+                stdin.close()
             except BrokenPipeError:
                 pass
         except BaseException:
@@ -291,7 +335,7 @@ def run_session(
             cwd=cwd,
             as_user=as_user,
         )
-        pipe = proc.stdout
+        pipe = _piped(proc.stdout)
         os.set_blocking(pipe.fileno(), False)
 
         def pump(wait: float) -> tuple[bool, bool]:
@@ -496,24 +540,32 @@ def _stream_lines(proc: subprocess.Popen, input, on_line: Callable[[str], None])
     stderr_chunks: list = []
     reader = None
     if proc.stderr is not None:
-        reader = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()), daemon=True)
+        stderr = proc.stderr
+        reader = threading.Thread(target=lambda: stderr_chunks.append(stderr.read()), daemon=True)
         reader.start()
     if input is not None:
+        stdin = _piped(proc.stdin)
         try:
-            proc.stdin.write(input)
-            proc.stdin.close()
+            stdin.write(input)
+            stdin.close()
         except BrokenPipeError:
             pass
     lines = []
-    for line in proc.stdout:
+    for line in _piped(proc.stdout):
         lines.append(line)
         on_line(line.rstrip("\n") if isinstance(line, str) else line.rstrip(b"\n"))
     proc.wait()
     if reader is not None:
         reader.join()
     joiner = "" if isinstance(lines[0] if lines else "", str) else b""
-    stderr = stderr_chunks[0] if stderr_chunks else None
-    return joiner.join(lines), stderr
+    return joiner.join(lines), stderr_chunks[0] if stderr_chunks else None
+
+
+def _piped(stream: IO[AnyStr] | None) -> IO[AnyStr]:
+    """A stream of a Popen started with it as PIPE (typeshed types every one of them optional)."""
+    if stream is None:
+        raise ValueError("the program's stream was not opened as a pipe")
+    return stream
 
 
 def _read(handle) -> str:
@@ -521,7 +573,7 @@ def _read(handle) -> str:
     return handle.read().decode(errors="replace")
 
 
-def _log_result(result: Result, elapsed: float) -> None:
+def _log_result(result: Result[Any], elapsed: float) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
     out = result.stdout.decode(errors="replace") if isinstance(result.stdout, bytes) else result.stdout

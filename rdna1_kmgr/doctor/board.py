@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from rdna1_kmgr.doctor import compute_hangs
 from rdna1_kmgr.doctor.finding import Finding
@@ -72,7 +73,7 @@ def describe_mask(mask: int) -> str:
 
 def _driver(board: PciDevice, sysroot: Path) -> Finding:
     name = f"{board.bdf} {format_id(board.device)} ({chip_of(board.device)})"
-    facts = {"board": board.to_json()}
+    facts: dict[str, Any] = {"board": board.to_json()}
     if board.driver != "amdgpu":
         return Finding(
             "board",

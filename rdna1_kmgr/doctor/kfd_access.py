@@ -79,7 +79,7 @@ def read_nodes(sysroot: Path) -> list[KfdNode]:
 
 def read_properties(path: Path) -> dict[str, int]:
     """A KFD properties file: `name value` per line, values decimal."""
-    values = {}
+    values: dict[str, int] = {}
     try:
         text = path.read_text()
     except OSError:
@@ -245,14 +245,15 @@ def _access(sysroot: Path, gpus: list[KfdNode], user: User | None) -> list[Findi
     devices += [sysroot / f"dev/dri/renderD{n.drm_render_minor}" for n in gpus if n.drm_render_minor is not None]
     if not gpus:
         devices += sorted((sysroot / "dev/dri").glob("renderD*"))
-    facts = {"user": user.name, "groups": list(user.group_names), "devices": {}}
+    opened: dict[str, dict | None] = {}
+    facts = {"user": user.name, "groups": list(user.group_names), "devices": opened}
     blocked = []
     for device in devices:
         if not device.exists():
-            facts["devices"][str(device)] = None
+            opened[str(device)] = None
             continue
         ok, mode = may_open(device, user)
-        facts["devices"][str(device)] = {"mode": mode, "read_write": ok}
+        opened[str(device)] = {"mode": mode, "read_write": ok}
         if not ok:
             blocked.append(f"{device.relative_to(sysroot)} ({mode})")
     missing = [g for g in GPU_GROUPS if g not in user.group_names and group_id(sysroot, g) is not None]

@@ -110,7 +110,7 @@ def kernel_validates(sysroot: Path, release: str) -> tuple[bool, str]:
     if rhel:
         return int(rhel.group(1)) >= 570, f"{release}: RHEL 9 backported the check in 5.14.0-570"
     numbers = re.match(r"^(\d+)\.(\d+)", release)
-    validates = bool(numbers) and (int(numbers.group(1)), int(numbers.group(2))) >= (6, 12)
+    validates = numbers is not None and (int(numbers.group(1)), int(numbers.group(2))) >= (6, 12)
     return validates, f"{release}: by its version (the check came with Linux 6.12)"
 
 

@@ -14,6 +14,7 @@ doctor's Debian test lists the package).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,7 +122,7 @@ class Install:
 
 
 def lib_dirs(sysroot: Path) -> list[Path]:
-    found = []
+    found: list[Path] = []
     for pattern in LIB_GLOBS:
         for folder in sorted(sysroot.glob(pattern)):
             if folder.is_dir() and not folder.is_symlink() and folder.resolve() not in {f.resolve() for f in found}:
@@ -193,7 +194,7 @@ def _read_data_folder(install: Install, folder: Path, processors: tuple[str, ...
 
 
 def findings(
-    installs: list[Install], board: str, loads: str, bundled: list[Install] = (), rocm_torch: bool = False
+    installs: list[Install], board: str, loads: str, bundled: Sequence[Install] = (), rocm_torch: bool = False
 ) -> list[Finding]:
     """One finding per installed family and place; `board` is the processor, `loads` the one ROCm loads
     code for (another one under HSA_OVERRIDE_GFX_VERSION). `bundled`: the copies Python packages bring

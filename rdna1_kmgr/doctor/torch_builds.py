@@ -80,7 +80,7 @@ def sites_of(sysroot: Path, home: Path | None, named: list[str]) -> list[Path]:
     if home is not None and home.is_dir():
         for pattern in USER_SITES:
             sites += [s for s in sorted(home.glob(pattern)) if user_files.leads_inside(s, home)]
-    unique = []
+    unique: list[Path] = []
     for site in sites:
         if site.is_dir() and site.resolve() not in {s.resolve() for s in unique}:
             unique.append(site)

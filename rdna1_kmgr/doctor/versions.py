@@ -8,6 +8,7 @@ release talks to; AMD's own amdgpu-dkms replaces it with an out-of-tree driver o
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from rdna1_kmgr.doctor.finding import Finding
@@ -48,7 +49,7 @@ def opt_rocm(sysroot: Path) -> dict[str, str]:
     return found
 
 
-def findings(sysroot: Path, kernel: str, wheels: list[str] = ()) -> list[Finding]:
+def findings(sysroot: Path, kernel: str, wheels: Sequence[str] = ()) -> list[Finding]:
     """`wheels`: TheRock's ROCm in Python environments (rocm-sdk-core and where), a ROCm runtime too."""
     packages = installed_packages(sysroot)
     trees = opt_rocm(sysroot)

@@ -9,11 +9,11 @@ says a GPU reset failed ends the experiment there: the record says so and what t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.experiment import answer, cell_run, host_cells, owner_python
 from rdna1_kmgr.host import host_facts, kmsg
@@ -55,7 +55,12 @@ def the_board(sysroot: Path):
     return facts.target or boards[0]
 
 
-def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None]) -> dict:
+def warn(line: str) -> None:
+    """A line the owner must not miss (the display may freeze, a run stopped), under the tool's name."""
+    progress.say(f"rdna1-kmgr: {line}")
+
+
+def run(request: Request) -> dict:
     cells = host_cells.select(request.profiles, request.backends, request.pattern)
     base_env = dict(os.environ)
     python = owner_python.given(request.python, base_env)  # the input first, then the machine
@@ -70,14 +75,14 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
     )
     if not readable:
         warn("the kernel log cannot be read (run as root to see ring timeouts and GPU resets per cell)")
-    say(
+    progress.say(
         f"experiment: {len(cells)} cell(s), torch {python.torch} (HIP {python.hip}) of {python.path}; results in "
         f"{folder}"
     )
     results: list[cell_run.HostResult] = []
     stopped = dead_end = None
     for number, cell in enumerate(cells, 1):
-        say(f"[{number}/{len(cells)}] {cell.id} ...")
+        progress.say(f"[{number}/{len(cells)}] {cell.id} ...")
         result = cell_run.run_cell(
             cell,
             python.path,
@@ -90,7 +95,7 @@ def run(request: Request, say: Callable[[str], None], warn: Callable[[str], None
             "experiment-quick" if request.quick else "experiment",
         )
         results.append(result)
-        say(f"[{number}/{len(cells)}] {cell.id}: {result.outcome} ({result.seconds:.1f} s) {result.detail}")
+        progress.say(f"[{number}/{len(cells)}] {cell.id}: {result.outcome} ({result.seconds:.1f} s) {result.detail}")
         if result.reset_failed:
             stopped = RESET_FAILED_TODO
             warn(stopped)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from rdna1_kmgr.core import owner as owners
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import make_dirs, write_json
+from rdna1_kmgr.core.progress import say
 from rdna1_kmgr.experiment import answer, apply, boot_cells, cell_run, host_cells, host_run, owner_python
 from rdna1_kmgr.experiment.kernel_cells import InstalledBuild, KernelCell
 from rdna1_kmgr.experiment.kernel_cells import select as select_kernel_cells
@@ -243,7 +243,7 @@ def new_run_folder() -> Path:
     return folder
 
 
-def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Callable[[str], None]) -> dict:
+def start(request: Request, dry_run: bool) -> dict:
     root = TargetRoot.from_env()
     refuse_if_busy()
     running = current_plan()
@@ -310,14 +310,14 @@ def start(request: Request, dry_run: bool, say: Callable[[str], None], warn: Cal
         f"cell 1 of {len(kernel_cells)} ({kernel_cells[0].name}: {kernel_cells[0].parameter}) is armed: reboot to "
         "run it; each boot after it runs the next cell (`rdna1-kmgr experiment status`; `experiment stop` ends it)"
     )
-    warn(
+    host_run.warn(
         "the board is your display: during a cell's boot the screen may freeze while the workload runs; a boot "
         "that hangs can be power-cycled, it is recorded as a hang and the boot after it is a normal one"
     )
     return {**result, "folder": str(folder)}
 
 
-def boot_step(say: Callable[[str], None]) -> dict:
+def boot_step() -> dict:
     """At every boot (the unit): run, record, arm the next, or end the experiment."""
     root = TargetRoot.from_env()
     plan = current_plan()
@@ -348,7 +348,7 @@ def boot_step(say: Callable[[str], None]) -> dict:
             "(a hang, or the machine was power-cycled): recorded as a hang; this boot is a normal one"
         )
     else:
-        results = _run_host_cells(plan, cell, root, say, number, total)
+        results = _run_host_cells(plan, cell, root, number, total)
         _record_event(
             plan,
             cell=cell.name,
@@ -362,7 +362,7 @@ def boot_step(say: Callable[[str], None]) -> dict:
         return {"action": action, "cell": cell.name, "stopped": True}
     following = current_cell(plan, progress(plan))
     if following is None or stopped:
-        record = end(plan, root, stopped or "", say)
+        record = end(plan, root, stopped or "")
         return {"action": action, "cell": cell.name, "finished": True, "record": record}
     with locked("experiment boot-step"):
         if current_plan() != plan:
@@ -378,7 +378,7 @@ def boot_step(say: Callable[[str], None]) -> dict:
     return {"action": action, "cell": cell.name, "next": following.name}
 
 
-def _run_host_cells(plan: Plan, cell: KernelCell, root: TargetRoot, say, number: int, total: int) -> list:
+def _run_host_cells(plan: Plan, cell: KernelCell, root: TargetRoot, number: int, total: int) -> list:
     by_id = {c.id: c for c in host_cells.select()}
     sweep = "experiment-quick" if plan.quick else "experiment"
     # The unit is root's: the cells drop to the owner recorded at `start`, still that user, with a venv that
@@ -409,7 +409,7 @@ def _run_host_cells(plan: Plan, cell: KernelCell, root: TargetRoot, say, number:
     return results
 
 
-def end(plan: Plan, root: TargetRoot, why: str, say: Callable[[str], None]) -> dict:
+def end(plan: Plan, root: TargetRoot, why: str) -> dict:
     """Remove the boot files (the journal's replay), write the record and the table, forget the plan."""
     with locked("experiment end"):
         if current_plan() != plan:  # ended meanwhile (stop, or the boot step): its record is written
@@ -427,7 +427,7 @@ def end(plan: Plan, root: TargetRoot, why: str, say: Callable[[str], None]) -> d
     return record
 
 
-def stop(dry_run: bool, say: Callable[[str], None]) -> dict:
+def stop(dry_run: bool) -> dict:
     root = TargetRoot.from_env()
     refuse_if_busy()
     plan = current_plan()
@@ -442,7 +442,7 @@ def stop(dry_run: bool, say: Callable[[str], None]) -> dict:
             said = rollback.replay(journal, keep_build=True, reason="rdna1-kmgr experiment stop")
         return {"running": True, "dry_run": False, "plan": lines, "done": said}
     _record_event(plan, cell="-", event="stopped")
-    record = end(plan, root, "stopped by `rdna1-kmgr experiment stop`", say)
+    record = end(plan, root, "stopped by `rdna1-kmgr experiment stop`")
     return {"running": True, "dry_run": False, "plan": lines, "record": record}
 
 

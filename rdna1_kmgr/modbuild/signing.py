@@ -56,7 +56,7 @@ def resolve(key: str | Path | None = None, cert: str | Path | None = None, platf
     """--key/--cert when given (both or neither), else the convention of the distro (this one's by default)."""
     if (key is None) != (cert is None):
         raise UsageError("--key and --cert go together", "give both, or neither to use the distro's DKMS key")
-    if key is None:
+    if key is None or cert is None:
         return convention(platform)
     return KeyPair(Path(key).absolute(), Path(cert).absolute(), "given")
 
@@ -227,7 +227,7 @@ def enroll_command(cert: Path, pair: KeyPair | None = None, root: Path = Path("/
     /var/lib/shim-signed/mok/MOK.der and asks for the one-time password through debconf); everywhere else, and
     for any other certificate, mokutil --import itself."""
     wrapper = _ENROLL_WRAPPERS.get(pair.enroll) if pair else None
-    if wrapper and Path(cert) == pair.cert and _program_in(root, pair.enroll):
+    if wrapper and pair and Path(cert) == pair.cert and _program_in(root, pair.enroll):
         return wrapper
     return ["mokutil", "--import", str(cert)]
 

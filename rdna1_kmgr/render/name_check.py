@@ -182,11 +182,11 @@ def expand_pasting(code: str, macros: dict[str, PastingMacro]) -> str:
     names it builds are checked; a use whose arguments do not fit is left as it is."""
     code = _PASTING.sub(lambda m: m.group(0) if m.group(1) not in macros else "", code)
     for macro in macros.values():
-        code = re.sub(
-            rf"\b{macro.name}\s*\(([^()]*)\)",
-            lambda m, macro=macro: macro.expand([a.strip() for a in m.group(1).split(",")]) or m.group(0),
-            code,
-        )
+
+        def expanded(use: re.Match[str], macro: PastingMacro = macro) -> str:
+            return macro.expand([a.strip() for a in use.group(1).split(",")]) or use.group(0)
+
+        code = re.sub(rf"\b{macro.name}\s*\(([^()]*)\)", expanded, code)
     return code
 
 

@@ -208,4 +208,5 @@ def after_includes(text: str, path: str) -> int:
 def indentation_at(text: str, offset: int) -> str:
     """The leading white space of the line containing offset."""
     start = text.rfind("\n", 0, offset) + 1
-    return re.match(r"[ \t]*", text[start:]).group(0)
+    line = text[start:]
+    return line[: len(line) - len(line.lstrip(" \t"))]

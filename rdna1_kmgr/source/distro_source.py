@@ -73,4 +73,4 @@ def fetch(release: str, system: SystemIdentity) -> tuple[Path, dict]:
             "/proc/version says no distribution build",
             "give its source with --source PATH or --source URL",
         )
-    return FETCHERS[system.platform.kernel_source].fetch(release, version, system)
+    return FETCHERS[system.platform.kernel_source or ""].fetch(release, version, system)  # found by it: there

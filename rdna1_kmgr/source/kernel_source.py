@@ -3,13 +3,12 @@
 A source is a tree holding the kernel's top Makefile (it says the version) and drivers/gpu/drm/amd (acp,
 amdgpu, amdkfd, amdxcp, display, include, pm, ras: everything an out-of-tree amdgpu build compiles). The
 kernel's own include/ is not needed, the headers package provides it. Sources come from Debian's
-linux-source-X.Y package, a kernel.org-style tarball (a path or an http(s) URL checked against a SHA-256), or
-an already unpacked tree used where it is. Unpacked subsets live in cache_dir()/src/<version>/.
+linux-source-X.Y package, a kernel.org-style tarball (a path, or an http(s) URL checked against a SHA-256:
+tarball_fetch.py), or an already unpacked tree used where it is. Unpacked subsets live in cache_dir()/src/<version>/.
 """
 
 import bz2
 import filecmp
-import hashlib
 import io
 import json
 import lzma
@@ -17,9 +16,6 @@ import os
 import re
 import shutil
 import tarfile
-import urllib.error
-import urllib.parse
-import urllib.request
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,16 +25,16 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from rdna1_kmgr import __version__
 from rdna1_kmgr.core import cache_entry, runner, user_input
 from rdna1_kmgr.core.errors import SourceError, UsageError
 from rdna1_kmgr.core.files import link_in_place, sha256_file, write_json
 from rdna1_kmgr.core.paths import cache_dir
-from rdna1_kmgr.core.progress import Progress, say
+from rdna1_kmgr.core.progress import ByteProgress
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.host.system_identity import SystemIdentity
-from rdna1_kmgr.source import suite_search, verification
+from rdna1_kmgr.source import suite_search
 from rdna1_kmgr.source.debian_archive import PrivateArchive, check_debian_version
+from rdna1_kmgr.source.tarball_fetch import check_sha256, fetch_tarball
 
 # What of the kernel tree an out-of-tree amdgpu build and the patch renderer read.
 AMD_SUBSET = ("Makefile", "drivers/gpu/drm/amd")
@@ -47,12 +43,7 @@ AMDGPU_DIR = "drivers/gpu/drm/amd/amdgpu"
 ORIGIN_FILE = ".rdna1-kmgr-source.json"
 
 _CHUNK = 1 << 20
-_MB = 1 << 20
 _MAKEFILE_VARIABLE = re.compile(r"^(VERSION|PATCHLEVEL|SUBLEVEL|EXTRAVERSION)\s*=[ \t]*(\S*)[ \t]*$", re.M)
-_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
-_TARBALL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(tar\.xz|tar\.gz|tar\.bz2|tgz|tar)$")
-_SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64})\s+\*?(\S+)\s*$", re.M)
-_SUMS_FILES = ("sha256sums.asc", "sha256sums", "SHA256SUMS")  # kernel.org publishes the first
 # Debian: ./usr/src/linux-source-6.1.tar.xz. Ubuntu: ./usr/src/linux-source-6.8.0/linux-source-6.8.0.tar.bz2, and
 # for kernels built from another source package (HWE) ./usr/src/linux-hwe-6.8-source-6.8.0/<the same>.tar.bz2.
 _DEB_TARBALL = re.compile(r"^\./usr/src/(linux-(?:[a-z0-9.-]+-)?source-[0-9][0-9.]*)(/\1)?\.tar\.(xz|gz|bz2)$")
@@ -354,8 +345,9 @@ def _compressed_tarball(archive: Path, deb: tuple[str, str] | None) -> Iterator[
                         f"{archive} holds no kernel tarball under /usr/src (linux-source-X.Y.tar.*)",
                         "give a linux-source-X.Y .deb",
                     )
-                handle = outer.extractfile(member)
-                yield iter(lambda: handle.read(_CHUNK), b""), member.size
+                tarball = outer.extractfile(member)
+                assert tarball is not None  # a regular file's member
+                yield iter(lambda: tarball.read(_CHUNK), b""), member.size
         except (tarfile.TarError, EOFError, OSError) as err:
             raise SourceError(
                 f"cannot read {archive}: {err}", "the file is truncated or damaged; fetch it again"
@@ -380,13 +372,15 @@ def _extract_subset(chunks: Iterator[bytes], size: int, tree: Path, archive: Pat
         "--no-same-owner",
         *members,
     ]
-    progress = _ByteProgress(f"unpacking drivers/gpu/drm/amd from {archive.name}", size)
+    progress = ByteProgress(f"unpacking drivers/gpu/drm/amd from {archive.name}", size)
     with runner.pipe_into(command, check=False) as tar:
         for chunk in chain([first], chunks):
             tar.write(chunk)  # once tar gives up, writes are dropped: its exit code and message say why
             progress.advance(len(chunk))
-    message = tar.result.stderr
-    if tar.result.returncode != 0:
+    result = tar.result
+    assert result is not None  # pipe_into sets it when its block ends
+    message = result.stderr
+    if result.returncode != 0:
         progress.finish("failed")
         missing = re.search(r"tar: (\S+): Not found in archive", message)
         if missing:
@@ -435,154 +429,6 @@ def _top_folder(decompressor, head: bytes, archive: Path) -> str:
     return top
 
 
-class _ByteProgress:
-    """Progress counted in bytes, shown in MB."""
-
-    def __init__(self, label: str, total: int | None):
-        self._bytes = 0
-        self._progress = Progress(label, total=-(-total // _MB) if total else None, unit="MB")
-
-    def advance(self, n: int) -> None:
-        before = self._bytes // _MB
-        self._bytes += n
-        if self._bytes // _MB > before:
-            self._progress.advance(self._bytes // _MB - before)
-
-    def finish(self, outcome: str = "done") -> None:
-        if outcome == "done":  # count the last partial MB, so a whole job reads N/N
-            self._progress.advance(-(-self._bytes // _MB) - self._bytes // _MB)
-        self._progress.finish(outcome)
-
-
-# --- tarballs from a URL -------------------------------------------------------------------------------------
-
-
-def fetch_tarball(url: str, sha256: str | None = None, keyring: Path | None = None) -> Path:
-    """A kernel tarball downloaded into cache_dir()/tarballs, kept only when its SHA-256 is the expected one:
-    `sha256` when given, else the one a sha256sums file beside the URL publishes (over https only, its
-    sha256sums.asc's signature checked with gpgv against `keyring` when one is given).
-
-    An http URL needs `sha256`: the sums file would come from the same unauthenticated server as the tarball,
-    and the tree is compiled and signed with the machine's module key. Refused before anything is downloaded.
-    """
-    parts = check_url(url)
-    name = _tarball_name(parts)
-    if parts.scheme == "http" and not sha256:
-        raise UsageError(
-            f"refusing {url}: over http the tarball and its sha256sums could be anyone's",
-            "use an https:// URL or give the tarball's --sha256",
-        )
-    expected = _check_sha256(sha256) if sha256 else _published_sha256(url, name, keyring)
-    tarballs = cache_dir() / "tarballs"
-    final = tarballs / name
-    tarballs.mkdir(parents=True, exist_ok=True)
-    with cache_entry.exclusive(tarballs, name):
-        if final.is_file() and sha256_file(final) == expected:
-            return final
-        with cache_entry.staging(tarballs, name) as tmp:
-            actual = _download(url, tmp / name)
-            if actual != expected:
-                raise SourceError(
-                    f"{name} from {url} has SHA-256 {actual}, expected {expected}",
-                    "nothing was kept; check the URL and the hash",
-                )
-            return cache_entry.publish(tmp / name, final)
-
-
-def check_url(url: str) -> urllib.parse.SplitResult:
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise UsageError(f"unsupported source URL {url!r}", "give an https:// (or http://) URL of a kernel tarball")
-    return parts
-
-
-def _tarball_name(parts: urllib.parse.SplitResult) -> str:
-    name = parts.path.rsplit("/", 1)[-1]
-    if not _TARBALL_NAME.fullmatch(name):
-        raise UsageError(
-            f"{name or parts.path!r} in the URL is not a tarball name",
-            "give the URL of a .tar.xz, .tar.gz, .tar.bz2 or .tar file",
-        )
-    return name
-
-
-def _check_sha256(value: str) -> str:
-    if not _SHA256.fullmatch(value):
-        raise UsageError(f"invalid SHA-256 {value!r}", "give 64 hex digits")
-    return value.lower()
-
-
-def _published_sha256(url: str, name: str, keyring: Path | None = None) -> str:
-    """The tarball's hash from a sha256sums file in the same folder (kernel.org: sha256sums.asc, clearsigned).
-    With `keyring`, only a sha256sums.asc whose signature gpgv verifies against it is read, and only the signed
-    text of it; without, the file is read as the https server gave it, and the log says so."""
-    folder = url.rsplit("/", 1)[0]
-    for sums in _SUMS_FILES if keyring is None else _SUMS_FILES[:1]:
-        try:
-            with urllib.request.urlopen(_request(f"{folder}/{sums}"), timeout=60) as response:
-                raw = response.read(4 * _MB)
-        except urllib.error.HTTPError as err:
-            if err.code == 404:
-                continue
-            raise SourceError(
-                f"cannot download {folder}/{sums}: HTTP {err.code} {err.reason}", "check the URL"
-            ) from None
-        except (urllib.error.URLError, OSError) as err:
-            raise SourceError(
-                f"cannot download {folder}/{sums}: {_reason(err)}", "check the URL and the network"
-            ) from None
-        if keyring is not None:
-            text = verification.signed_text(raw, keyring, f"{folder}/{sums}")
-        else:
-            text = raw.decode(errors="replace")
-            say(f"the signature of {folder}/{sums} was not checked (no --keyring): trusting the https server")
-        for digest, listed in _SUMS_LINE.findall(text):
-            if listed.rsplit("/", 1)[-1] == name:
-                return digest.lower()
-    if keyring is not None:
-        raise SourceError(
-            f"no signed {_SUMS_FILES[0]} beside {url} lists {name} (--keyring {keyring} needs one)",
-            "give the tarball's --sha256 instead",
-        )
-    raise SourceError(
-        f"no SHA-256 known for {url}: none given and no sha256sums beside it lists {name}",
-        "give the tarball's SHA-256 (kernel.org lists them in sha256sums.asc)",
-    )
-
-
-def _download(url: str, dest: Path) -> str:
-    """Download `url` to `dest` with progress; its SHA-256."""
-    digest = hashlib.sha256()
-    try:
-        with urllib.request.urlopen(_request(url), timeout=60) as response, open(dest, "wb") as out:
-            length = response.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else None
-            progress = _ByteProgress(f"downloading {dest.name}", total)
-            received = 0
-            while chunk := response.read(_CHUNK):
-                out.write(chunk)
-                digest.update(chunk)
-                received += len(chunk)
-                progress.advance(len(chunk))
-            if total is not None and received != total:
-                progress.finish("failed")
-                raise SourceError(f"download of {url} stopped after {received} of {total} bytes", "run again")
-            progress.finish()
-    except urllib.error.HTTPError as err:
-        raise SourceError(f"cannot download {url}: HTTP {err.code} {err.reason}", "check the URL") from None
-    except (urllib.error.URLError, OSError) as err:
-        raise SourceError(f"cannot download {url}: {_reason(err)}", "check the URL and the network") from None
-    return digest.hexdigest()
-
-
-def _request(url: str) -> urllib.request.Request:
-    return urllib.request.Request(url, headers={"User-Agent": f"rdna1-kmgr/{__version__}"})
-
-
-def _reason(err: Exception) -> str:
-    return str(getattr(err, "reason", None) or err)
-
-
 # --- the --source option -------------------------------------------------------------------------------------
 
 
@@ -595,7 +441,7 @@ def resolve_source_option(value: str, sha256: str | None = None, keyring: Path |
     if path.is_dir():
         return checked_tree(path)
     if path.is_file():
-        if sha256 and sha256_file(path) != _check_sha256(sha256):
+        if sha256 and sha256_file(path) != check_sha256(sha256):
             raise SourceError(
                 f"{path} has SHA-256 {sha256_file(path)}, expected {sha256.lower()}", "check the file and the hash"
             )

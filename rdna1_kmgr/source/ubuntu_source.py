@@ -50,7 +50,10 @@ class UbuntuKernel:
     @property
     def source_packages(self) -> list[str]:
         """The binary packages that may hold its source, most likely first."""
-        base = UBUNTU_ABI_VERSION.fullmatch(self.version).group(1)
+        abi = UBUNTU_ABI_VERSION.fullmatch(self.version)
+        if abi is None:  # ubuntu_kernel checked it; a version made elsewhere is a bug
+            raise ValueError(f"not an Ubuntu kernel package version: {self.version!r}")
+        base = abi.group(1)
         if self.source_name:
             return [f"linux-source-{base}" if self.source_name == "linux" else f"{self.source_name}-source-{base}"]
         names = [f"linux-source-{base}"]
@@ -72,7 +75,7 @@ class SourcePackage:
 def parse_signature(text: str) -> tuple[str, str, str] | None:
     """(package version, flavour, Linux version) from /proc/version_signature, or None for another format."""
     match = _SIGNATURE.fullmatch(text.strip())
-    return match.groups() if match else None
+    return (match[1], match[2], match[3]) if match else None
 
 
 def ubuntu_kernel(krel: str, system: SystemIdentity) -> UbuntuKernel | None:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import progress, runner, user_input
+from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.modbuild import module_elf
@@ -38,14 +38,10 @@ PROBE_TIMEOUT = 10.0  # a working KVM gets a kernel to its root mount in ~1 s
 # The probe kernel has no root file system: reaching the panic about it means its whole init ran.
 _PROBE_DONE = re.compile(r"VFS: Unable to mount root|Kernel panic - not syncing")
 
-Reporter = guest.Reporter
 # collect.py needs the host's own OS in the guest (kmod, Python): both guests run it
 EMULATED_GUEST = "host-root"
 PASSTHROUGH_GUEST = "virtme-ng"
-
-
-def say(line: str) -> None:
-    progress.say(f"vm-test: {line}")
+say = guest.say  # every line of a VM run, under its own prefix
 
 
 # --- acceleration ------------------------------------------------------------------------------------------------
@@ -57,9 +53,7 @@ class Accel:
     why: str
 
 
-def choose_accel(
-    requested: str, kernel: guest_kernel.GuestKernel, qemu: str, workdir: Path, report: Reporter = say
-) -> Accel:
+def choose_accel(requested: str, kernel: guest_kernel.GuestKernel, qemu: str, workdir: Path) -> Accel:
     if requested not in ACCELS:
         raise UsageError(f"invalid --accel {requested!r}", f"use one of: {', '.join(ACCELS)}")
     if requested == "tcg":
@@ -71,9 +65,9 @@ def choose_accel(
         return Accel("kvm", "asked for")
     if not usable:
         return Accel("tcg", "no usable /dev/kvm")
-    report(f"probing KVM (up to {PROBE_TIMEOUT:.0f} s)")
+    say(f"probing KVM (up to {PROBE_TIMEOUT:.0f} s)")
     works, why = probe_kvm(kernel, qemu, workdir)
-    report(f"KVM {'works' if works else 'unusable'}: {why}")
+    say(f"KVM {'works' if works else 'unusable'}: {why}")
     return Accel("kvm", why) if works else Accel("tcg", f"KVM probe failed: {why}")
 
 
@@ -138,7 +132,6 @@ def validate_module(
     timeout: float = DEFAULT_TIMEOUT,
     fetch: bool = False,
     selftest_required: int | None = None,
-    report: Reporter = say,
     devices: tuple[str, ...] = (),
     gpu: gpu_checks.GpuTarget | None = None,
     passthrough: dict | None = None,
@@ -174,23 +167,24 @@ def validate_module(
     details: dict = {"build_id": module.build_id, "vermagic": module.vermagic, "kernel_origin": kernel.origin}
     chosen = None
     result = None
-    if all(c.ok for c in checks):
+    booted = all(c.ok for c in checks)
+    if booted:
         with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-vm-") as tmp:
             rundir = Path(tmp)
             # The guest loads a copy in the run folder: the bytes hashed are the bytes loaded.
             copy = rundir / module.path.name
             shutil.copyfile(module.path, copy)
             module = module_elf.read(copy, verdict.INIT_MESSAGES)
-            wants_workload = bool(gpu and gpu.workload)
-            view = guest_view.prepare(rundir, with_venv=wants_workload)
-            workload = workload_plan(gpu.workload, view) if wants_workload else None
+            workload_name = gpu.workload if gpu is not None else None
+            view = guest_view.prepare(rundir, with_venv=bool(workload_name))
+            workload = workload_plan(workload_name, view) if workload_name else None
             plan = verdict.guest_plan(module, view.guest_path(copy), gpu=gpu, workload=workload)
             (rundir / "plan.json").write_text(_json(plan))
-            chosen = choose_accel(accel, kernel, vm.qemu, rundir, report)
+            chosen = choose_accel(accel, kernel, vm.qemu, rundir)
             request = guest.GuestRequest(
                 kernel, rundir, console, chosen.name, timeout, tuple(devices), guest_command(view), view
             )
-            run = vm.boot(request, report)
+            run = vm.boot(request)
             result = run.result
             checks += verdict.check_guest(result, module, release, selftest_required, run.problem(timeout), gpu)
             details.update(accel_why=chosen.why, stages=run.stages, vm_seconds=round(run.outcome.elapsed, 1))
@@ -200,8 +194,7 @@ def validate_module(
                 raw.write_text(_json(result))
                 details["guest_result"] = str(raw)
     else:
-        console = None
-        report("the module does not fit the kernel: not booting")
+        say("the module does not fit the kernel: not booting")
     outcome, reason = verdict.decide(checks)
     counts = verdict.selftest_counts(result)
     if counts is not None:
@@ -216,9 +209,9 @@ def validate_module(
         module=str(Path(module_path).resolve()),
         module_sha256=module.sha256,
         accel=chosen.name if chosen else None,
-        checks=checks,
+        checks=tuple(checks),
         selftest=counts,
-        console_log=str(console) if console else None,
+        console_log=str(console) if booted else None,
         seconds=round(time.monotonic() - started, 1),
         started=started_at.isoformat(timespec="seconds"),
         tool_version=__version__,
@@ -226,7 +219,7 @@ def validate_module(
         passthrough=passthrough,
     )
     record = verdict.store(record)
-    report(f"verdict {outcome}: {reason} (record {record.record})")
+    say(f"verdict {outcome}: {reason} (record {record.record})")
     return record
 
 

@@ -29,6 +29,7 @@ from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
+from rdna1_kmgr.vm.guest import say
 
 OUTCOMES = cell_outcomes.NAMES
 
@@ -74,7 +75,7 @@ class CellResult:
 def masks(catalog: dict[str, quirk_catalog.Quirk]) -> list[tuple[int, tuple[str, ...]]]:
     """0, each quirk alone, all quirks: (mask, quirk ids), without repeats (one quirk: all == alone)."""
     ordered = sorted(catalog.values(), key=lambda q: q.bit)
-    found = [(0, ())] + [(1 << q.bit, (q.id,)) for q in ordered]
+    found: list[tuple[int, tuple[str, ...]]] = [(0, ())] + [(1 << q.bit, (q.id,)) for q in ordered]
     every = (sum(1 << q.bit for q in ordered), tuple(q.id for q in ordered))
     if every not in found:
         found.append(every)
@@ -166,7 +167,6 @@ BatchRunner = Callable[[list[Cell], int], Batch]  # (cells, attempt) -> Batch
 def run(
     all_cells: list[Cell],
     run_batch: BatchRunner,
-    report: Callable[[str], None] = lambda line: None,
     max_vms: int | None = None,
 ) -> list[CellResult]:
     """Every cell, through as many VMs as it takes: a VM ends after a cell that left the GPU suspect (or
@@ -177,7 +177,7 @@ def run(
     attempt = 0
     while pending and (max_vms is None or attempt < max_vms):
         attempt += 1
-        report(f"VM {attempt}: {len(pending)} cell(s) to run")
+        say(f"VM {attempt}: {len(pending)} cell(s) to run")
         batch = run_batch(pending, attempt)
         entries = {e["id"]: e for e in ((batch.result or {}).get("cells") or [])}
         for cell in pending:
@@ -186,7 +186,7 @@ def run(
                 continue
             result = classify(cell, entry, None if entry.get("done") else batch.ended or "no result", attempt)
             results[cell.id] = result
-            report(f"  {cell.id:32} {result.outcome:7} {result.detail}")
+            say(f"  {cell.id:32} {result.outcome:7} {result.detail}")
         if not entries:
             for cell in pending:
                 results[cell.id] = CellResult(

@@ -47,7 +47,6 @@ def run(
     fetch: bool,
     force: bool,
     accept_reset_risk: bool,
-    report=engine.say,
 ) -> dict:
     """The whole experiment on the board; the record's JSON (also written under experiments/)."""
     bdf = passthrough.resolve_gpu(spec)
@@ -58,8 +57,8 @@ def run(
     workload = {"args": ["--sweep", "experiment"]}  # the host experiment's workload too
     cells = built_cells(built)
     base_env = installed_environment(owners.invoking_home())  # sudo's user, checked
-    report(f"experiment: {len(cells)} cells on {bdf}, {cell_timeout:.0f} s each at most")
-    with passthrough.bound(pre, report) as session:
+    engine.say(f"experiment: {len(cells)} cells on {bdf}, {cell_timeout:.0f} s each at most")
+    with passthrough.bound(pre) as session:
         run_batch = experiment_guest.batch_runner(
             release,
             built.path,
@@ -68,10 +67,9 @@ def run(
             accel=accel,
             fetch=fetch,
             base_env=base_env,
-            report=report,
             devices=pre.devices,
         )
-        results = experiment.run(cells, run_batch, report)
+        results = experiment.run(cells, run_batch)
     best = experiment.recommend(results)
     context = {
         "board": bdf,

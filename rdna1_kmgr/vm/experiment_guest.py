@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.paths import log_dir
@@ -31,7 +32,6 @@ def batch_runner(
     accel: str = "auto",
     fetch: bool = False,
     base_env: dict[str, str] | None = None,
-    report=engine.say,
     devices: tuple[str, ...] = (),
     show: tuple[Path, ...] = (),
 ) -> experiment.BatchRunner:
@@ -60,7 +60,7 @@ def batch_runner(
     def run_batch(cells: list[experiment.Cell], attempt: int) -> experiment.Batch:
         with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-matrix-") as tmp:
             rundir = Path(tmp)
-            plan = {
+            plan: dict[str, Any] = {
                 "name": facts.name if facts else "amdgpu",
                 "module": None,
                 "depends": [],
@@ -80,12 +80,12 @@ def batch_runner(
                 plan.update(module=view.guest_path(copy), depends=list(facts.depends))
             (rundir / "plan.json").write_text(json.dumps(plan, indent=1))
             if not chosen:
-                chosen.append(engine.choose_accel(accel, kernel, vm.qemu, rundir, report))
+                chosen.append(engine.choose_accel(accel, kernel, vm.qemu, rundir))
             limit = BOOT_ALLOWANCE + len(cells) * (cell_timeout + CELL_OVERHEAD)
             console = logs / f"{time.strftime('%Y%m%dT%H%M%S')}-matrix-vm{attempt}.log"
             command = engine.guest_command(view, "matrix.py")
             request = guest.GuestRequest(kernel, rundir, console, chosen[0].name, limit, devices, command, view)
-            run = vm.boot(request, report)
+            run = vm.boot(request)
             if run.outcome.timed_out:
                 ended = "timeout"
             elif run.result is not None and run.result.get("finished"):

@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.vm import guest_kernel, guest_view, kernel_image
 
-Reporter = Callable[[str], None]
+
+def say(line: str) -> None:
+    """One line of a VM run's progress (core/progress: whoever keeps the story, follow's log, gets it too)."""
+    progress.say(f"vm-test: {line}")
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,13 @@ class GuestRun:
 
 
 class Guest(Protocol):
-    name: str  # as guest_registry knows it
-    qemu: str  # the QEMU it runs (the KVM probe boots the same one)
+    @property
+    def name(self) -> str: ...  # as guest_registry knows it
 
-    def boot(self, request: GuestRequest, report: Reporter) -> GuestRun: ...
+    @property
+    def qemu(self) -> str: ...  # the QEMU it runs (the KVM probe boots the same one)
+
+    def boot(self, request: GuestRequest) -> GuestRun: ...
 
 
 # Console lines that mark boot stages: (pattern, stage name), or no name to take the pattern's first group.
@@ -107,8 +112,7 @@ def console_stages(*init_stages: tuple[re.Pattern, str | None]) -> Stages:
 class StageWatcher:
     """Follows the console as it grows; reports each boot stage once, with the time since the start."""
 
-    def __init__(self, report: Reporter, stages: Stages, clock=time.monotonic):
-        self.report = report
+    def __init__(self, stages: Stages, clock=time.monotonic):
         self.patterns = stages
         self.clock = clock
         self.started = clock()
@@ -130,7 +134,7 @@ class StageWatcher:
                 if all(stage != seen for _, seen in self.stages):
                     elapsed = self.clock() - self.started
                     self.stages.append((round(elapsed, 1), stage))
-                    self.report(f"{elapsed:5.1f} s  {stage}")
+                    say(f"{elapsed:5.1f} s  {stage}")
                 return
 
 

@@ -101,9 +101,10 @@ def fetch_image(release: str) -> GuestKernel:
         image, *modules = packages
         suites = _suites(system)
         deb = _download(image, suites, system.codename)
-        debs = [deb] + [_download(package, suites, system.codename, required=False) for package in modules]
+        found = (_download(package, suites, system.codename, required=False) for package in modules)
+        debs = [each for each in (deb, *found) if each is not None]  # a module package a suite lacks: none
         with cache_entry.staging(kernels, release) as tmp:
-            for each in filter(None, debs):
+            for each in debs:
                 progress.say(f"unpacking {each.name} into {root} (not installing it)")
                 _run(["dpkg-deb", "-x", str(each), str(tmp)], f"unpacking {each.name}")
             _merge_usr(tmp, release)
@@ -122,7 +123,7 @@ def fetch_image(release: str) -> GuestKernel:
                 )
             # an entry trimmed for another list of modules (KEPT_FOR) is replaced, under this entry's lock
             files.publish_tree(tmp, root)
-        for each in filter(None, debs):
+        for each in debs:
             each.unlink(missing_ok=True)  # unpacked: the .deb is only disk now (fetched again if ever needed)
         return cached
 

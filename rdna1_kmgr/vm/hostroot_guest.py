@@ -40,10 +40,10 @@ from rdna1_kmgr.vm import busybox_initramfs, guest_kernel, guest_view, qemu_args
 from rdna1_kmgr.vm.guest import (
     GuestRequest,
     GuestRun,
-    Reporter,
     StageWatcher,
     console_stages,
     read_result,
+    say,
 )
 
 NAME = "host-root"
@@ -92,7 +92,7 @@ class HostRootGuest:
     qemu: str
     name: str = NAME
 
-    def boot(self, request: GuestRequest, report: Reporter) -> GuestRun:
+    def boot(self, request: GuestRequest) -> GuestRun:
         """Boot the kernel with an initramfs written into the run folder; run the command; read result.json."""
         if request.view is None or request.command is None:
             raise ValueError("the host-root guest runs a command and needs the view of the host it gets")
@@ -100,8 +100,8 @@ class HostRootGuest:
             raise ValueError("the host-root guest has no passthrough: devices go to the virtme-ng guest")
         shares, mounts = layout(request.kernel, request.view)
         initramfs = build_initramfs(request.run / "initramfs.cpio", request.kernel, mounts, request.command)
-        watcher = StageWatcher(report, STAGES)
-        report(request.booting_line())
+        watcher = StageWatcher(STAGES)
+        say(request.booting_line())
         argv = qemu_argv(self.qemu, request.image_to_boot(), initramfs, request.accel, shares)
         outcome = runner.run_session(argv, request.console, request.timeout, cwd="/", watch=watcher.feed)
         return GuestRun(outcome, request.console, read_result(request.run), tuple(watcher.stages))

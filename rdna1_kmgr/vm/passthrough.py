@@ -144,7 +144,7 @@ def _refuse_journaled(plan: vfio.GroupPlan) -> None:
 
 
 @contextmanager
-def bound(pre: Preflight, report=engine.say) -> Iterator[Session]:
+def bound(pre: Preflight) -> Iterator[Session]:
     """Devices on vfio-pci for the body of the `with`; given back however the body ends.
 
     The run's token goes into this process's environment for as long as the devices are bound, so every
@@ -175,7 +175,7 @@ def bound(pre: Preflight, report=engine.say) -> Iterator[Session]:
                 )
                 vfio_journal.write(binding)  # before the first write to the device
                 session.bindings.append(binding)
-                report(f"{dev.bdf}: {dev.driver or 'no driver'} -> {vfio.VFIO_DRIVER}")
+                engine.say(f"{dev.bdf}: {dev.driver or 'no driver'} -> {vfio.VFIO_DRIVER}")
                 vfio.bind(dev)
             node = vfio.group_node(pre.plan.iommu_group)
             session.group_node = str(node) if node else None
@@ -184,10 +184,10 @@ def bound(pre: Preflight, report=engine.say) -> Iterator[Session]:
             os.environ.pop(vfio_journal.RUN_ENV, None)
             # Held, not ignored: a signal that comes now is raised once every device is back.
             with _signals_held():
-                session.returned = give_back_all(session.bindings, report)
+                session.returned = give_back_all(session.bindings)
 
 
-def give_back_all(bindings: list[vfio_journal.Binding], report=engine.say) -> list[dict]:
+def give_back_all(bindings: list[vfio_journal.Binding]) -> list[dict]:
     """Give each device back (last bound first), check GPUs came back, drop the records of those done."""
     results = []
     for binding in reversed(bindings):
@@ -199,7 +199,7 @@ def give_back_all(bindings: list[vfio_journal.Binding], report=engine.say) -> li
             if not ok:
                 entry["ok"] = False
                 entry["detail"] = detail
-        report(entry["detail"])
+        engine.say(entry["detail"])
         if returned.ok or not _still_ours(binding):
             vfio_journal.forget(binding.bdf)
         results.append(entry)
@@ -237,7 +237,7 @@ def _still_ours(binding: vfio_journal.Binding) -> bool:
 # --- after a SIGKILL: vm-test restore, rollback ----------------------------------------------------------
 
 
-def restore_pending(report=engine.say) -> list[dict]:
+def restore_pending() -> list[dict]:
     """Give back every device a run left on vfio-pci. Runs still going keep theirs.
 
     A killed run's VM may still be running and holding the group; it is stopped first (found by the run
@@ -263,7 +263,7 @@ def restore_pending(report=engine.say) -> list[dict]:
             waiting.append(binding)
     for run in sorted({b.run for b in waiting}):
         for pid, name in stop_run_processes(run):
-            report(f"stopped {name} (pid {pid}) left running by the killed run")
+            engine.say(f"stopped {name} (pid {pid}) left running by the killed run")
     for binding in waiting:
         users = vfio.holders(f"/dev/vfio/{binding.iommu_group}")
         if users:
@@ -279,7 +279,7 @@ def restore_pending(report=engine.say) -> list[dict]:
                 }
             )
             continue
-        results += give_back_all([binding], report)
+        results += give_back_all([binding])
     return sorted(results, key=lambda r: r["bdf"])
 
 
@@ -331,7 +331,6 @@ def run_gpu(
     accept_reset_risk: bool = False,
     workload: str = "smoke",
     selftest_required: int | None = None,
-    report=engine.say,
 ) -> verdict.Record:
     """`vm-test gpu SPEC`: every emulated check, in a guest that drives the GPU, plus the GPU's own.
 
@@ -358,7 +357,7 @@ def run_gpu(
         "forced": list(pre.forced),
         "reset": [r.to_json() for r in pre.reset],
     }
-    with bound(pre, report) as session:
+    with bound(pre) as session:
         record = engine.validate_module(
             module_path,
             release,
@@ -366,7 +365,6 @@ def run_gpu(
             timeout=timeout,
             fetch=fetch,
             selftest_required=selftest_required,
-            report=report,
             devices=pre.devices,
             gpu=gpu,
             passthrough=story,

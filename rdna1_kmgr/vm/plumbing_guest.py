@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.vm import busybox_initramfs, qemu_args
-from rdna1_kmgr.vm.guest import GuestRequest, GuestRun, Reporter
+from rdna1_kmgr.vm.guest import GuestRequest, GuestRun, say
 
 NAME = "qemu"
 MEMORY_MB = 256
@@ -37,13 +37,13 @@ class PlainQemuGuest:
     qemu: str
     name: str = NAME
 
-    def boot(self, request: GuestRequest, report: Reporter) -> GuestRun:
+    def boot(self, request: GuestRequest) -> GuestRun:
         """Boot the kernel with the initramfs (written into the run folder) and the devices; read the console."""
         if request.command is not None:
             raise ValueError("the plain-QEMU guest runs its own init, no command")
         initramfs = build_initramfs(request.run / "initramfs.cpio")
         argv = qemu_argv(self.qemu, request.image_to_boot(), initramfs, request.accel, list(request.devices))
-        report(request.booting_line())
+        say(request.booting_line())
         outcome = runner.run_session(argv, request.console, request.timeout, cwd="/")
         return GuestRun(outcome, request.console, parse_console(request.console.read_text(errors="replace")))
 

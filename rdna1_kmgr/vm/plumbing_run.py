@@ -45,7 +45,6 @@ def run_plumbing(
     fetch: bool = False,
     force: bool = False,
     accept_reset_risk: bool = False,
-    report=engine.say,
 ) -> verdict.Record:
     """`vm-test plumbing SPEC`: the device on vfio-pci, seen by a guest, given back. A verdict (mode plumbing),
     stored beside the console log."""
@@ -65,10 +64,10 @@ def run_plumbing(
     console = logs / f"{stem}.log"
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-pt-") as tmp:
         rundir = Path(tmp)
-        chosen = engine.choose_accel(accel, kernel, vm.qemu, rundir, report)
+        chosen = engine.choose_accel(accel, kernel, vm.qemu, rundir)
         request = GuestRequest(kernel, rundir, console, chosen.name, timeout, pre.devices)
-        with bound(pre, report) as session:
-            run = vm.boot(request, report)
+        with bound(pre) as session:
+            run = vm.boot(request)
             session.during = {d.bdf: vfio.current_driver(d.bdf) for d in pre.plan.passed}
     checks = judge(pre, session, run, timeout)
     guest = run.result
@@ -82,7 +81,7 @@ def run_plumbing(
         module=None,
         module_sha256=None,
         accel=chosen.name,
-        checks=checks,
+        checks=tuple(checks),
         selftest=None,
         console_log=str(console),
         seconds=round(time.monotonic() - started, 1),
@@ -102,7 +101,7 @@ def run_plumbing(
         },
     )
     record = verdict.store(record, logs / f"{stem}.json")
-    report(f"verdict {record.verdict}: {record.reason} (record {record.record})")
+    engine.say(f"verdict {record.verdict}: {record.reason} (record {record.record})")
     return record
 
 

@@ -410,12 +410,14 @@ def record_path(sha256: str) -> Path:
 def write(record: Record, path: Path | None = None) -> Path:
     """Store the record atomically (a reader sees the old one or the new one, whole): at `path`, or by its
     module's sha256 under validations/."""
-    return Path(store(record, path).record)
+    stored = store(record, path)
+    assert stored.record is not None  # store says where it put it
+    return Path(stored.record)
 
 
 def store(record: Record, path: Path | None = None) -> Record:
     """write, and the record as stored (with where)."""
-    path = path or record_path(record.module_sha256)
+    path = path or record_path(record.module_sha256 or "")  # no module, no place by its hash: refused
     make_dirs(path.parent)
     stored = replace(record, record=str(path))
     write_json(path, stored.to_json(), indent=2, sort_keys=True)

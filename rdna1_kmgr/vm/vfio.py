@@ -136,7 +136,7 @@ def ensure_vfio_pci(sysroot: Path = Path("/")) -> None:
 
 def holders(device_path: str, sysroot: Path = Path("/")) -> list[tuple[int, str]]:
     """(pid, command name) of every process with `device_path` open, from the fd links under /proc."""
-    found = []
+    found: list[tuple[int, str]] = []
     proc = sysroot / "proc"
     if not proc.is_dir():
         return found
@@ -270,7 +270,7 @@ def _try_write(path: Path, text: str) -> list[str]:
     except FileNotFoundError:
         return [f"{path} missing"]
     except OSError as err:
-        return [f"{path}: {os.strerror(err.errno)}"]
+        return [f"{path}: {err.strerror}"]
     try:
         os.write(fd, text.encode())
     except OSError as err:

@@ -78,7 +78,7 @@ def pending() -> list[Binding]:
         except (OSError, ValueError, TypeError):
             binding = None  # a torn file cannot exist (written by rename)
         problem = "is not a device record" if binding is None else _problem(binding, path)
-        if problem:
+        if problem or binding is None:
             raise RecordRefused(
                 f"refusing the vfio record {path}: it {problem}",
                 "no device was touched; remove it after checking the device by hand (`lspci -k`)",

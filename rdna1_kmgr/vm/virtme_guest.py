@@ -22,10 +22,10 @@ from rdna1_kmgr.vm import guest_kernel, guest_view, qemu_args
 from rdna1_kmgr.vm.guest import (
     GuestRequest,
     GuestRun,
-    Reporter,
     StageWatcher,
     console_stages,
     read_result,
+    say,
 )
 
 NAME = "virtme-ng"
@@ -85,10 +85,10 @@ class VirtmeNgGuest:
         env["PATH"] = os.pathsep.join([str(Path(self.vng).parent), env.get("PATH", "/usr/bin:/bin")])
         return env
 
-    def boot(self, request: GuestRequest, report: Reporter) -> GuestRun:
+    def boot(self, request: GuestRequest) -> GuestRun:
         """Boot the kernel, run the request's command in the guest, and read the result.json it wrote."""
-        watcher = StageWatcher(report, STAGES)
-        report(request.booting_line())
+        watcher = StageWatcher(STAGES)
+        say(request.booting_line())
         outcome = runner.run_session(
             vng_argv(self, request), request.console, request.timeout, env=self.env(), cwd="/", watch=watcher.feed
         )

@@ -254,3 +254,47 @@ def test_progress_goes_through_core_progress_not_a_stream_argument():
                     if arg.annotation is not None and "TextIO" in ast.unparse(arg.annotation):
                         found.append(f"{path.relative_to(PACKAGE)}: {node.name}({arg.arg})")
     assert found == []
+
+
+# Parameter names that carry a callback to tell the user something; data may carry these names (a workload's
+# `report: dict`), a callback may not.
+REPORTER_NAMES = {"report", "say", "warn"}
+
+
+def reporter_parameters(source: str) -> list[str]:
+    """Functions taking a reporter callback: a parameter named as one that is typed callable (Callable[...],
+    Reporter) or untyped (a callback passed along, or defaulting to a function or a lambda)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            args = node.args.args + node.args.kwonlyargs + node.args.posonlyargs
+            for arg in args:
+                annotation = ast.unparse(arg.annotation) if arg.annotation is not None else None
+                if arg.arg in REPORTER_NAMES and (
+                    annotation is None or "Callable" in annotation or "Reporter" in annotation
+                ):
+                    found.append(f"{getattr(node, 'name', 'lambda')}({arg.arg})")
+    return found
+
+
+def test_progress_goes_through_core_progress_not_a_reporter_argument():
+    """Issue 41: vm's `report=` and the experiment's `say`/`warn` callbacks went; their lines go through
+    core/progress like the build's, and a caller that keeps them redirects with `reporting_to`."""
+    found = [
+        f"{path.relative_to(PACKAGE)}: {where}"
+        for path in modules()
+        if stage_of(path) != "core"
+        for where in reporter_parameters(path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_reporter_check_sees_what_it_forbids():
+    source = (
+        "def a(report: Callable[[str], None]): pass\n"
+        "def b(x, report=engine.say): pass\n"
+        "def c(plan, say): pass\n"
+        "def d(*, warn: Reporter = print): pass\n"
+        "def e(report: dict, say_more: Callable[[str], None]): pass\n"
+    )
+    assert reporter_parameters(source) == ["a(report)", "b(report)", "c(say)", "d(warn)"]

@@ -119,16 +119,16 @@ def test_the_total_is_counted_from_the_makefiles_of_the_tree(tmp_path):
 
 def test_every_line_said_inside_reporting_to_goes_to_its_stream_the_downloads_and_the_vm_tests_too(tmp_path, capsys):
     """follow keeps its story this way (issue 21: its log missed the download lines): the real download
-    (a file:// URL through kernel_source's own loop), the VM test's and the guest kernel's lines."""
+    (a file:// URL through tarball_fetch's own loop), the VM test's and the guest kernel's lines."""
     from rdna1_kmgr.core.progress import reporting_to, say
-    from rdna1_kmgr.source import kernel_source
+    from rdna1_kmgr.source import tarball_fetch
     from rdna1_kmgr.vm import engine
 
     tarball = tmp_path / "linux-9.9.tar.xz"
     tarball.write_bytes(b"\0" * (3 * 1024 * 1024 + 5))
     story = io.StringIO()
     with reporting_to(story):
-        kernel_source._download(tarball.as_uri(), tmp_path / "copy.tar.xz")
+        tarball_fetch._download(tarball.as_uri(), tmp_path / "copy.tar.xz")
         engine.say("booting")
         say("a line")
     say("after")

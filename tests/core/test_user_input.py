@@ -5,7 +5,7 @@ import pytest
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
-from rdna1_kmgr.source import apt_sources, debian_archive, fedora_srpm, kernel_source
+from rdna1_kmgr.source import apt_sources, debian_archive, fedora_srpm, tarball_fetch
 from rdna1_kmgr.userspace import profiles
 
 SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # sha256 of nothing
@@ -25,7 +25,7 @@ CHECKS = [
     ("short PCI address", user_input.pci_address, "03:00.0", UsageError),
     ("Debian version", debian_archive.check_debian_version, "6.1.192-2", UsageError),
     ("Debian package", debian_archive._check_package, "linux-source-6.1", UsageError),
-    ("SHA-256", kernel_source._check_sha256, SHA256, UsageError),
+    ("SHA-256", tarball_fetch.check_sha256, SHA256, UsageError),
     ("profile value", _profile_value, "10.3.0", ValueError),
     ("profile variable", _profile_name, "HSA_OVERRIDE_GFX_VERSION", ValueError),
 ]

@@ -151,13 +151,13 @@ def test_the_boot_step_drops_to_the_owner_the_plan_recorded(desk):
         Owner(owner.pw_name, owner.pw_uid, owner.pw_gid, owner.pw_dir).to_json(),
     )
     plan = kernel_run.Plan.from_json(json.loads(json.dumps(plan.to_json())))  # as plan.json gives it back
-    results = kernel_run._run_host_cells(plan, plan.kernel_cells[0], TargetRoot.from_env(), lambda line: None, 1, 1)
+    results = kernel_run._run_host_cells(plan, plan.kernel_cells[0], TargetRoot.from_env(), 1, 1)
     assert [r.cell.id for r in results] == ["as-installed/miopen"]
     assert recorded(uids) == [owner.pw_uid] * 2
     # A plan whose owner no longer matches the password database runs nothing.
     forged = kernel_run.Plan.from_json({**plan.to_json(), "owner": {"name": "root", "uid": owner.pw_uid, "gid": 0}})
     with pytest.raises(Exception, match="is no longer that user"):
-        kernel_run._run_host_cells(forged, plan.kernel_cells[0], TargetRoot.from_env(), lambda line: None, 1, 1)
+        kernel_run._run_host_cells(forged, plan.kernel_cells[0], TargetRoot.from_env(), 1, 1)
     assert recorded(uids) == [owner.pw_uid] * 2
 
 

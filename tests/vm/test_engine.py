@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from click.testing import CliRunner
 from conftest import _using_test_cache, persistent_cache_root
 
 from rdna1_kmgr.cli import main
+from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import engine, guest, guest_kernel, guest_view, hostroot_guest, verdict, virtme_guest
@@ -376,24 +378,21 @@ def test_a_file_that_is_not_a_module_is_refused(tmp_path, name, content):
 
 
 def test_stages_are_reported_once_each_even_when_lines_arrive_in_pieces():
-    seen = []
-    watcher = guest.StageWatcher(seen.append, virtme_guest.STAGES, clock=iter([0.0] + [1.0] * 20).__next__)
+    watcher = guest.StageWatcher(virtme_guest.STAGES, clock=iter([0.0] + [1.0] * 20).__next__)
     console = (
         "Probing EDD... ok\r\n[    0.000000] Linux version 6.1.0-56-amd64 (debian)\r\n"
         "[ 5.1] virtme initramfs: mounting hostfs...\r\n[ 9.0] virtme-ng-init: basic initialization done\r\n"
         "[ 9.5] rdna1-kmgr: stage insmod selftest\r\n[ 9.6] Linux version 6.1.0-56-amd64 again\r\n"
         "[ 9.7] reboot: Power down\r\n"
     )
-    for start in range(0, len(console), 7):
-        watcher.feed(console[start : start + 7])
-    assert [stage for _, stage in watcher.stages] == [
-        "kernel started",
-        "initramfs mounts the host's root",
-        "guest init done",
-        "insmod selftest",
-        "guest powered off",
-    ]
-    assert seen[0].endswith("kernel started")
+    said = io.StringIO()
+    with progress.reporting_to(said):
+        for start in range(0, len(console), 7):
+            watcher.feed(console[start : start + 7])
+    stages = ["kernel started", "initramfs mounts the host's root", "guest init done", "insmod selftest"]
+    stages.append("guest powered off")
+    assert [stage for _, stage in watcher.stages] == stages
+    assert said.getvalue().splitlines() == [f"vm-test:   1.0 s  {stage}" for stage in stages]
 
 
 def test_the_guest_command_uses_guest_paths_and_tcg_disables_kvm(tmp_path):

@@ -116,7 +116,7 @@ def test_the_emulated_run_takes_the_host_root_guest_and_a_run_with_a_device_virt
     view = view_of(tmp_path)
     vm = hostroot_guest.HostRootGuest("/usr/bin/qemu-system-x86_64")
     with pytest.raises(ValueError, match="no passthrough"):
-        vm.boot(guest.GuestRequest(kernel, view.run, tmp_path / "c", "tcg", 1, ("0000:01:00.0",), "true", view), print)
+        vm.boot(guest.GuestRequest(kernel, view.run, tmp_path / "c", "tcg", 1, ("0000:01:00.0",), "true", view))
 
 
 def test_the_init_mounts_the_table_in_order_and_powers_off_whatever_happens():
@@ -146,9 +146,7 @@ def test_a_real_guest_reads_nothing_of_roots_secrets(headers_61, tmp_path):
         + [f"echo {d} $(ls -A {d} | wc -l) >> {out}" for d in folders]
     )
     vm = hostroot_guest.find()
-    run = vm.boot(
-        guest.GuestRequest(kernel, view.run, tmp_path / "console", "tcg", 240, command=command, view=view), print
-    )
+    run = vm.boot(guest.GuestRequest(kernel, view.run, tmp_path / "console", "tcg", 240, command=command, view=view))
     console = (tmp_path / "console").read_text(errors="replace")
     assert "rdna1-kmgr-guest: the command ended with exit code 0" in console, console[-3000:]
     seen = dict(line.split() for line in (view.run / "seen").read_text().splitlines())

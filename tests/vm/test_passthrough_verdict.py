@@ -306,7 +306,7 @@ def test_a_passthrough_boot_keeps_udev_from_loading_the_distro_amdgpu(tmp_path, 
     for devices in ((), ("0000:0a:00.0",)):
         view = guest_view.GuestView(tmp_path, "/usr/bin/python3")
         request = guest.GuestRequest(kernel, tmp_path, tmp_path / "console", "tcg", 5, devices, "cmd", view)
-        tools.boot(request, lambda line: None)
+        tools.boot(request)
     emulated, passed = (argv[argv.index("--append") + 1].split("=", 1)[1].split(",") for argv in seen)
     assert "amdgpu" not in emulated and "amdgpu" in passed
 
@@ -398,7 +398,7 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
     outcome = {"ok": True}
 
     @contextmanager
-    def bound(p, report=None):
+    def bound(p):
         events.append(("bound",))
         session = passthrough.Session(run="r", bindings=[board])
         yield session

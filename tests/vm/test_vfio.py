@@ -347,14 +347,14 @@ def test_the_plain_qemu_guest_gets_the_devices_as_data_and_reports_what_it_liste
     monkeypatch.setattr(plumbing_guest, "build_initramfs", lambda dest: dest)
     kernel = guest_kernel.GuestKernel("6.1.0-56-amd64", tmp_path, "cache")
     request = guest.GuestRequest(kernel, tmp_path, tmp_path / "console", "kvm", 30, (GPU, AUDIO))
-    run = plumbing_guest.PlainQemuGuest("/usr/bin/qemu-system-x86_64").boot(request, lambda line: None)
+    run = plumbing_guest.PlainQemuGuest("/usr/bin/qemu-system-x86_64").boot(request)
     (argv,) = seen
     assert argv[argv.index("-machine") + 1] == "q35,accel=kvm" and argv[argv.index("-cpu") + 1] == "host,topoext=on"
     assert argv[-len(qemu_args.vfio_devices(request.devices)) :] == qemu_args.vfio_devices((GPU, AUDIO))
     assert run.result["kernel"] == "6.1.0-56-amd64" and run.result["devices"][1].bdf == "0000:01:00.0"
     with pytest.raises(ValueError, match="runs its own init"):
         plumbing_guest.PlainQemuGuest("qemu").boot(
-            guest.GuestRequest(kernel, tmp_path, tmp_path / "c", "tcg", 1, command="true"), lambda line: None
+            guest.GuestRequest(kernel, tmp_path, tmp_path / "c", "tcg", 1, command="true")
         )
     assert sorted(guest_registry.GUESTS) == ["host-root", "qemu", "virtme-ng"]
     with pytest.raises(ValueError, match="no guest 'vng'"):
@@ -469,7 +469,7 @@ def test_restore_stops_the_vm_a_killed_run_left_running():
 
 
 def test_restore_with_nothing_journaled_does_nothing():
-    assert passthrough.restore_pending(report=lambda line: None) == []
+    assert passthrough.restore_pending() == []
 
 
 # --- the command line ----------------------------------------------------------------------------------------
@@ -517,6 +517,6 @@ def test_a_forged_vfio_record_is_refused_before_any_device_is_touched(tmp_path, 
     path = vfio_journal.path_of(EDU)
     path.write_text(json.dumps({**record, field: value}))
     with pytest.raises(vfio_journal.RecordRefused) as err:
-        passthrough.restore_pending(report=lambda line: None)
+        passthrough.restore_pending()
     assert why in err.value.line() and str(path) in err.value.line() and "\n" not in err.value.line()
     assert path.is_file()  # kept, for the owner to look at
