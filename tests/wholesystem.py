@@ -208,8 +208,8 @@ BOOKWORM = Release("debian12", "bookworm", ("", "-security", "-updates"), RECIPE
 TRIXIE = Release("debian13", "trixie", ("", "-security", "-updates", "-backports"), 1, 16 << 30, install_sh=True)
 
 
-# A root login shell's environment for the tool's commands run natively in a Debian 13 system (System.chroot).
-TRIXIE_ENV = {
+# A root login shell's environment for the tool's commands run natively in a powered-off system (System.chroot).
+ROOT_LOGIN_ENV = {
     "HOME": "/root",
     "TERM": "dumb",
     "LANG": "C.UTF-8",

@@ -47,8 +47,8 @@ import pytest
 from install_checks import assert_same_system, initramfs_list, tree_digest
 from kernel_style import touched_objects, w1_new_warnings
 from wholesystem import (
+    ROOT_LOGIN_ENV,
     STEP_DIR,
-    TRIXIE_ENV,
     System,
     facts,
     install_by_readme,
@@ -72,7 +72,7 @@ class Trixie:
     def run(self, script: str, name: str, timeout: float = 5400) -> subprocess.CompletedProcess:
         """`script` natively in the powered-off system, as a root login shell would run it (a clean environment);
         its output kept in the logs as `name`.log."""
-        return self.system.chroot(["/bin/bash", "-c", script], timeout, TRIXIE_ENV, trixie_build_cache(), name)
+        return self.system.chroot(["/bin/bash", "-c", script], timeout, ROOT_LOGIN_ENV, trixie_build_cache(), name)
 
 
 def build_id(module: Path) -> str:
@@ -118,7 +118,7 @@ def trixie(wholesystem_image_trixie, tmp_path_factory) -> Trixie:
     # The tool as this checkout has it (the cached image holds the one it was built with): the README's
     # ./install.sh again, in the chroot; the system packages are there already.
     with system.entered(trixie_build_cache()) as root:
-        install_by_readme(root, TRIXIE_ENV)
+        install_by_readme(root, ROOT_LOGIN_ENV)
     # grub.cfg as the native steps write it (root=/dev/vda1, no device hints) from the start: the state rollback
     # must return to is the one the last update-grub before `install` left
     proc = story.run("update-grub", "update-grub")
