@@ -13,6 +13,7 @@ from fake_kernel import make_tree
 
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.follow import kernel_follow
+from rdna1_kmgr.install.install_result import InstallResult
 from rdna1_kmgr.modbuild import built_module, module_build, module_checks, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild.package_build import PackageBuild
@@ -58,7 +59,9 @@ def point_release(tmp_path, monkeypatch):
 
     def install(request):
         calls["install"] += 1
-        return {"next_boot": ["next boot: the patched amdgpu"]}
+        return InstallResult(
+            NEW, dkms.PACKAGE_NAME, "6.1.193+p0123456789ab", False, next_boot=("next boot: the patched amdgpu",)
+        )
 
     passing = types.SimpleNamespace(verdict="pass", module_sha256="ab" * 32)
     installed = kernel_follow.Installed(
