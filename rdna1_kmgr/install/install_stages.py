@@ -91,13 +91,15 @@ class InstallContext:
 
     def work_out_changes(self) -> None:
         """Every stage's change, from the system as it is before the first stage runs."""
-        self.changes = {stage.name: stage.change(self) for stage in self.pipeline.stages if isinstance(stage, _Step)}
+        self.changes = {
+            stage.name: stage.change(self) for stage in self.pipeline.stages if isinstance(stage, JournaledStage)
+        }
 
 
 # --- the journaled step every stage is -------------------------------------------------------------------------
 
 
-class _Step:
+class JournaledStage:
     """A stage that says its change before it runs (`plan`), and journals it around doing it (`run`)."""
 
     name = ""
@@ -179,7 +181,7 @@ def _run(command: list[str], what: str) -> None:
 # --- the stages -------------------------------------------------------------------------------------------------
 
 
-class DkmsInstallStage(_Step):
+class DkmsInstallStage(JournaledStage):
     name = "dkms-install"
 
     def change(self, ctx: InstallContext) -> Change:
@@ -210,7 +212,7 @@ def depmod_files(kernel: str, root: TargetRoot) -> list[Path]:
     return [folder / name for name in sorted(names)]
 
 
-class DepmodStage(_Step):
+class DepmodStage(JournaledStage):
     name = "depmod"
 
     def change(self, ctx: InstallContext) -> Change:
@@ -220,7 +222,7 @@ class DepmodStage(_Step):
         _run(ctx.root.depmod_command(ctx.kernel), "depmod")
 
 
-class ModprobeConfStage(_Step):
+class ModprobeConfStage(JournaledStage):
     """The file serves every installed kernel: written for all of them, and a rollback rewrites it for the kernels
     left instead of restoring this backup (modprobe_conf says why)."""
 
@@ -246,7 +248,7 @@ class ModprobeConfStage(_Step):
         modprobe_conf.sync(modprobe_conf.path(ctx.root), exclude=ctx.kernel, adding=(ctx.kernel, self.parameters(ctx)))
 
 
-class StockLoaderStage(_Step):
+class StockLoaderStage(JournaledStage):
     """The stock-amdgpu loader's rule and program, and the initramfs tool's hook; before the initramfs is made,
     so the image carries them. Files only: rollback removes them and remakes the initramfs without them."""
 
@@ -271,7 +273,7 @@ class StockLoaderStage(_Step):
             write_atomic(path, text.encode(), mode)
 
 
-class InitramfsStage(_Step):
+class InitramfsStage(JournaledStage):
     """Headers only, no kernel to boot: its image package's postinst makes the initramfs, with this module; the
     stage is journaled all the same, with nothing to replace."""
 
@@ -298,7 +300,7 @@ class InitramfsStage(_Step):
             ctx.tool.regenerate(ctx.kernel)
 
 
-class BootGuardStage(_Step):
+class BootGuardStage(JournaledStage):
     """The boot guard's files and links (journaled like any file), then GRUB regenerated and the trial armed.
     Its undo, once rollback removed them: GRUB regenerated without it and its variables unset."""
 
@@ -330,7 +332,7 @@ class BootGuardStage(_Step):
         boot_guard.install(ctx.root, ctx.guard, write)
 
 
-class VerifyStage(_Step):
+class VerifyStage(JournaledStage):
     name = "verify"
     journaled = False  # it changes nothing
 
