@@ -110,3 +110,12 @@ def test_a_failing_stage_is_recorded_under_follows_stage_name(point_release, mon
         kernel_follow.follow(NEW)
     assert failed.value.stage == "build"  # the prerequisites are the build's, as they were inside `build`
     assert point_release["install"] == 0
+
+
+def test_follows_install_plan_names_the_stages_of_installs_pipeline():
+    ctx = types.SimpleNamespace(kernel=types.SimpleNamespace(release=NEW))
+    (line,) = kernel_follow.InstallStage().plan(ctx)
+    # install's stages as `rdna1-kmgr install --dry-run` numbers them (tests/install/test_module_install.py)
+    assert "dkms-install, depmod, modprobe-conf, initramfs, verify" in line
+    assert "dkms-install, depmod, modprobe-conf, stock-loader, initramfs, boot-guard, verify" in line
+    assert line.endswith(f"`rdna1-kmgr install --kernel {NEW} --dry-run`")
