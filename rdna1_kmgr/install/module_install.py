@@ -103,6 +103,7 @@ def find_candidate(kernel: str, trees: dkms.Trees) -> Candidate:
             f"no rdna1-amdgpu build for kernel {kernel}",
             f"run `rdna1-kmgr build --kernel {kernel}` first; nothing was changed",
         ) from None
+    assert built.package_version is not None  # for_kernel's builds are DKMS entries, each with its version
     package = dkms.Package(dkms.PACKAGE_NAME, built.package_version)
     return Candidate(
         package, kernel, built.path, sha256_file(built.path), default_quirks(built.manifest), built.manifest
@@ -134,10 +135,11 @@ def _existing(journal: Journal, candidate: Candidate | None) -> str:
             f"finish ({state.description})",
             f"run `rdna1-kmgr rollback --kernel {journal.kernel}` first; nothing was changed",
         )
+    begin = state.begin or {}
     if (
         candidate is not None
-        and state.begin.get("module_sha256") == candidate.sha256
-        and state.begin.get("parameters", candidate.parameters) == candidate.parameters
+        and begin.get("module_sha256") == candidate.sha256
+        and begin.get("parameters", candidate.parameters) == candidate.parameters
     ):
         return "same"
     return "replace"
@@ -212,8 +214,9 @@ def run(
     ctx.work_out_changes()
     lines = plan_lines(ctx, gate, replacing)
     # the build's own mask leaves the module as the stock one: said first, not found out after the reboot
-    if candidate.manifest and request.quirks is None and candidate.manifest.nothing_on_note():
-        lines.insert(0, candidate.manifest.nothing_on_note())
+    note = candidate.manifest.nothing_on_note() if candidate.manifest and request.quirks is None else None
+    if note:
+        lines.insert(0, note)
     if no_guard:
         lines.append(f"no boot guard: {no_guard}")
     planned = InstallResult(
