@@ -73,15 +73,14 @@ def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm
     )
     result = run(request, confirm=None if yes else confirm_plan("Install it?"))
     if as_json:
-        emit_json(result)
-        return
-    if result.get("already_installed"):
+        emit_json(result.to_json())
+    elif result.already_installed:
+        assert result.verified is not None
         click.echo(
-            f"{result['package']}/{result['package_version']} is already installed for {result['kernel']} "
-            f"and verified: {result['module']}"
+            f"{result.package}/{result.package_version} is already installed for {result.kernel} "
+            f"and verified: {result.verified.module}"
         )
-        return
-    if result["dry_run"]:
-        click.echo("\n".join(result["plan"]))
-        return
-    click.echo("\n".join(result["next_boot"]))
+    elif result.dry_run:
+        click.echo("\n".join(result.plan))
+    else:
+        click.echo("\n".join(result.next_boot))

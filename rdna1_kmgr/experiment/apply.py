@@ -64,7 +64,7 @@ def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
     if mask is not None:
         kernel = target_kernel.kernel_to_install(None, dry_run)
         done = module_install.run(module_install.InstallRequest(kernel=kernel, quirks=mask, dry_run=dry_run))
-        return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done}
+        return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done.to_json()}
     return {
         "kernel_cell": chosen,
         "parameter": word,

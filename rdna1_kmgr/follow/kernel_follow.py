@@ -39,7 +39,7 @@ from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.core.pipeline import Pipeline
 from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import module_install, rollback
+from rdna1_kmgr.install import install_stages, module_install, rollback
 from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import built_module, module_build, signing
@@ -303,9 +303,11 @@ class InstallStage:
 
     def plan(self, ctx: FollowContext) -> list[str]:
         kernel = ctx.kernel.release
+        plain, guarded = install_stages.UNGUARDED.names, install_stages.GUARDED.names
         return [
-            f"install: `rdna1-kmgr install --kernel {kernel}` (journaled; its exact plan once built: "
-            f"`rdna1-kmgr install --kernel {kernel} --dry-run`)"
+            f"install: `rdna1-kmgr install --kernel {kernel}`, its journaled stages {', '.join(plain)} (with the "
+            f"boot guard {', '.join(guarded)}); their exact plan once built: "
+            f"`rdna1-kmgr install --kernel {kernel} --dry-run`"
         ]
 
     def run(self, ctx: FollowContext) -> None:
@@ -315,7 +317,7 @@ class InstallStage:
             progress.say(f"rdna1-kmgr: an earlier install for {kernel} did not finish: rolling it back first")
             rollback.run(kernel, keep_build=True)
         result = module_install.run(module_install.InstallRequest(kernel=ctx.kernel))
-        for line in result.get("next_boot", []):
+        for line in result.next_boot:
             progress.say(f"rdna1-kmgr: {line}")
 
 

@@ -13,6 +13,7 @@ from fake_kernel import make_tree
 
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.follow import kernel_follow
+from rdna1_kmgr.install.install_result import InstallResult
 from rdna1_kmgr.modbuild import built_module, module_build, module_checks, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild.package_build import PackageBuild
@@ -58,7 +59,9 @@ def point_release(tmp_path, monkeypatch):
 
     def install(request):
         calls["install"] += 1
-        return {"next_boot": ["next boot: the patched amdgpu"]}
+        return InstallResult(
+            NEW, dkms.PACKAGE_NAME, "6.1.193+p0123456789ab", False, next_boot=("next boot: the patched amdgpu",)
+        )
 
     passing = types.SimpleNamespace(verdict="pass", module_sha256="ab" * 32)
     installed = kernel_follow.Installed(
@@ -107,3 +110,12 @@ def test_a_failing_stage_is_recorded_under_follows_stage_name(point_release, mon
         kernel_follow.follow(NEW)
     assert failed.value.stage == "build"  # the prerequisites are the build's, as they were inside `build`
     assert point_release["install"] == 0
+
+
+def test_follows_install_plan_names_the_stages_of_installs_pipeline():
+    ctx = types.SimpleNamespace(kernel=types.SimpleNamespace(release=NEW))
+    (line,) = kernel_follow.InstallStage().plan(ctx)
+    # install's stages as `rdna1-kmgr install --dry-run` numbers them (tests/install/test_module_install.py)
+    assert "dkms-install, depmod, modprobe-conf, initramfs, verify" in line
+    assert "dkms-install, depmod, modprobe-conf, stock-loader, initramfs, boot-guard, verify" in line
+    assert line.endswith(f"`rdna1-kmgr install --kernel {NEW} --dry-run`")
