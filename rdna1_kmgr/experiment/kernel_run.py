@@ -152,13 +152,13 @@ def installed_build(root: TargetRoot) -> InstalledBuild | None:
     loaded = root.sys_module / "amdgpu/parameters/rdna1_quirks"
     if not loaded.is_file():
         return None
-    for kernel in install_status.run()["kernels"]:
-        if not kernel["running"] or not kernel["journal"]:
+    for kernel in install_status.run().kernels:
+        if not kernel.running or not kernel.journal:
             continue
-        for build in kernel["built"]:  # the one the journal installed
+        for build in kernel.built:  # the one the journal installed
             quirks = build.get("quirks") or {}
             if (
-                build["version"] == kernel["journal"].get("version")
+                build["version"] == kernel.journal.get("version")
                 and isinstance(quirks.get("mask"), int)
                 and isinstance(quirks.get("default_mask"), int)
             ):
