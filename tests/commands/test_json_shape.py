@@ -164,3 +164,19 @@ def test_doctor(tmp_path):
     assert {tuple(sorted(f)) for f in findings} == {("check", "facts", "level", "seen", "todo", "why")}
     (queue,) = [f for f in findings if f["check"] == "queue"]
     assert sorted(queue["facts"]) == ["how", "hsa_use_svm", "kernel", "rdna1_quirks", "runtimes", "svm", "validates"]
+
+
+def test_keys_status(tmp_path):
+    given = ["--key", str(tmp_path / "no.key"), "--cert", str(tmp_path / "no.crt")]
+    assert shape(cli_json("keys", "status", *given)) == {
+        "cert": STR,
+        "cert_exists": BOOL,
+        "certificate": NULL,
+        "convention": STR,
+        "enroll_command": [STR],
+        "enrollment": STR,
+        "key": STR,
+        "key_exists": BOOL,
+        "key_private": BOOL,
+        "secure_boot": {"enabled": BOOL, "state": STR},
+    }
