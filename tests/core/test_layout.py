@@ -261,7 +261,6 @@ def test_progress_goes_through_core_progress_not_a_stream_argument():
 NOT_YET_TYPED = {
     "build.py": "build_plan.plan's dict (the build's dry run becomes its pipeline's plan)",
     "install.py": "module_install.run's dict (InstallResult)",
-    "keys.py": "signing's key state",
     "passthrough.py": "the VFIO checks' entries and the guest's facts",
     "profile.py": "user_profile's install and remove results",
     "vmtest.py": "the VM experiment's matrix run",
