@@ -9,15 +9,8 @@ from typing import Any
 
 import click
 
-# Field metadata a result's dataclass may carry: the JSON name when it is not a Python name ("modprobe.d"),
-# and a field left out of the object while it is None (a key that only some outcomes have).
-JSON_NAME = "json_name"
+# Field metadata: a field left out of the JSON object while it is None (a key that only some outcomes have).
 OMIT_NONE = "omit_none"
-
-
-def key(name: str) -> dict[str, Any]:
-    """`field(metadata=key("modprobe.d"))`: the field's name in the JSON."""
-    return {JSON_NAME: name}
 
 
 def optional(default: Any = None) -> Any:
@@ -36,7 +29,7 @@ def to_json(value: Any) -> Any:
             item = getattr(value, f.name)
             if item is None and f.metadata.get(OMIT_NONE):
                 continue
-            out[f.metadata.get(JSON_NAME, f.name)] = to_json(item)
+            out[f.name] = to_json(item)
         return out
     if isinstance(value, dict):
         return {str(k): to_json(v) for k, v in value.items()}
