@@ -76,22 +76,21 @@ def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_time
         quick,
     )
     done = host_run.run(request)
-    record = done["record"]
     if as_json:
-        emit_json(record)
+        emit_json(done.record)
     else:
-        rows = [answer.host_row(r) for r in done["results"]]
+        rows = [answer.host_row(r) for r in done.results]
         click.echo(
             "\n".join(
                 answer.table(rows)
                 + [""]
-                + record["answer"]
-                + [f"table: {record['html']}", f"record: {Path(record['folder']) / 'record.json'}"]
+                + done.answer
+                + [f"table: {done.html}", f"record: {Path(done.folder) / 'record.json'}"]
             )
         )
-    if record.get("stopped"):
+    if done.stopped:
         ctx.exit(Exit.GPU_LOST)
-    if record.get("dead_end"):
+    if done.dead_end:
         ctx.exit(Exit.HOST)
 
 
@@ -114,24 +113,22 @@ def apply(cell_id, kernel_cell, kernel_answer, dry_run, as_json):
     --kernel-cell: a quirk mask through `install --quirks`, a stock amdgpu parameter on every boot's command
     line through GRUB (journaled; `rollback` undoes it)."""
     if kernel_cell or kernel_answer:
-        result = apply_answer.apply_kernel(kernel_cell, dry_run)
+        on_boot = apply_answer.apply_kernel(kernel_cell, dry_run)
         if as_json:
-            emit_json(result)
-            return
-        done = result.get("parameters") or result.get("install") or {}
-        click.echo("\n".join(done.get("plan", []) if dry_run else done.get("done", done.get("next_boot", []))))
+            emit_json(on_boot)
+        else:
+            click.echo("\n".join(on_boot.lines()))
         return
     result = apply_answer.apply(cell_id, dry_run)
     if as_json:
         emit_json(result)
         return
-    installed = result["profile"]
-    if installed is None:
-        click.echo(f"{result['cell']}: no profile to install (it passes with your environment as it is)")
+    if result.profile is None:
+        click.echo(f"{result.cell}: no profile to install (it passes with your environment as it is)")
     else:
-        click.echo("\n".join(installed["plan"] if dry_run else installed["done"]))
-    if result["code"]:
-        click.echo(f"in your program, after `import torch`: {result['code']}")
+        click.echo("\n".join(result.profile_lines()))
+    if result.code:
+        click.echo(f"in your program, after `import torch`: {result.code}")
 
 
 @experiment.command("kernel")
@@ -177,7 +174,7 @@ def kernel(python, kernel_cells, pattern, case_timeout, cell_timeout, quick, reb
     if as_json:
         emit_json(result)
     else:
-        click.echo("\n".join(result["plan"]))
+        click.echo("\n".join(result.plan))
 
 
 @experiment.command("status")
@@ -187,18 +184,16 @@ def status(as_json):
     result = kernel_run.status()
     if as_json:
         emit_json(result)
-    elif not result["running"]:
-        latest = result["latest"]
-        click.echo(
-            "no experiment's kernel cells are under way" + (f"; the last one ({latest['folder']}):" if latest else "")
-        )
-        if latest:
-            click.echo("\n".join(latest["table"] + [""] + latest["answer"]))
+    elif isinstance(result, kernel_run.NoCellsUnderWay):
+        last = result.last_run()
+        click.echo("no experiment's kernel cells are under way" + (f"; the last one ({last[0]}):" if last else ""))
+        if last:
+            click.echo("\n".join(last[1]))
     else:
-        click.echo(f"kernel cells under way ({result['folder']}); host cells: {', '.join(result['host_cells'])}")
-        for n, cell in enumerate(result["cells"], 1):
-            outcomes = f": {' '.join(cell['outcomes'])}" if cell.get("outcomes") else ""
-            click.echo(f"  {n}. {cell['cell']:16} {cell['parameter']:28} {cell['state']}{outcomes}")
+        click.echo(f"kernel cells under way ({result.folder}); host cells: {', '.join(result.host_cells)}")
+        for n, cell in enumerate(result.cells, 1):
+            outcomes = f": {' '.join(cell.outcomes)}" if cell.outcomes else ""
+            click.echo(f"  {n}. {cell.cell:16} {cell.parameter:28} {cell.state}{outcomes}")
 
 
 @experiment.command("stop")
@@ -210,10 +205,10 @@ def stop(dry_run, as_json):
     result = kernel_run.stop(dry_run)
     if as_json:
         emit_json(result)
-    elif not result["running"]:
-        click.echo(result["message"])
+    elif result.message is not None:
+        click.echo(result.message)
     elif dry_run:
-        click.echo("\n".join(result["plan"]))
+        click.echo("\n".join(result.plan or []))
 
 
 @experiment.command("boot-step", hidden=True)

@@ -1,13 +1,14 @@
 """`rdna1-kmgr follow`: the patched amdgpu for a newly installed kernel (what the kernel hooks call)."""
 
 import sys
+from collections.abc import Callable
 
 import click
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import KmgrError, UsageError
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.follow import follow_record, kernel_follow, kernel_removal
+from rdna1_kmgr.follow import follow_modes, follow_record, kernel_follow
 
 _HOOK = click.option(
     "--hook",
@@ -67,7 +68,7 @@ def follow_removed(kernel, dry_run, hook, as_json):
     report(lambda: _follow(kernel, False, False, True, None, dry_run), kernel, hook, as_json)
 
 
-def report(work, kernel: str | None, hook: bool, as_json: bool) -> None:
+def report(work: Callable[[], follow_modes.FollowResult], kernel: str | None, hook: bool, as_json: bool) -> None:
     """Run one mode of follow and say its result; under --hook, one line and exit 0 whatever happens."""
     try:
         result = work()
@@ -80,16 +81,16 @@ def report(work, kernel: str | None, hook: bool, as_json: bool) -> None:
         return
     if as_json:
         emit_json(result)
-    elif "plan" in result:
-        click.echo("\n".join(result["plan"]))
+    elif isinstance(result, follow_modes.FollowPlan):
+        click.echo("\n".join(result.plan))
     else:
-        for line in result.get("lines", []):
+        for line in result.lines:
             click.echo(line)
-    if result.get("failed") and not hook:
-        sys.exit(result["failed"])
+    if isinstance(result, follow_modes.Followed) and result.failed and not hook:
+        sys.exit(result.failed)
 
 
-def _follow(kernel, run_pending, defer, removed, source, dry_run) -> dict:
+def _follow(kernel, run_pending, defer, removed, source, dry_run) -> follow_modes.FollowResult:
     if run_pending == bool(kernel):
         raise UsageError(
             "give --kernel KREL, or one of the hooks' modes",
@@ -101,30 +102,7 @@ def _follow(kernel, run_pending, defer, removed, source, dry_run) -> dict:
         raise UsageError("--source goes with a plain `follow --kernel`", "drop it")
     kernel = user_input.kernel_release(kernel) if kernel else None
     if removed:
-        if dry_run:
-            return {"plan": kernel_removal.plan(kernel)}
-        return {"kernel": kernel, "removed": kernel_removal.forget(kernel), "lines": []}
+        return follow_modes.removed(kernel, dry_run)
     if defer:
-        if dry_run:
-            return {"plan": [f"note {kernel} as pending in {follow_record.pending_dir()}"]}
-        said = kernel_follow.defer(kernel)
-        return {"kernel": kernel, "deferred": said is not None, "lines": [f"rdna1-kmgr: {said}"] if said else []}
-    kernels = follow_record.pending() if run_pending else [kernel]
-    if dry_run:
-        plan = [line for k in kernels for line in kernel_follow.plan(k, source)]
-        return {"plan": plan or ["no kernel is pending: nothing to follow"]}
-    records, failed = [], 0
-    for k in kernels:
-        try:
-            records.append(kernel_follow.follow(k, source))
-        except kernel_follow.StageFailed as err:
-            if not run_pending:
-                raise  # one kernel by hand: its reason is the error line
-            records.append(follow_record.read(k) or {"kernel": k, "state": "stock", "reason": err.line()})
-            failed = failed or err.exit_code
-    lines = [
-        f"rdna1-kmgr: {r['kernel']}: {follow_record.describe(r) or r.get('reason')}"
-        for r in records
-        if r.get("state") != "not-opted-in"
-    ]
-    return {"kernels": records, "failed": failed, "lines": lines}
+        return follow_modes.deferred(kernel, dry_run)
+    return follow_modes.followed(None if run_pending else kernel, source, dry_run)

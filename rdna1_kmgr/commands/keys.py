@@ -8,8 +8,7 @@ from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.host.host_facts import detect
-from rdna1_kmgr.modbuild import signing
+from rdna1_kmgr.modbuild import key_status, signing
 
 _key_options = [
     click.option("--key", metavar="FILE", help="Private key (with --cert; default: the distro's DKMS key)."),
@@ -34,51 +33,31 @@ def keys():
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(key, cert, sysroot, as_json):
     """Secure Boot state, the key pair, and whether the certificate is enrolled. Changes nothing."""
-    root = user_input.existing_dir(sysroot, "sysroot")
-    system = system_identity.read(root)
-    pair = signing.resolve(key, cert, system.platform)
-    facts = detect(root)
-    key_file, cert_file = (pair.key, pair.cert) if key else (system.path(pair.key), system.path(pair.cert))
-    state = {
-        "secure_boot": {"enabled": facts.secure_boot_enabled, "state": facts.secure_boot_state},
-        **pair.to_json(),
-        "key_exists": key_file.is_file(),
-        "key_private": key_file.is_file() and not key_file.stat().st_mode & 0o077,
-        "cert_exists": cert_file.is_file(),
-        "certificate": signing.certificate_info(cert_file).to_json() if cert_file.is_file() else None,
-        # mokutil asks this machine's firmware: only meaningful for the running system.
-        "enrollment": (
-            "no certificate"
-            if not cert_file.is_file()
-            else signing.enrollment(cert_file)
-            if system.on_host
-            else "not asked (sysroot)"
-        ),
-        "enroll_command": signing.enroll_command(pair.cert, pair, root),
-    }
+    state = key_status.read(key, cert, user_input.existing_dir(sysroot, "sysroot"))
     if as_json:
         emit_json(state)
         return
-    click.echo(f"secure boot  {facts.secure_boot_state}")
+    pair = state.pair
+    click.echo(f"secure boot  {state.secure_boot_state}")
     key_note = (
         "missing"
-        if not state["key_exists"]
-        else ("private (0600)" if state["key_private"] else "READABLE BY OTHERS: chmod 600 it")
+        if not state.key_exists
+        else ("private (0600)" if state.key_private else "READABLE BY OTHERS: chmod 600 it")
     )
     click.echo(f"key          {pair.key} ({pair.convention}): {key_note}")
     click.echo(
         f"certificate  {pair.cert}: "
         + (
             "missing"
-            if not state["cert_exists"]
-            else f"{state['certificate']['subject']!r}, SHA-1 {state['certificate']['sha1_fingerprint']}, "
-            f"valid until {state['certificate']['not_after']}"
+            if state.certificate is None
+            else f"{state.certificate.subject!r}, SHA-1 {state.certificate.sha1_fingerprint}, "
+            f"valid until {state.certificate.not_after}"
         )
     )
-    click.echo(f"enrollment   {state['enrollment']}")
-    if not state["key_exists"] and not state["cert_exists"]:
+    click.echo(f"enrollment   {state.enrollment}")
+    if not state.key_exists and not state.cert_exists:
         click.echo("make one with `rdna1-kmgr keys generate` (or let `rdna1-kmgr build` do it)")
-    elif facts.secure_boot_enabled and state["enrollment"] != "enrolled":
+    elif state.secure_boot_enabled and state.enrollment != "enrolled":
         click.echo(
             "Secure Boot is on: the module will not load until the certificate is enrolled "
             "(`rdna1-kmgr keys enroll`)"

@@ -78,7 +78,7 @@ def exit_codes() -> list[tuple[int, str, str]]:
     meanings = {}
     for line in inspect.getsource(Exit).splitlines():
         if match := EXIT_LINE.fullmatch(line):
-            meanings[match["name"]] = match["meaning"]
+            meanings[match.group("name")] = match.group("meaning")
     missing = sorted(set(Exit.__members__) - set(meanings))
     if missing:
         raise ValueError(f"core/errors.py: Exit members without a `# meaning` comment on their line: {missing}")
@@ -162,7 +162,7 @@ FILES_ROW = re.compile(r"\| `(?P<path>[^`]+)` \| (?P<what>.+) \|")
 def files_table(reference: str) -> list[tuple[str, str]]:
     """The hand-written "Files and paths" table of docs/reference.md: (path, what it is)."""
     section = reference.split("\n## Files and paths\n", 1)[1].split("\n## ", 1)[0]
-    return [(m["path"], m["what"]) for line in section.splitlines() if (m := FILES_ROW.fullmatch(line))]
+    return [(m.group("path"), m.group("what")) for line in section.splitlines() if (m := FILES_ROW.fullmatch(line))]
 
 
 def _roff(text: str) -> str:

@@ -33,9 +33,9 @@ def rollback(kernel, every, dry_run, keep_build, yes, as_json):
     result = run(kernel, keep_build=keep_build, dry_run=dry_run, confirm=None if yes else confirm_plan("Roll back?"))
     if as_json:
         emit_json(result)
-    elif result["nothing_installed"]:
-        click.echo(result["message"])
-    elif result["dry_run"]:
-        click.echo("\n".join(result["plan"]))
+    elif result.message is not None:
+        click.echo(result.message)
+    elif result.dry_run:
+        click.echo("\n".join(result.plan or []))
     else:
-        click.echo(f"rolled back: {' '.join(result['kernels'])}")
+        click.echo(f"rolled back: {' '.join(result.kernels)}")

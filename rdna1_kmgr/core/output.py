@@ -1,9 +1,44 @@
-"""How commands print for scripts."""
+"""How commands print for scripts: a flow's typed result, serialised one way for every command's --json."""
 
+from __future__ import annotations
+
+import dataclasses
 import json
+from pathlib import Path
+from typing import Any
 
 import click
 
+# Field metadata: a field left out of the JSON object while it is None (a key that only some outcomes have).
+OMIT_NONE = "omit_none"
 
-def emit_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True))
+
+def optional(default: Any = None) -> Any:
+    """A field absent from the JSON while it is None (the outcome it belongs to did not happen)."""
+    return dataclasses.field(default=default, metadata={OMIT_NONE: True})
+
+
+def to_json(value: Any) -> Any:
+    """A result as JSON values: dataclasses by their fields (or their own to_json), tuples as lists, paths as
+    strings; dicts, lists and scalars as they are."""
+    if hasattr(value, "to_json"):
+        return to_json(value.to_json())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if item is None and f.metadata.get(OMIT_NONE):
+                continue
+            out[f.name] = to_json(item)
+        return out
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def emit_json(obj: Any) -> None:
+    click.echo(json.dumps(to_json(obj), indent=2, sort_keys=True))

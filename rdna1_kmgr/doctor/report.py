@@ -5,6 +5,7 @@ experiment last), as findings and as text."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.doctor import (
@@ -33,7 +34,20 @@ from rdna1_kmgr.userspace.profiles import OVERRIDE
 CHIP_PROCESSOR = {"navi10": "gfx1010", "navi12": "gfx1011", "navi14": "gfx1012"}
 
 
-def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: str | None = None) -> dict:
+@dataclass(frozen=True)
+class DoctorReport:
+    """What doctor read, for the text and for --json (its fields, the findings as Finding.to_json)."""
+
+    sysroot: str
+    user: str | None  # whose device access and shell files were read
+    board: str | None  # the RDNA1 board's PCI address; None without one
+    board_processor: str
+    rocm_loads: str  # the gfx code ROCm loads for it (another one under HSA_OVERRIDE_GFX_VERSION)
+    summary: dict[str, int]  # findings per level
+    findings: list[Finding]
+
+
+def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: str | None = None) -> DoctorReport:
     on_host = sysroot.resolve() == Path("/")
     facts = host_facts.detect(sysroot, DEFAULT_TARGET)
     device = board.the_board(facts)
@@ -89,15 +103,15 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     wheels = [f"TheRock's rocm-sdk-core {s.core_version} in {s.site}" for s in sdks if s.core_version]
     found += versions.findings(sysroot, facts.kernel_release, wheels)
     found += profile_check.findings(sysroot, home)
-    return {
-        "sysroot": str(sysroot),
-        "user": user.name if user else None,
-        "board": device.bdf if device else None,
-        "board_processor": processor,
-        "rocm_loads": loads,
-        "summary": {level: sum(f.level == level for f in found) for level in LEVELS},
-        "findings": [f.to_json() for f in found],
-    }
+    return DoctorReport(
+        sysroot=str(sysroot),
+        user=user.name if user else None,
+        board=device.bdf if device else None,
+        board_processor=processor,
+        rocm_loads=loads,
+        summary={level: sum(f.level == level for f in found) for level in LEVELS},
+        findings=found,
+    )
 
 
 def _runtimes(sysroot: Path, sdks: list[therock_wheels.RocmSdk]) -> list[queue_cwsr.RocmRuntime]:
@@ -125,20 +139,20 @@ def _board_processor(device, nodes: list[kfd_access.KfdNode]) -> str:
     return "gfx1010"
 
 
-def text_lines(result: dict) -> list[str]:
+def text_lines(result: DoctorReport) -> list[str]:
     marks = {"ok": "ok     ", "info": "info   ", "warn": "WARN   ", "problem": "PROBLEM"}
     lines = [
-        f"doctor for {result['board_processor']}"
-        + (f" (board {result['board']})" if result["board"] else " (no board here)")
-        + f"; ROCm loads {result['rocm_loads']} code; user {result['user'] or '?'}"
+        f"doctor for {result.board_processor}"
+        + (f" (board {result.board})" if result.board else " (no board here)")
+        + f"; ROCm loads {result.rocm_loads} code; user {result.user or '?'}"
     ]
-    for finding in result["findings"]:
-        lines.append(f"{marks[finding['level']]} {finding['check']:15} {finding['seen']}")
-        if finding["why"] and finding["level"] in ("warn", "problem", "info"):
-            lines.append(f"{'':24}why: {finding['why']}")
-        if finding["todo"]:
-            lines.append(f"{'':24}do:  {finding['todo']}")
-    summary = result["summary"]
+    for finding in result.findings:
+        lines.append(f"{marks[finding.level]} {finding.check:15} {finding.seen}")
+        if finding.why and finding.level in ("warn", "problem", "info"):
+            lines.append(f"{'':24}why: {finding.why}")
+        if finding.todo:
+            lines.append(f"{'':24}do:  {finding.todo}")
+    summary = result.summary
     lines.append(
         f"{summary['problem']} problem(s), {summary['warn']} warning(s), {summary['ok']} ok, "
         f"{summary['info']} note(s)"

@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.core.output import optional
 from rdna1_kmgr.doctor.kfd_access import invoking_home
 from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
+from rdna1_kmgr.install.install_result import InstallResult
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.source import target_kernel
@@ -18,7 +22,43 @@ from rdna1_kmgr.vm.experiment import experiments_dir
 KERNEL_LATEST = "kernel-latest.json"  # experiment/kernel_run.py writes it when the kernel cells end
 
 
-def apply(cell_id: str | None = None, dry_run: bool = False) -> dict:
+@dataclass(frozen=True)
+class Applied:
+    """`experiment apply`: the cell applied, the profile installed for it (user_profile.install's result; None
+    when the cell needs none) and the backend's line for the owner's program."""
+
+    cell: str
+    dry_run: bool
+    profile: dict | None
+    code: str | None
+
+    def profile_lines(self) -> list[str]:
+        """The profile's plan (dry run) or what its install did."""
+        if self.profile is None:
+            return []
+        return self.profile["plan"] if self.dry_run else self.profile["done"]
+
+
+@dataclass(frozen=True)
+class KernelApplied:
+    """`experiment apply --kernel`: a quirk mask through install (install), or a stock parameter on every boot's
+    command line (parameters); each their flow's result."""
+
+    kernel_cell: str
+    parameter: str
+    dry_run: bool
+    install: InstallResult | None = optional()
+    parameters: dict | None = optional()
+
+    def lines(self) -> list[str]:
+        """The plan (dry run), or what was done and what the next boot brings."""
+        if self.install is not None:
+            return list(self.install.plan if self.dry_run else self.install.next_boot)
+        done = self.parameters or {}
+        return done.get("plan", []) if self.dry_run else done.get("done", [])
+
+
+def apply(cell_id: str | None = None, dry_run: bool = False) -> Applied:
     record = answer.read_latest()
     if record is None:
         raise UsageError("no experiment has run on this machine", "run `rdna1-kmgr experiment` first")
@@ -35,14 +75,14 @@ def apply(cell_id: str | None = None, dry_run: bool = False) -> dict:
             raise UsageError(f"cell {cell_id!r} did not pass in the last experiment", f"passing cells: {passing}")
     profile = profile_data.get(chosen["profile"])
     backend = cell_outcomes.BACKENDS[chosen["backend"]]
-    result = {"cell": chosen["cell"], "dry_run": dry_run, "profile": None, "code": backend.code or None}
+    installed = None
     if not profile.changes_nothing:
         home = invoking_home(TargetRoot.from_env().path)
-        result["profile"] = user_profile.install(profile.name, dry_run=dry_run, home=home)
-    return result
+        installed = user_profile.install(profile.name, dry_run=dry_run, home=home)
+    return Applied(chosen["cell"], dry_run, installed, backend.code or None)
 
 
-def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
+def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> KernelApplied:
     """The kernel axis' answer: a quirk mask through `install --quirks` (the installed build, that mask in
     modprobe.d, the boot guard's trial), a stock parameter on every boot's command line (journaled)."""
     record = answer.read_json(experiments_dir() / KERNEL_LATEST)
@@ -64,10 +104,5 @@ def apply_kernel(cell_name: str | None = None, dry_run: bool = False) -> dict:
     if mask is not None:
         kernel = target_kernel.kernel_to_install(None, dry_run)
         done = module_install.run(module_install.InstallRequest(kernel=kernel, quirks=mask, dry_run=dry_run))
-        return {"kernel_cell": chosen, "parameter": word, "dry_run": dry_run, "install": done.to_json()}
-    return {
-        "kernel_cell": chosen,
-        "parameter": word,
-        "dry_run": dry_run,
-        "parameters": kernel_parameters.install(word, dry_run),
-    }
+        return KernelApplied(chosen, word, dry_run, install=done)
+    return KernelApplied(chosen, word, dry_run, parameters=kernel_parameters.install(word, dry_run))

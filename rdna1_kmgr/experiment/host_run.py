@@ -60,7 +60,20 @@ def warn(line: str) -> None:
     progress.say(f"rdna1-kmgr: {line}")
 
 
-def run(request: Request) -> dict:
+@dataclass(frozen=True)
+class HostRun:
+    """The host experiment's outcome: the record it wrote (what --json prints) and the typed view of it."""
+
+    record: dict  # record.json of the run (answer.write)
+    results: list[cell_run.HostResult]
+    folder: str
+    answer: list[str]  # the smallest change that passes, said in lines
+    html: str  # the table page beside the record
+    stopped: str | None  # a GPU reset failed: what to do (the run stopped)
+    dead_end: str | None  # a cell could not run at all: why (the run stopped)
+
+
+def run(request: Request) -> HostRun:
     cells = host_cells.select(request.profiles, request.backends, request.pattern)
     base_env = dict(os.environ)
     python = owner_python.given(request.python, base_env)  # the input first, then the machine
@@ -119,4 +132,4 @@ def run(request: Request) -> dict:
         "dead_end": dead_end,
     }
     record = answer.write(folder, results, best, context)
-    return {"record": record, "results": results, "best": best, "folder": str(folder)}
+    return HostRun(record, results, str(folder), record["answer"], record["html"], stopped, dead_end)

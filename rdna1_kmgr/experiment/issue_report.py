@@ -20,6 +20,7 @@ from pathlib import Path
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core.errors import KmgrError, UsageError
 from rdna1_kmgr.core.files import write_atomic, write_json
+from rdna1_kmgr.core.output import to_json
 from rdna1_kmgr.doctor import kfd_access, queue_cwsr
 from rdna1_kmgr.doctor import report as doctor_report
 from rdna1_kmgr.experiment import answer
@@ -59,7 +60,7 @@ def gather(sysroot: Path, pythons: list[str], user_name: str | None) -> dict:
     """Everything the report says, as one JSON value (not yet redacted)."""
     unread: list[str] = []
     facts = host_facts.detect(sysroot)
-    doctor = doctor_report.run(sysroot, pythons, user_name)
+    doctor = to_json(doctor_report.run(sysroot, pythons, user_name))
     found = doctor["findings"]
     queue = next((f["facts"] for f in found if f["check"] == "queue"), None)
     if queue is None:  # doctor checks the queue only with a board: the kernel's facts all the same
@@ -102,7 +103,7 @@ def _node(node: kfd_access.KfdNode) -> dict:
 def _installed(unread: list[str]) -> dict | None:
     """`status`'s view: per kernel, the amdgpu in use, ours or stock, the build's quirks and the mask loaded."""
     try:
-        result = follow_status.run()
+        result = to_json(follow_status.run())  # the report is status's --json, in part
     except (KmgrError, OSError) as err:
         unread.append(f"the installed build (`rdna1-kmgr status`): {getattr(err, 'strerror', None) or err}")
         return None

@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rdna1_kmgr.core import owner as owners
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import make_dirs, write_json
+from rdna1_kmgr.core.output import optional
 from rdna1_kmgr.core.progress import say
 from rdna1_kmgr.experiment import answer, apply, boot_cells, cell_run, host_cells, host_run, owner_python
 from rdna1_kmgr.experiment.kernel_cells import InstalledBuild, KernelCell
@@ -152,13 +153,13 @@ def installed_build(root: TargetRoot) -> InstalledBuild | None:
     loaded = root.sys_module / "amdgpu/parameters/rdna1_quirks"
     if not loaded.is_file():
         return None
-    for kernel in install_status.run()["kernels"]:
-        if not kernel["running"] or not kernel["journal"]:
+    for kernel in install_status.run().kernels:
+        if not kernel.running or not kernel.journal:
             continue
-        for build in kernel["built"]:  # the one the journal installed
+        for build in kernel.built:  # the one the journal installed
             quirks = build.get("quirks") or {}
             if (
-                build["version"] == kernel["journal"].get("version")
+                build["version"] == kernel.journal.get("version")
                 and isinstance(quirks.get("mask"), int)
                 and isinstance(quirks.get("default_mask"), int)
             ):
@@ -243,7 +244,66 @@ def new_run_folder() -> Path:
     return folder
 
 
-def start(request: Request, dry_run: bool) -> dict:
+@dataclass(frozen=True)
+class Started:
+    """`experiment kernel`: the cells and boot files planned (and, without --dry-run, the first one armed)."""
+
+    dry_run: bool
+    plan: list[str]
+    kernel_cells: list[dict]
+    host_cells: list[str]
+    board: str
+    python: str
+    owner: str
+    folder: str | None = optional()  # the run's folder, once started
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """`experiment stop`; --json: running, and message or dry_run and plan, then done or record as it went."""
+
+    running: bool
+    message: str | None = optional()  # nothing under way
+    dry_run: bool | None = optional()
+    plan: list[str] | None = optional()
+    done: list[str] | None = optional()  # the journal's replay, when no plan was readable
+    record: dict | None = optional()  # the run's record, ended
+
+
+@dataclass(frozen=True)
+class CellState:
+    cell: str
+    parameter: str
+    state: str  # done, armed (or what GRUB's variables say), waiting
+    outcomes: list[str] | None = optional()  # done: each host cell's outcome, or hang
+
+
+@dataclass(frozen=True)
+class CellsUnderWay:
+    """`experiment status` while kernel cells are under way."""
+
+    folder: str
+    host_cells: list[str]
+    cells: list[CellState]
+    boot_files: bool  # GRUB's script for the cells' boots is in place
+    running: bool = True
+
+
+@dataclass(frozen=True)
+class NoCellsUnderWay:
+    """`experiment status` with no kernel cells under way: the last run's record, if one finished."""
+
+    latest: dict | None
+    running: bool = False
+
+    def last_run(self) -> tuple[str, list[str]] | None:
+        """The last run's folder, and its table and answer as the record holds them."""
+        if self.latest is None:
+            return None
+        return self.latest["folder"], self.latest["table"] + [""] + self.latest["answer"]
+
+
+def start(request: Request, dry_run: bool) -> Started:
     root = TargetRoot.from_env()
     refuse_if_busy()
     running = current_plan()
@@ -274,15 +334,15 @@ def start(request: Request, dry_run: bool) -> dict:
     lines += [f"  {n}. {c.name}: {c.parameter}   {c.summary}" for n, c in enumerate(kernel_cells, 1)]
     lines += ["boot files:"] + [f"  {line}" for line in boot_cells.plan_lines(root, kernel_cells[0])]
     lines.append(f"journal: {ExperimentJournal().path}")
-    result = {
-        "dry_run": dry_run,
-        "plan": lines,
-        "kernel_cells": [c.to_json() for c in kernel_cells],
-        "host_cells": [c.id for c in hosts],
-        "board": board.bdf,
-        "python": python.path,
-        "owner": python.owner.name,
-    }
+    result = Started(
+        dry_run=dry_run,
+        plan=lines,
+        kernel_cells=[c.to_json() for c in kernel_cells],
+        host_cells=[c.id for c in hosts],
+        board=board.bdf,
+        python=python.path,
+        owner=python.owner.name,
+    )
     if dry_run:
         return result
     folder = new_run_folder()
@@ -314,7 +374,7 @@ def start(request: Request, dry_run: bool) -> dict:
         "the board is your display: during a cell's boot the screen may freeze while the workload runs; a boot "
         "that hangs can be power-cycled, it is recorded as a hang and the boot after it is a normal one"
     )
-    return {**result, "folder": str(folder)}
+    return replace(result, folder=str(folder))
 
 
 def boot_step() -> dict:
@@ -427,30 +487,29 @@ def end(plan: Plan, root: TargetRoot, why: str) -> dict:
     return record
 
 
-def stop(dry_run: bool) -> dict:
+def stop(dry_run: bool) -> Stopped:
     root = TargetRoot.from_env()
     refuse_if_busy()
     plan = current_plan()
     journal = ExperimentJournal()
     if plan is None and not journal.exists():
-        return {"running": False, "message": "no experiment's kernel cells are under way: nothing to stop"}
+        return Stopped(running=False, message="no experiment's kernel cells are under way: nothing to stop")
     lines = rollback.plan_for(journal, keep_build=True) if journal.exists() else []
     if dry_run:
-        return {"running": True, "dry_run": True, "plan": lines}
+        return Stopped(running=True, dry_run=True, plan=lines)
     if plan is None:  # a start killed before its plan was readable: the journal alone
         with locked("experiment stop"):
             said = rollback.replay(journal, keep_build=True, reason="rdna1-kmgr experiment stop")
-        return {"running": True, "dry_run": False, "plan": lines, "done": said}
+        return Stopped(running=True, dry_run=False, plan=lines, done=said)
     _record_event(plan, cell="-", event="stopped")
     record = end(plan, root, "stopped by `rdna1-kmgr experiment stop`")
-    return {"running": True, "dry_run": False, "plan": lines, "record": record}
+    return Stopped(running=True, dry_run=False, plan=lines, record=record)
 
 
-def status() -> dict:
+def status() -> CellsUnderWay | NoCellsUnderWay:
     plan = current_plan()
     if plan is None:
-        latest = answer.read_json(experiments_dir() / LATEST)
-        return {"running": False, "latest": latest}
+        return NoCellsUnderWay(answer.read_json(experiments_dir() / LATEST))
     root = TargetRoot.from_env()
     events = progress(plan)
     done = finished_cells(events)
@@ -461,15 +520,14 @@ def status() -> dict:
         if c.name in done:
             event = done[c.name]
             outcomes = [r["outcome"] for r in event.get("results", [])] if event["event"] == "ran" else ["hang"]
-            cells.append({"cell": c.name, "parameter": c.parameter, "state": "done", "outcomes": outcomes})
+            cells.append(CellState(c.name, c.parameter, "done", outcomes))
         elif cell is not None and c.name == cell.name:
-            cells.append({"cell": c.name, "parameter": c.parameter, "state": state if name == c.name else "armed?"})
+            cells.append(CellState(c.name, c.parameter, state if name == c.name else "armed?"))
         else:
-            cells.append({"cell": c.name, "parameter": c.parameter, "state": "waiting"})
-    return {
-        "running": True,
-        "folder": plan.folder,
-        "host_cells": list(plan.host_cells),
-        "cells": cells,
-        "boot_files": boot_cells.installed(root),
-    }
+            cells.append(CellState(c.name, c.parameter, "waiting"))
+    return CellsUnderWay(
+        folder=plan.folder,
+        host_cells=list(plan.host_cells),
+        cells=cells,
+        boot_files=boot_cells.installed(root),
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core.errors import BuildError, KmgrError
@@ -185,7 +186,50 @@ def quirks_lines(quirks: dict | None) -> list[str]:
     return lines
 
 
-def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, dkms_entries: list) -> dict:
+@dataclass(frozen=True)
+class KernelStatus:
+    """One kernel's part of `status` (--json: these fields; the values below them are the JSON objects)."""
+
+    kernel: str
+    running: bool
+    dkms: list[dict]  # package, version, state: each DKMS entry of rdna1-amdgpu for this kernel
+    built: list[dict]  # the module each DKMS build left: version, module, sha256, verdict, quirks
+    journal: dict | None  # the install journal's state, version, module_sha256, vm_check, since (or corrupted)
+    module: dict | None  # the amdgpu modinfo resolves to: path, sha256, rdna1_kmgr (ours: signature, verdict)
+    parameters: dict  # modprobe.d, ours (the running kernel: cmdline, loaded too)
+    loaded: dict | None  # the running kernel: amdgpu_loaded, is_this_module
+    follow: dict | None  # follow's record (follow_record.py)
+    next_boot: str
+
+
+@dataclass(frozen=True)
+class Certificate:
+    path: str
+    enrollment: str
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    """The builds' ccache (modbuild/package_build.py): where, how much it holds, its cap."""
+
+    path: str
+    bytes: int
+    max_size: str | None  # ccache.conf's max_size; None until a build sets it
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """Everything `status` says; --json is its fields."""
+
+    secure_boot: str
+    certificate: Certificate
+    kernels: list[KernelStatus]
+    boot_guard: dict  # boot_guard.describe
+    profile: dict | None  # user_profile.status
+    compiler_cache: CompilerCache | None
+
+
+def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, dkms_entries: list) -> KernelStatus:
     running = kernel == os.uname().release and root.is_system
     journal = Journal(kernel)
     try:
@@ -224,22 +268,20 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
     follow = follow_record.read(kernel)
     if follow is None and kernel in follow_record.pending():
         follow = {"kernel": kernel, "state": "pending"}
-    return {
-        "kernel": kernel,
-        "running": running,
-        "dkms": [
-            {"package": e.name, "version": e.version, "state": e.state} for e in dkms_entries if e.kernel == kernel
-        ],
-        "built": _builds(dkms_entries, kernel, trees),
-        "journal": journal_info,
-        "module": module,
-        "parameters": params,
-        "loaded": None
+    return KernelStatus(
+        kernel=kernel,
+        running=running,
+        dkms=[{"package": e.name, "version": e.version, "state": e.state} for e in dkms_entries if e.kernel == kernel],
+        built=_builds(dkms_entries, kernel, trees),
+        journal=journal_info,
+        module=module,
+        parameters=params,
+        loaded=None
         if not running
         else {"amdgpu_loaded": (root.sys_module / MODULE).is_dir(), "is_this_module": loaded},
-        "follow": follow,
-        "next_boot": _next_boot(module, follow),
-    }
+        follow=follow,
+        next_boot=_next_boot(module, follow),
+    )
 
 
 def _next_boot(module: dict | None, follow: dict | None) -> str:
@@ -250,7 +292,7 @@ def _next_boot(module: dict | None, follow: dict | None) -> str:
     return now
 
 
-def run(cert: str | None = None) -> dict:
+def run(cert: str | None = None) -> StatusReport:
     root = TargetRoot.from_env()
     trees = dkms.Trees.from_env()
     cert_path = Path(cert).absolute() if cert else signing.convention().cert
@@ -260,23 +302,22 @@ def run(cert: str | None = None) -> dict:
         kernels.add(os.uname().release)
     facts = host_facts.detect(root.path)
     enrollment = signing.enrollment(cert_path) if cert_path.is_file() else f"no certificate {cert_path}"
-    return {
-        "secure_boot": facts.secure_boot_state,
-        "certificate": {"path": str(cert_path), "enrollment": enrollment},
-        "kernels": [kernel_status(k, root, trees, cert_path, entries) for k in sorted(kernels)],
-        "boot_guard": boot_guard.describe(root),
-        "profile": user_profile.status(),
-        "compiler_cache": compiler_cache(),
-    }
+    return StatusReport(
+        secure_boot=facts.secure_boot_state,
+        certificate=Certificate(str(cert_path), enrollment),
+        kernels=[kernel_status(k, root, trees, cert_path, entries) for k in sorted(kernels)],
+        boot_guard=boot_guard.describe(root),
+        profile=user_profile.status(),
+        compiler_cache=compiler_cache(),
+    )
 
 
-def compiler_cache() -> dict:
-    """The builds' ccache (modbuild/package_build.py): where, how much it holds, its cap."""
+def compiler_cache() -> CompilerCache:
     folder = package_build.ccache_dir()
     held = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
     conf = folder / "ccache.conf"
     caps = [line.split("=", 1)[1].strip() for line in _lines(conf) if line.split("=", 1)[0].strip() == "max_size"]
-    return {"path": str(folder), "bytes": held, "max_size": caps[-1] if caps else None}
+    return CompilerCache(str(folder), held, caps[-1] if caps else None)
 
 
 def _lines(path: Path) -> list[str]:
@@ -286,20 +327,20 @@ def _lines(path: Path) -> list[str]:
         return []
 
 
-def text_lines(result: dict) -> list[str]:
+def text_lines(result: StatusReport) -> list[str]:
     lines = [
-        f"secure boot   {result['secure_boot']}",
-        f"certificate   {result['certificate']['path']}: {result['certificate']['enrollment']}",
+        f"secure boot   {result.secure_boot}",
+        f"certificate   {result.certificate.path}: {result.certificate.enrollment}",
     ]
-    cache = result.get("compiler_cache")
+    cache = result.compiler_cache
     if cache:
         cap = (
-            f" of {cache['max_size']}"
-            if cache["max_size"]
+            f" of {cache.max_size}"
+            if cache.max_size
             else f", no cap yet (the next build sets {package_build.CCACHE_MAX_SIZE})"
         )
-        lines.append(f"ccache        {cache['bytes'] / 1e6:.0f} MB{cap} in {cache['path']}")
-    guard = result.get("boot_guard") or {}
+        lines.append(f"ccache        {cache.bytes / 1e6:.0f} MB{cap} in {cache.path}")
+    guard = result.boot_guard or {}
     if guard.get("installed"):
         lines.append(
             f"boot guard    this boot: {guard['this_boot'] or 'not started by the guard'}; next boot: "
@@ -308,21 +349,21 @@ def text_lines(result: dict) -> list[str]:
         if guard.get("loaded"):
             lines.append(f"amdgpu loaded {guard['loaded']['says']}")
         lines.append(f"              {guard['message']}")
-    if not result["kernels"]:
+    if not result.kernels:
         lines.append("no kernel has an rdna1-kmgr build or install")
-    for k in result["kernels"]:
+    for k in result.kernels:
         lines.append("")
-        lines.append(f"kernel {k['kernel']}" + ("  (running)" if k["running"] else ""))
-        for entry in k["dkms"]:
+        lines.append(f"kernel {k.kernel}" + ("  (running)" if k.running else ""))
+        for entry in k.dkms:
             lines.append(f"  package     {entry['package']}/{entry['version']}: {entry['state']}")
-            for built in k.get("built", ()):
+            for built in k.built:
                 if built["version"] == entry["version"]:
                     lines.append(f"  built       {built['module']}")
                     lines += quirks_lines(built.get("quirks"))
                     lines.append("  verdict     " + verdict_text(built["verdict"]))
-        if not k["dkms"]:
+        if not k.dkms:
             lines.append("  package     no rdna1-amdgpu build")
-        j = k["journal"]
+        j = k.journal
         if j:
             lines.append(
                 f"  journal     {j['state']}"
@@ -334,10 +375,10 @@ def text_lines(result: dict) -> list[str]:
                     f"              installed WITHOUT a passing VM verdict (--skip-vm-check): {j['vm_check']['why']}"
                 )
             if j["state"] in ("install unfinished", "rollback unfinished"):
-                lines.append(f"              run `rdna1-kmgr rollback --kernel {k['kernel']}` to finish undoing it")
-        m = k["module"]
+                lines.append(f"              run `rdna1-kmgr rollback --kernel {k.kernel}` to finish undoing it")
+        m = k.module
         if m is None:
-            lines.append(f"  amdgpu      modinfo finds none for {k['kernel']}")
+            lines.append(f"  amdgpu      modinfo finds none for {k.kernel}")
         else:
             lines.append(f"  amdgpu      {m['path']}" + ("  (rdna1-kmgr)" if m["rdna1_kmgr"] else "  (stock)"))
             lines.append(f"  sha256      {m['sha256']}")
@@ -346,19 +387,19 @@ def text_lines(result: dict) -> list[str]:
                 state = {True: "valid", False: "INVALID", None: "not checked"}[s["valid"]]
                 lines.append(f"  signature   {state}, signer {s['signer']!r} ({s['detail']})")
                 lines.append("  verdict     " + verdict_text(m["verdict"]))
-        if k.get("follow"):
-            lines.append(f"  follow      {follow_record.describe(k['follow'])}")
-        lines.append(f"  next boot   {k['next_boot']}")
-        p = k["parameters"]
+        if k.follow:
+            lines.append(f"  follow      {follow_record.describe(k.follow)}")
+        lines.append(f"  next boot   {k.next_boot}")
+        p = k.parameters
         for entry in p["modprobe.d"]:
             opts = " ".join(f"{a}={b}" for a, b in entry["options"].items())
             lines.append(f"  modprobe.d  {opts}  ({entry['file']})")
         if not p["modprobe.d"]:
             lines.append("  modprobe.d  no options for amdgpu")
-        if k["running"]:
+        if k.running and k.loaded is not None:
             if p.get("cmdline"):
                 lines.append("  cmdline     " + " ".join(f"amdgpu.{a}={b}" for a, b in p["cmdline"].items()))
-            loaded = k["loaded"]
+            loaded = k.loaded
             if not loaded["amdgpu_loaded"]:
                 lines.append("  loaded      amdgpu is not loaded in the running kernel")
             else:
@@ -367,7 +408,7 @@ def text_lines(result: dict) -> list[str]:
                     f"  loaded      {which[loaded['is_this_module']]}; parameters "
                     + (" ".join(f"{a}={b}" for a, b in (p.get("loaded") or {}).items()) or "no rdna1_* ones")
                 )
-    lines += profile_lines(result.get("profile"))
+    lines += profile_lines(result.profile)
     return lines
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 import datetime
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core import progress, runner, user_input
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.core.output import optional
 from rdna1_kmgr.install import journal_checks, journal_programs, modprobe_conf
 from rdna1_kmgr.install.journal import (
     Journal,
@@ -257,13 +259,26 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     )
 
 
+@dataclass(frozen=True)
+class RollbackResult:
+    """What `rdna1-kmgr rollback` did or would do; --json is its fields (message, plan, done: only the outcomes
+    that have them)."""
+
+    nothing_installed: bool
+    kernels: list[str]  # the journals rolled back (or planned), by the kernel or layer they belong to
+    dry_run: bool
+    message: str | None = optional()  # nothing installed: where no journal was found
+    plan: list[str] | None = optional()
+    done: dict[str, list[str]] | None = optional()  # each journal's lines, as they were replayed
+
+
 def run(
     kernel: str | None,
     keep_build: bool = False,
     dry_run: bool = False,
     confirm: Callable[[list[str]], bool] | None = None,
-) -> dict:
-    """Everything `rdna1-kmgr rollback` does; returns the JSON result. Its lines go to progress."""
+) -> RollbackResult:
+    """Everything `rdna1-kmgr rollback` does. Its lines go to progress."""
     refuse_if_busy()
     journals = kernels_to_roll_back(kernel)
     plans = {j.kernel: plan_for(j, keep_build) for j in journals}  # refuses a corrupted journal here
@@ -271,15 +286,11 @@ def run(
         refuse_under_a_later_install(journals[0])
     if not journals:
         where = f" for {kernel}" if kernel else ""
-        return {
-            "nothing_installed": True,
-            "kernels": [],
-            "dry_run": dry_run,
-            "message": f"nothing installed by rdna1-kmgr{where}: no journal under {journal_root()}",
-        }
+        message = f"nothing installed by rdna1-kmgr{where}: no journal under {journal_root()}"
+        return RollbackResult(nothing_installed=True, kernels=[], dry_run=dry_run, message=message)
     lines = [line for plan in plans.values() for line in plan]
     if dry_run:
-        return {"nothing_installed": False, "kernels": list(plans), "dry_run": True, "plan": lines}
+        return RollbackResult(nothing_installed=False, kernels=list(plans), dry_run=True, plan=lines)
     if confirm is not None and not confirm(lines):
         raise UsageError("not confirmed", "nothing was changed; pass --yes to roll back without asking")
     done = {}
@@ -291,4 +302,4 @@ def run(
             for line in said:
                 progress.say(f"rdna1-kmgr: {line}")
             done[journal.kernel] = said
-    return {"nothing_installed": False, "kernels": list(done), "dry_run": False, "plan": lines, "done": done}
+    return RollbackResult(nothing_installed=False, kernels=list(done), dry_run=False, plan=lines, done=done)

@@ -8,6 +8,7 @@ import pytest
 from sysfs_fixtures import rx5600xt
 from test_code_objects import GFX1030, HOST, bundle
 
+from rdna1_kmgr.core.output import to_json
 from rdna1_kmgr.doctor import report
 from rdna1_kmgr.render import quirk_catalog
 
@@ -30,7 +31,7 @@ def by_check(result: dict, check: str) -> list[dict]:
 
 
 def run(tree, user="owner", pythons=()):
-    return report.run(tree.root, list(pythons), user)
+    return to_json(report.run(tree.root, list(pythons), user))  # as --json gives it
 
 
 def test_kfd_node_and_access_for_a_user_in_render(tmp_path):
@@ -55,7 +56,7 @@ def test_sudo_user_is_the_one_checked(tmp_path, monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("SUDO_USER counts only when running as root")
     monkeypatch.setenv("SUDO_USER", "guest")
-    result = report.run(board_root(tmp_path).root, [], None)
+    result = to_json(report.run(board_root(tmp_path).root, [], None))
     assert result["user"] == "guest" and by_check(result, "access")[0]["level"] == "problem"
 
 

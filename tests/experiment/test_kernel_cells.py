@@ -239,10 +239,20 @@ def test_quirk_cells_read_the_build_the_journal_installed(state, monkeypatch):
         {"version": "6.12.95+pold", "quirks": status.build_quirks(old)},
         {"version": "6.12.95+pnew", "quirks": status.build_quirks(manifest)},
     ]
-    kernels = [
-        {"kernel": "6.12.95+deb12-amd64", "running": True, "journal": {"version": "6.12.95+pnew"}, "built": builds}
-    ]
-    monkeypatch.setattr(status, "run", lambda: {"kernels": kernels})
+    kernel = status.KernelStatus(
+        kernel="6.12.95+deb12-amd64",
+        running=True,
+        dkms=[],
+        built=builds,
+        journal={"version": "6.12.95+pnew"},
+        module=None,
+        parameters={},
+        loaded=None,
+        follow=None,
+        next_boot="",
+    )
+    report = status.StatusReport("?", status.Certificate("c", "e"), [kernel], {}, None, None)
+    monkeypatch.setattr(status, "run", lambda: report)
     assert kernel_run.installed_build(TargetRoot(root)) == InstalledBuild(QuirkMask(0x10), QuirkMask(0x12))
 
 

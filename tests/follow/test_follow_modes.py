@@ -58,3 +58,32 @@ def test_misused_modes_are_one_line(state):
     result = cli("defer", "../etc")
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
     assert not state.exists()
+
+
+def test_pending_kernels_go_on_past_a_failure_and_exit_with_its_code(state, monkeypatch):
+    """`follow pending` (apt's hook, the boot unit): one kernel's failure is its record's line, the next kernel
+    still follows, and the run exits with the first failure's code (BUILD, 5 in docs/reference.md); under
+    --hook, 0."""
+    from rdna1_kmgr.core.errors import BuildError
+    from rdna1_kmgr.follow import follow_record
+
+    bad, good = "6.1.0-55-amd64", KREL
+    for kernel in (bad, good):
+        follow_record.write(kernel, "pending")
+
+    def follow(kernel, source=None):
+        if kernel == bad:
+            follow_record.write(kernel, "stock", reason="the build failed", stage="build", log="x.log")
+            raise kernel_follow.StageFailed("build", BuildError("the build failed", "see x.log"))
+        return follow_record.write(kernel, "patched", package="rdna1-amdgpu", package_version="1", verdict="pass")
+
+    monkeypatch.setattr(kernel_follow, "follow", follow)
+    result = cli("pending")
+    assert result.exit_code == 5, result.output
+    assert result.output.splitlines() == [
+        f"rdna1-kmgr: {bad}: keeps the stock amdgpu: the build failed (at build; log x.log)",
+        f"rdna1-kmgr: {good}: " + follow_record.describe(follow_record.read(good)),
+    ]
+    for kernel in (bad, good):
+        follow_record.write(kernel, "pending")
+    assert cli("pending", "--hook").exit_code == 0

@@ -43,7 +43,7 @@ def test_rollback_all_undoes_the_newest_install_first_and_leaves_what_was_there_
     _install(monkeypatch, second, "2026-11-26T21:30:00+0000", guard, "guard as follow rewrote it\n")
     monkeypatch.setattr(jr, "_now", lambda: "2026-11-26T22:00:00+0000")
     result = rollback.run(None)
-    assert result["kernels"] == [second, first]
+    assert result.kernels == [second, first]
     assert not guard.exists()  # as before the first install
     assert jr.Journal.kernels() == []
 

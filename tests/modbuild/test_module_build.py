@@ -96,19 +96,12 @@ def test_a_fresh_kbuild_tree_takes_the_unchanged_objects_from_the_compiler_cache
     assert hits >= 1 and misses == 1, (hits, misses)  # main.o from the cache; only table.o (changed) compiled
     again = hello_build(sandbox, "greetings-warm")
     assert again.reused and ccache_stats(folder) == after  # reused whole: ccache not even asked
-    from rdna1_kmgr.follow.status import compiler_cache, text_lines
+    from rdna1_kmgr.follow.status import Certificate, StatusReport, compiler_cache, text_lines
 
     held = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     line = next(
         x
-        for x in text_lines(
-            {
-                "secure_boot": "?",
-                "certificate": {"path": "c", "enrollment": "e"},
-                "kernels": [],
-                "compiler_cache": compiler_cache(),
-            }
-        )
+        for x in text_lines(StatusReport("?", Certificate("c", "e"), [], {}, None, compiler_cache()))
         if x.startswith("ccache")
     )
     assert line == f"ccache        {held / 1e6:.0f} MB of 1.0G in {folder}"  # what `status` prints

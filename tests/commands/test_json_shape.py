@@ -1,0 +1,182 @@
+"""Every command's `--json` keeps its keys and shapes: scripts read them. The expected key trees were written by
+hand from main's output before the results were typed (issue 41); a change here is a change for every script
+that reads it, and goes into the README's changelog."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from sysfs_fixtures import FakeSysroot, rx5600xt
+
+from rdna1_kmgr.cli import main
+from rdna1_kmgr.install import journal as jr
+
+OLD, NEW = "6.1.0-56-amd64", "6.12.95+deb12-amd64"
+VERSION = "6.1.192+p0123456789ab"
+
+# Leaves: the JSON type; a list: the shape every item has ([] when the list is empty here).
+STR, INT, BOOL, NULL = "str", "int", "bool", "null"
+
+
+def shape(value):
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        shapes = [shape(item) for item in value]
+        assert all(s == shapes[0] for s in shapes), f"a list of mixed shapes: {shapes}"
+        return shapes[:1]
+    if value is None:
+        return NULL
+    return {bool: BOOL, int: INT, str: STR}[type(value)]
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    FakeSysroot(root).kernel(OLD).os_release("debian", "12", "Debian GNU/Linux 12 (bookworm)")
+    for name, folder in {
+        "RDNA1_KMGR_ROOT": root,
+        "RDNA1_KMGR_STATE": tmp_path / "state",
+        "RDNA1_KMGR_DKMS_SOURCE_TREE": tmp_path / "usr-src",
+        "RDNA1_KMGR_DKMS_TREE": tmp_path / "var-lib-dkms",
+        "RDNA1_KMGR_CACHE": tmp_path / "cache",
+        "RDNA1_KMGR_LOG": tmp_path / "log",
+    }.items():
+        monkeypatch.setenv(name, str(folder))
+    return tmp_path
+
+
+def opt_in(base) -> None:
+    """A finished install's journal for OLD, written with the journal's own API."""
+    journal = jr.Journal(OLD)
+    journal.begin(
+        "install",
+        kernel=OLD,
+        package="rdna1-amdgpu",
+        version=VERSION,
+        parameters={"rdna1_quirks": "0x3"},
+        trees={"source": str(base / "usr-src"), "dkms": str(base / "var-lib-dkms")},
+    )
+    journal.append("commit", verified={})
+
+
+def cli_json(*args: str):
+    result = CliRunner().invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+STATUS_TOP = {
+    "boot_guard": {"installed": BOOL},
+    "certificate": {"enrollment": STR, "path": STR},
+    "compiler_cache": {"bytes": INT, "max_size": NULL, "path": STR},
+    "profile": {
+        "files": {"/etc/environment.d/90-rdna1-kmgr.conf": NULL, "/etc/profile.d/rdna1-kmgr.sh": NULL},
+        "installed": NULL,
+        "journal": NULL,
+        "state": NULL,
+    },
+    "secure_boot": STR,
+}
+
+
+def test_status_without_anything_installed(host):
+    assert shape(cli_json("status")) == {**STATUS_TOP, "kernels": []}
+
+
+def test_status_of_an_installed_kernel_and_a_pending_one(host):
+    opt_in(host)
+    assert cli_json("follow", "defer", NEW)["deferred"] is True
+    report = cli_json("status")
+    kernels = report.pop("kernels")
+    assert shape(report) == STATUS_TOP
+    assert [k["kernel"] for k in kernels] == [OLD, NEW]
+    common = {
+        "built": [],
+        "dkms": [],
+        "kernel": STR,
+        "loaded": NULL,
+        "module": NULL,
+        "next_boot": STR,
+        "parameters": {"modprobe.d": [], "ours": NULL},
+        "running": BOOL,
+    }
+    assert shape(kernels[0]) == {
+        **common,
+        "follow": NULL,
+        "journal": {
+            "module_sha256": NULL,
+            "path": STR,
+            "since": STR,
+            "state": STR,
+            "version": STR,
+            "vm_check": NULL,
+        },
+    }
+    assert shape(kernels[1]) == {**common, "follow": {"kernel": STR, "state": STR, "updated": STR}, "journal": NULL}
+
+
+def test_rollback_with_nothing_installed(host):
+    assert shape(cli_json("rollback")) == {"dry_run": BOOL, "kernels": [], "message": STR, "nothing_installed": BOOL}
+
+
+def test_rollback_dry_run(host):
+    opt_in(host)
+    expected = {"dry_run": BOOL, "kernels": [STR], "nothing_installed": BOOL, "plan": [STR]}
+    assert shape(cli_json("rollback", "--dry-run")) == expected
+    assert shape(cli_json("rollback", "--dry-run", "--kernel", OLD)) == expected
+
+
+def test_follow_modes(host):
+    assert shape(cli_json("follow", "pending")) == {"failed": INT, "kernels": [], "lines": []}
+    assert shape(cli_json("follow", "pending", "--dry-run")) == {"plan": [STR]}
+    assert shape(cli_json("follow", "defer", NEW)) == {"deferred": BOOL, "kernel": STR, "lines": []}
+    assert shape(cli_json("follow", "removed", NEW, "--dry-run")) == {"plan": [STR]}
+    assert shape(cli_json("follow", "removed", NEW)) == {"kernel": STR, "lines": [], "removed": []}
+    assert shape(cli_json("follow", "--kernel", NEW)) == {
+        "failed": INT,
+        "kernels": [{"kernel": STR, "reason": STR, "state": STR}],
+        "lines": [],
+    }
+    opt_in(host)
+    assert shape(cli_json("follow", "defer", NEW)) == {"deferred": BOOL, "kernel": STR, "lines": [STR]}
+    assert shape(cli_json("follow", "defer", NEW, "--dry-run")) == {"plan": [STR]}
+
+
+def test_experiment_status_and_stop_with_no_kernel_cells(host):
+    assert shape(cli_json("experiment", "status")) == {"latest": NULL, "running": BOOL}
+    assert shape(cli_json("experiment", "stop")) == {"message": STR, "running": BOOL}
+
+
+def test_doctor(tmp_path):
+    report = cli_json("doctor", "--sysroot", str(rx5600xt(tmp_path / "sys").root))
+    findings = report.pop("findings")
+    assert shape(report) == {
+        "board": STR,
+        "board_processor": STR,
+        "rocm_loads": STR,
+        "summary": {"info": INT, "ok": INT, "problem": INT, "warn": INT},
+        "sysroot": STR,
+        "user": NULL,
+    }
+    assert {tuple(sorted(f)) for f in findings} == {("check", "facts", "level", "seen", "todo", "why")}
+    (queue,) = [f for f in findings if f["check"] == "queue"]
+    assert sorted(queue["facts"]) == ["how", "hsa_use_svm", "kernel", "rdna1_quirks", "runtimes", "svm", "validates"]
+
+
+def test_keys_status(tmp_path):
+    given = ["--key", str(tmp_path / "no.key"), "--cert", str(tmp_path / "no.crt")]
+    assert shape(cli_json("keys", "status", *given)) == {
+        "cert": STR,
+        "cert_exists": BOOL,
+        "certificate": NULL,
+        "convention": STR,
+        "enroll_command": [STR],
+        "enrollment": STR,
+        "key": STR,
+        "key_exists": BOOL,
+        "key_private": BOOL,
+        "secure_boot": {"enabled": BOOL, "state": STR},
+    }
