@@ -936,6 +936,15 @@ def new_system(base: Path, tmp: Path, kind: Kind = BIOS) -> System:
     return System(copy, logs, kind, firmware)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _whole_system_disks_go(tmp_path_factory) -> Iterator[None]:
+    """Each story's system is a copy of a base image, gigabytes once used (Debian 13's, with two kernels built,
+    8 GB); pytest keeps the last three sessions' folders. The copies go when the session ends; the logs stay."""
+    yield
+    for disk in tmp_path_factory.getbasetemp().glob("*/disk.img"):
+        disk.unlink()
+
+
 @pytest.fixture(scope="session")
 def wholesystem_image_61(headers_61) -> Path:
     """The cached base image with Debian's current 6.1 kernel, the one `built_module_61` builds for. Copy it
