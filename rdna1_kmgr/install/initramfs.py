@@ -66,10 +66,11 @@ class InitramfsTool:
         """Where to unpack an image (None: the system's temporary folder)."""
         return None
 
-    def loader_hooks(self, loader: str, rule: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+    def loader_hooks(self, loader: str, rule: str, stock_dir: str, original_dir: str) -> dict[Path, tuple[str, int]]:
         """The files that put the stock-amdgpu loader (the modprobe rule `/rule` and its program `/loader`,
         install/stock_loader.py) in this tool's images and, where an image carries amdgpu, the distribution's
-        amdgpu from `stock_dir` (under the kernel's module folder) beside ours: path -> (content, mode).
+        amdgpu from `stock_dir` (under the kernel's module folder; or from DKMS's archive of it, `original_dir`,
+        put in the image at `stock_dir`) beside ours: path -> (content, mode).
         None here: a tool not supported yet is refused before anything changes (require_supported)."""
         return {}
 
@@ -138,7 +139,7 @@ class InitramfsTools(InitramfsTool):
     def extract(self, image: Path, dest: Path) -> None:
         runner.run(["unmkinitramfs", str(image), str(dest)], timeout=300, doing=f"unmkinitramfs {image}")
 
-    def loader_hooks(self, loader: str, rule: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+    def loader_hooks(self, loader: str, rule: str, stock_dir: str, original_dir: str) -> dict[Path, tuple[str, int]]:
         # mkinitramfs copies /etc/modprobe.d (the rule) itself, and runs the hooks after it copied the modules,
         # so the hook sees whether amdgpu is in.
         hook = f"""\
@@ -156,8 +157,10 @@ copy_exec /{loader}
 copy_exec /sbin/insmod
 copy_exec /sbin/modinfo
 if [ -n "$(find -H "${{DESTDIR}}${{MODULESDIR}}" -name 'amdgpu.ko*' -print -quit)" ]; then
-\tfor file in "${{MODULESDIR}}"/{stock_dir}/amdgpu.ko*; do
-\t\t[ -f "$file" ] && copy_file module "$file"
+\t# where the kernel package put it, or where DKMS keeps it while ours is installed: in the image, where the
+\t# kernel package put it
+\tfor file in "${{MODULESDIR}}"/{stock_dir}/amdgpu.ko* /{original_dir}/"${{version}}"/*/amdgpu.ko*; do
+\t\t[ -f "$file" ] && copy_file module "$file" "${{MODULESDIR}}/{stock_dir}/"
 \tdone
 fi
 exit 0
@@ -202,7 +205,7 @@ class Dracut(InitramfsTool):
         else:
             runner.run(self._inside(["env", "-C", self._own(dest), *command]), doing=f"lsinitrd --unpack {image}")
 
-    def loader_hooks(self, loader: str, rule: str, stock_dir: str) -> dict[Path, tuple[str, int]]:
+    def loader_hooks(self, loader: str, rule: str, stock_dir: str, original_dir: str) -> dict[Path, tuple[str, int]]:
         # dracut carries /etc/modprobe.d in host-only images only: the rule is put in by name. Booted here: no
         # (the boot tests run Debian's initramfs-tools); the image's content is tested (test_dracut.py).
         module = f"""\
@@ -216,7 +219,7 @@ install() {{
     inst_multiple /{loader} /{rule} insmod modinfo
     if [[ -n "$(find -H "$initdir/lib/modules/$kernel" -name 'amdgpu.ko*' -print -quit)" ]]; then
         local file
-        for file in "$srcmods"/{stock_dir}/amdgpu.ko*; do
+        for file in "$srcmods"/{stock_dir}/amdgpu.ko* /{original_dir}/"$kernel"/*/amdgpu.ko*; do
             [[ -f "$file" ]] && inst_simple "$file" "/lib/modules/$kernel/{stock_dir}/${{file##*/}}"
         done
     fi

@@ -42,6 +42,10 @@ LOADER = "usr/local/lib/rdna1-kmgr/amdgpu-loader"
 RULE = "etc/modprobe.d/rdna1-kmgr-loader.conf"
 MARK = "rdna1-kmgr: "
 STOCK_DIR = "kernel/drivers/gpu/drm/amd/amdgpu"
+# Where DKMS keeps the distribution's amdgpu while ours is installed, when it moved it out of STOCK_DIR (its
+# "original module" archive, per kernel and machine: DKMS moves a same-named module it finds once in the kernel's
+# tree; measured with Debian 13's DKMS 3.2.2, which took amdgpu.ko.xz away) and puts it back on uninstall.
+ORIGINAL_DIR = "var/lib/dkms/rdna1-amdgpu/original_module"
 # The loader's lines, as the kernel log keeps them (the program below writes them).
 FALLBACK_LOAD = "loading the distribution's amdgpu"
 REFUSED = "the rdna1-kmgr amdgpu did not load"
@@ -71,11 +75,12 @@ _OPTIONS = (
     'case "$option" in rdna1_quirks=*) ;; *) options="$options $option" ;; esac',
     "done",
 )
-# The distribution's file, loaded as modprobe would load it: its dependencies by name first, then the file with
-# $options. Shared by the loader and the rule (for a loader gone missing); it falls through when the file is
-# not there, and the caller says what then.
+# The distribution's file (where the kernel package put it, or where DKMS keeps it), loaded as modprobe would
+# load it: its dependencies by name first, then the file with $options. Shared by the loader and the rule (for
+# a loader gone missing); it falls through when the file is not there, and the caller says what then.
 _STOCK_LOAD = (
-    f'for file in /lib/modules/"$(uname -r)"/{STOCK_DIR}/amdgpu.ko*; do',
+    f'for file in /lib/modules/"$(uname -r)"/{STOCK_DIR}/amdgpu.ko*'
+    f' /{ORIGINAL_DIR}/"$(uname -r)"/"$(uname -m)"/amdgpu.ko*; do',
     '[ -f "$file" ] || continue',
     f'say "{FALLBACK_LOAD} ($file): $reason"',
     'deps=$(/sbin/modinfo -F depends "$file") || deps=""',
@@ -174,7 +179,7 @@ def files(root: TargetRoot, tool: InitramfsTool) -> dict[Path, tuple[str, int]]:
     return {
         root.path / LOADER: (program_text(), 0o755),
         root.path / RULE: (rule_text(), 0o644),
-        **tool.loader_hooks(LOADER, RULE, STOCK_DIR),
+        **tool.loader_hooks(LOADER, RULE, STOCK_DIR, ORIGINAL_DIR),
     }
 
 
