@@ -22,6 +22,10 @@ pytestmark = pytest.mark.skipif(
 KERNEL = os.uname().release
 STOCK = f"/lib/modules/{KERNEL}/{stock_loader.STOCK_DIR}/amdgpu.ko"
 PATCHED = f"/lib/modules/{KERNEL}/updates/dkms/amdgpu.ko"
+# Where DKMS's install keeps a same-named module it moved out of the kernel's tree (dkms.in, do_install:
+# "$dkms_tree/$module/original_module/$kernelver/$arch", the file's own name kept), as Debian 13's DKMS does with
+# the distribution's amdgpu.ko.xz
+ARCHIVED_FROM_DKMS = f"rdna1-amdgpu/original_module/{KERNEL}/{os.uname().machine}/amdgpu.ko.xz"
 
 # Each stand-in writes its argv to the calls file; modprobe fails for amdgpu when told to.
 RECORDER = """#!/bin/sh
@@ -42,6 +46,7 @@ def run_loader(
     modprobe_rc: int = 0,
     program: str | None = None,
     stock_there: bool = True,
+    archived: bool = False,
 ) -> tuple[list[str], list[str]]:
     """(the programs it ran, the kernel log lines it wrote), running `program` (the loader's by default)."""
     calls = tmp_path / "calls"
@@ -57,6 +62,11 @@ def run_loader(
     (modules / KERNEL / "modules.dep").write_text("")  # an index with nothing in it, for a real modprobe
     if stock_there:
         (modules / KERNEL / stock_loader.STOCK_DIR / "amdgpu.ko").write_bytes(b"\x7fELF")
+    dkms_tree = tmp_path / "dkms"
+    if archived:
+        (dkms_tree / ARCHIVED_FROM_DKMS).parent.mkdir(parents=True)
+        (dkms_tree / ARCHIVED_FROM_DKMS).write_bytes(b"\xfd7zXZ")
+    dkms_tree.mkdir(exist_ok=True)
     loader = tmp_path / "amdgpu-loader"
     loader.write_text(stock_loader.program_text() if program is None else program)
     kmsg = tmp_path / "kmsg"
@@ -70,6 +80,7 @@ def run_loader(
         (tmp_path / "cmdline", "/proc/cmdline"),
         (kmsg, "/dev/kmsg"),
         (modules, "/lib/modules"),
+        (dkms_tree, "/var/lib/dkms"),
     ]
     script = "".join(f'mount --bind "{src}" "{dst}" && ' for src, dst in binds) + 'exec sh "$0" "$@"'
     try:
@@ -98,6 +109,19 @@ def test_stock_loader_fallback_boot_never_opens_the_rdna1_kmgr_file(tmp_path):
         f"insmod {STOCK} dc=1",  # the stock module has no rdna1_quirks
     ]
     assert len(said) == 1 and said[0].startswith(f"rdna1-kmgr: loading the distribution's amdgpu ({STOCK})")
+
+
+def test_stock_loader_fallback_boot_loads_the_file_dkms_moved_aside(tmp_path):
+    calls, said = run_loader(
+        tmp_path, "ro rdna1_kmgr.boot=fallback", ["rdna1_quirks=0"], stock_there=False, archived=True
+    )
+    archived = f"/var/lib/dkms/{ARCHIVED_FROM_DKMS}"
+    assert calls == [
+        f"modinfo -F depends {archived}",
+        "modprobe --ignore-install -a drm_ttm_helper ttm drm_display_helper",
+        f"insmod {archived}",
+    ]
+    assert said[0].startswith(f"rdna1-kmgr: loading the distribution's amdgpu ({archived})")
 
 
 def test_stock_loader_other_boots_load_what_the_index_gives(tmp_path):
