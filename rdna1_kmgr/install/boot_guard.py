@@ -344,12 +344,23 @@ def describe(root: TargetRoot) -> dict:
     }
 
 
+def _loader_said(amdgpu: stock_loader.LoadedAmdgpu) -> str:
+    """The loader's last kernel-log line this boot, without its mark."""
+    return amdgpu.loader_lines[-1].removeprefix(stock_loader.MARK)
+
+
 def message(boot: str | None, state: str | None, amdgpu: stock_loader.LoadedAmdgpu | None = None) -> str:
     if boot in ("trial", "confirmed") and amdgpu is not None and amdgpu.refused:
+        # what this boot runs as the module list has it: the loader's fallback can fail too (no stock file)
+        instead = (
+            "so the distribution's amdgpu was loaded instead"
+            if amdgpu.which == "distribution"
+            else f"and the distribution's amdgpu did not load either ({_loader_said(amdgpu)}): this boot has no amdgpu"
+        )
         return (
-            f"rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu this boot ({amdgpu.reason}), so the "
-            "distribution's amdgpu was loaded instead, and the next boots load it too. Fix the cause "
-            "(`rdna1-kmgr keys status` if it is the signing key), then `rdna1-kmgr retry`."
+            f"rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu this boot ({amdgpu.reason}), {instead}, and "
+            "the next boots load the distribution's. Fix the cause (`rdna1-kmgr keys status` if it is the signing "
+            "key), then `rdna1-kmgr retry`."
         )
     if boot == "fallback" and state == REFUSED:
         return (

@@ -235,3 +235,30 @@ def test_boot_guard_needs_a_menu_entry_that_boots_the_kernel(tmp_path, menu, mis
             said
             == f"GRUB's menu {tmp_path}/boot/grub/grub.cfg has no entry that boots 6.12.118+deb13-amd64 after update-grub"
         )
+
+
+@pytest.mark.parametrize("which", ["distribution", "none"])
+def test_boot_guard_message_after_a_refusal_says_what_this_boot_runs(which):
+    # the loader's kernel-log lines as install/stock_loader.py's program writes them (REFUSED, then the fallback's
+    # line: it loaded the distribution's file, or found none)
+    fallback = (
+        f"rdna1-kmgr: {stock_loader.FALLBACK_LOAD} (/lib/modules/6.12.118+deb13-amd64/kernel/drivers/gpu/drm/amd/amdgpu/"
+        "amdgpu.ko.xz): the kernel refused the rdna1-kmgr file"
+        if which == "distribution"
+        else "rdna1-kmgr: the distribution's amdgpu is not in /lib/modules/6.12.118+deb13-amd64/kernel/drivers/gpu/drm/amd/amdgpu"
+    )
+    amdgpu = stock_loader.LoadedAmdgpu(
+        which,
+        (
+            f"rdna1-kmgr: {stock_loader.REFUSED} (/lib/modules/6.12.118+deb13-amd64/updates/dkms/amdgpu.ko.xz, modprobe exit status 1)",
+            fallback,
+        ),
+        ("Loading of module with unavailable key is rejected",),
+    )
+    said = boot_guard.message("confirmed", "confirmed", amdgpu)
+    assert said.startswith("rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu this boot (Loading of module with")
+    if which == "distribution":
+        assert "so the distribution's amdgpu was loaded instead" in said
+    else:
+        assert "did not load either" in said and "is not in" in said and "this boot has no amdgpu" in said
+        assert "was loaded instead" not in said
