@@ -232,18 +232,23 @@ def refuse_under_a_later_install(journal: Journal) -> None:
     files as its backup, and relies on them being there. Undone newest first (`--all`), each gets back what it
     found."""
     mine = _written_files(journal)
-    for other in kernels_to_roll_back(None):
-        if type(other) is Journal and other.kernel != journal.kernel and _started(other) > _started(journal):
-            shared = sorted(mine & _written_files(other))
-            if shared:
-                raise UsageError(
-                    f"{other.kernel}'s later install rewrote {shared[0]}"
-                    + (f" and {len(shared) - 1} more file(s)" if len(shared) > 1 else "")
-                    + f" that {journal.kernel}'s install wrote: rolling back {journal.kernel} alone would take them"
-                    " from under it",
-                    f"roll back {other.kernel} first (rollback --kernel {other.kernel}), or every kernel with"
-                    " rollback --all; nothing was changed",
-                )
+    newest_first = _kernel_journals_newest_first()
+    later = newest_first[: [j.kernel for j in newest_first].index(journal.kernel)]
+    for other in later:
+        shared = sorted(mine & _written_files(other))
+        if shared:
+            raise UsageError(
+                f"{other.kernel}'s later install rewrote {shared[0]}"
+                + (f" and {len(shared) - 1} more file(s)" if len(shared) > 1 else "")
+                + f" that {journal.kernel}'s install wrote: rolling back {journal.kernel} alone would take them"
+                " from under it",
+                f"roll back {other.kernel} first (rollback --kernel {other.kernel}), or every kernel with"
+                " rollback --all; nothing was changed",
+            )
+
+
+def _kernel_journals_newest_first() -> list[Journal]:
+    return sorted((Journal(k) for k in Journal.kernels()), key=_started, reverse=True)
 
 
 def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
@@ -254,7 +259,7 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     experiment, parameters, profile = ExperimentJournal(), ParameterJournal(), ProfileJournal()
     return (
         ([experiment] if experiment.exists() else [])
-        + sorted((Journal(k) for k in Journal.kernels()), key=_started, reverse=True)
+        + _kernel_journals_newest_first()
         + [j for j in (parameters, profile) if j.exists()]
     )
 
