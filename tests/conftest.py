@@ -17,7 +17,9 @@ Every test that uses one of these fixtures is marked `realsource` (deselect with
 
 import os
 import re
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,7 +61,67 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.realsource)
-    items.sort(key=lambda item: (item.originalname not in RUN_FIRST, item.originalname in RUN_LAST))
+    # The Debian 13 tests run after all the others (RUN_LAST too: they share nothing with it): by then
+    # tests/cache_warmer.py, started when the session begins, has filled their caches in the background.
+    items.sort(
+        key=lambda item: (
+            item.originalname not in RUN_FIRST,
+            item.get_closest_marker("debian13") is not None,
+            item.originalname in RUN_LAST,
+        )
+    )
+
+
+WARMER = "_rdna1_kmgr_cache_warmer"
+WARMER_OFF_ENV = "RDNA1_KMGR_TEST_NO_WARMER"
+
+
+# What the cache warmer fills: a session with a test that uses one of these starts it.
+WARMED_FIXTURES = {"wholesystem_image_61", "wholesystem_uefi_sb_image_61", "wholesystem_image_trixie"}
+
+
+def pytest_collection_finish(session):
+    """Start the cache warmer when the session has whole-system tests (as root: they need it anyway)."""
+    wanted = any(
+        item.get_closest_marker("debian13") or WARMED_FIXTURES & set(getattr(item, "fixturenames", ()))
+        for item in session.items
+    )
+    if not wanted or os.geteuid() != 0 or os.environ.get(WARMER_OFF_ENV) or session.config.option.collectonly:
+        return
+    log = persistent_cache_root() / "warm" / "warmer.log"
+    log.parent.mkdir(exist_ok=True)
+    tests = Path(__file__).parent
+    warmer = subprocess.Popen(
+        ["ionice", "-c2", "-n7", "nice", "-n19", sys.executable, "-m", "cache_warmer", str(log)],
+        cwd=tests,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")])},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the session's end stops all of it
+    )
+    ready = warmer.stdout.readline().strip()
+    warmer.stdout.close()
+    if ready != "ready":
+        warmer.wait()
+        raise pytest.UsageError(f"the cache warmer did not start (exit status {warmer.returncode}); see {log}")
+    setattr(session.config, WARMER, warmer)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"whole-system images and trixie builds: filled in the background (log: {log})")
+
+
+def pytest_sessionfinish(session):
+    """The warmer is done when the Debian 13 tests ran; if the session ends first, it is stopped (SIGTERM unwinds
+    its mounts and its copy of the image)."""
+    warmer = getattr(session.config, WARMER, None)
+    if warmer is None or warmer.poll() is not None:
+        return
+    os.killpg(warmer.pid, signal.SIGTERM)
+    try:
+        warmer.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(warmer.pid, signal.SIGKILL)
+        warmer.wait()
 
 
 def persistent_cache_root() -> Path:

@@ -12,10 +12,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _collected_files() -> tuple[set[str], str]:
+def _collect() -> subprocess.CompletedProcess:
     # The README's command is the venv's `pytest -ra` in the checkout; the venv is the one running this test.
     pytest = Path(sys.executable).with_name("pytest")
-    result = subprocess.run(
+    return subprocess.run(
         [str(pytest), "-ra", "--collect-only", "-q", "-p", "no:cacheprovider"],
         cwd=REPO,
         capture_output=True,
@@ -23,6 +23,15 @@ def _collected_files() -> tuple[set[str], str]:
         timeout=300,
         check=False,
     )
+
+
+def _collected_ids() -> list[str]:
+    """The node ids in the order the session runs them."""
+    return [line for line in _collect().stdout.splitlines() if "::" in line]
+
+
+def _collected_files() -> tuple[set[str], str]:
+    result = _collect()
     files = {line.split("::", 1)[0] for line in result.stdout.splitlines() if "::" in line}
     return files, result.stdout + result.stderr
 
@@ -42,3 +51,18 @@ def test_no_folder_under_tests_or_the_package_has_a_name_pytest_or_linters_skip(
     folders = [p for root in ("tests", "rdna1_kmgr") for p in (REPO / root).rglob("*") if p.is_dir()]
     offending = sorted(str(p.relative_to(REPO)) for p in folders if p.name in skipped_names)
     assert not offending, f"folders tools skip by default: {offending}"
+
+
+def test_the_debian13_tests_run_after_every_other_test():
+    # tests/cache_warmer.py fills their caches while the others run: the story's file and test_secure_boot's
+    # Debian 13 run are the tail of the session's order, in their own order.
+    collected = _collected_ids()
+    debian13 = [
+        i
+        for i, node in enumerate(collected)
+        if node.startswith("tests/install/test_debian13_story.py::") or node.endswith("[debian13]")
+    ]
+    assert len(debian13) >= 10, collected[-20:]
+    assert debian13 == list(range(len(collected) - len(debian13), len(collected))), collected[-20:]
+    story = [collected[i] for i in debian13 if "test_debian13_story" in collected[i]]
+    assert story[0].endswith("test_trixie_612_builds_natively_with_cwsr_size_and_passes_vm_test"), story

@@ -635,12 +635,12 @@ def read_step(image: Path, offset: int = PART_OFFSET) -> tuple[int | None, str]:
 
 def _cached_image(folder: Path, name: str, earlier: str, build) -> Path:
     """`folder/name`, made by `build(partial, work)` the first time (several sessions wait for one build under
-    the folder's lock); images of earlier recipes (`earlier`, a glob) go when a new one is made: 1.6 GB each."""
+    its lock); images of earlier recipes (`earlier`, a glob) go when a new one is made: 1.6 GB each."""
     folder.mkdir(parents=True, exist_ok=True)
     image = folder / name
     if image.is_file():  # published whole (os.replace): no need to wait for another kind's build
         return image
-    with open(folder / "lock", "w") as lock:
+    with open(folder / f"{name}.lock", "w") as lock:  # one per image: another kind's build need not wait
         fcntl.flock(lock, fcntl.LOCK_EX)
         if image.is_file():
             return image

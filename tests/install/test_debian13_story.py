@@ -43,6 +43,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cache_warmer
 import pytest
 from install_checks import assert_same_system, initramfs_list, tree_digest
 from kernel_style import touched_objects, w1_new_warnings
@@ -58,7 +59,7 @@ from wholesystem import (
 
 from rdna1_kmgr.render.patch_series import render
 
-pytestmark = [pytest.mark.realbuild, pytest.mark.vm]
+pytestmark = [pytest.mark.realbuild, pytest.mark.vm, pytest.mark.debian13]
 
 CONFIRM_AFTER = 20
 
@@ -111,6 +112,7 @@ def system_state(root: Path) -> dict:
 @pytest.fixture(scope="module")
 def trixie(wholesystem_image_trixie, tmp_path_factory) -> Trixie:
     image, kernel = wholesystem_image_trixie
+    cache_warmer.wait_for("trixie-builds")  # then the compiles below are the cache's (its docstring says why)
     print(f"\nDebian 13 story: trixie-security's kernel {kernel}, image {image.name}")
     tmp = tmp_path_factory.mktemp("debian13")
     system = new_system(image, tmp)

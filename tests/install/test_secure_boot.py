@@ -36,6 +36,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import cache_warmer
 import pytest
 from secure_boot_console import MokManager
 from wholesystem import (
@@ -149,6 +150,7 @@ def debian13_system(request, tmp: Path) -> tuple[System, str]:
     put in by the README's ./install.sh, and the module built there natively for trixie-security's 6.12: trixie's
     gcc-14 and DKMS, which makes its own signing key on the first build and signs with it."""
     image, kernel = request.getfixturevalue("wholesystem_uefi_sb_image_trixie")
+    cache_warmer.wait_for("trixie-builds")
     system = new_system(image, tmp, UEFI_SB)
     with system.entered(trixie_build_cache()) as root:
         install_by_readme(root, ROOT_LOGIN_ENV)
@@ -159,7 +161,7 @@ def debian13_system(request, tmp: Path) -> tuple[System, str]:
     return system, kernel
 
 
-@pytest.fixture(scope="module", params=["debian12", "debian13"])
+@pytest.fixture(scope="module", params=["debian12", pytest.param("debian13", marks=pytest.mark.debian13)])
 def story(request, tmp_path_factory, pytestconfig) -> Story:
     """The story on Debian 12's system, then on Debian 13's (each a module-wide run of every chapter)."""
     tmp = tmp_path_factory.mktemp(f"secure_boot_{request.param}")

@@ -1,0 +1,172 @@
+"""The whole-system stories' caches, filled in the background while the rest of the suite runs.
+
+With empty caches the stories need Debian 12's and Debian 13's images and their Secure Boot kinds, and trixie's
+gcc-14 compiles of two whole amdgpu modules (6.12 and the backports' 7.x): about half an hour of work that needs
+no test. The suite is mostly one-core work (QEMU's TCG, Python), and this machine has two, so conftest starts
+this program when the session has whole-system tests, at the lowest CPU and I/O priority, and sorts the Debian 13
+tests last. A test waits for the job it needs (the image builders' own locks, `wait_for` for the compiles) and
+finds its cache filled. The result is the same as the stories filling the caches themselves: the same image
+builders under the same locks, and the compiles by the tool in a throwaway copy of the image, as the stories run
+them, into the compiler cache they share (`trixie_build_cache`). A job whose result is there already costs
+nothing, so a warm run's warmer is done in seconds.
+
+Run by conftest as `python -m cache_warmer LOG`, with the tests' folder on sys.path. It takes every job's lock,
+prints "ready" and closes its standard output, then does the jobs in order, releasing each lock when its job is
+done. SIGTERM (conftest sends it when the session ends first) unwinds it: mounts undone, the copy deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+from conftest import _using_test_cache, persistent_cache_root
+from wholesystem import (
+    ROOT_LOGIN_ENV,
+    TRIXIE,
+    base_image,
+    install_by_readme,
+    new_system,
+    release_image,
+    trixie_build_cache,
+    trixie_kernel,
+    uefi_sb_image,
+)
+
+# In the order the suite needs them: Debian 12's image (the kernel-cells boots, the boot guard story), its Secure
+# Boot kind, then the Debian 13 ones (test_debian13_story, then test_secure_boot's Debian 13 run, sorted last).
+JOBS = ("debian12-image", "debian12-sb-image", "trixie-image", "trixie-builds", "trixie-sb-image")
+
+
+def _lock_file(job: str) -> Path:
+    folder = persistent_cache_root() / "warm"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{job}.lock"
+
+
+def wait_for(job: str) -> None:
+    """Returns once no warmer is doing `job` (at once when none runs)."""
+    assert job in JOBS, job
+    with open(_lock_file(job), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+
+
+def backports_kernel() -> str | None:
+    """The release trixie-backports' linux-headers-amd64 points to today (7.x), or None when it has none."""
+    from rdna1_kmgr.core.errors import KmgrError
+    from rdna1_kmgr.source import debian_archive
+
+    with _using_test_cache():
+        try:
+            return debian_archive.current_kernel_abi("trixie-backports")
+        except KmgrError:
+            return None
+
+
+def _built_stamp(kernel: str) -> Path:
+    """Kept in the compiler cache's own folder: emptying the cache empties the stamps with it."""
+    (cache,) = trixie_build_cache()
+    return cache / f"warmed-{kernel}"
+
+
+def _say(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+def _build_trixie_kernels(image: Path, kernels: list[str]) -> None:
+    """The tool's build of each kernel in a copy of the trixie image, into the stories' compiler cache: the
+    README's ./install.sh of this checkout, then `rdna1-kmgr build` as a root login runs it (the first kernel is
+    the image's own; the others get their headers from apt first, as follow's apt run brings them)."""
+    with tempfile.TemporaryDirectory(prefix="warm-trixie-", dir=persistent_cache_root()) as tmp:
+        system = new_system(image, Path(tmp))
+        with system.entered(trixie_build_cache()) as root:
+            install_by_readme(root, ROOT_LOGIN_ENV)
+        for kernel in kernels:
+            if _built_stamp(kernel).exists():
+                continue
+            steps = f"rdna1-kmgr build --kernel {kernel} --yes"
+            if kernel != kernels[0]:
+                steps = (
+                    f"apt-get install -y -t trixie-backports --no-install-recommends linux-headers-{kernel} && {steps}"
+                )
+            _say(f"building {kernel}")
+            proc = system.chroot(["/bin/bash", "-c", steps], 5400, ROOT_LOGIN_ENV, trixie_build_cache(), kernel)
+            if proc.returncode != 0:  # the story meets the same failure and says it; nothing is stamped
+                _say(f"the build of {kernel} failed (exit status {proc.returncode}): {system.logs / kernel}.log")
+                return
+            _built_stamp(kernel).touch()
+            _say(f"built {kernel}")
+
+
+def bookworm_kernel() -> str:
+    """The kernel release of Debian 12's image: bookworm-security's current one, as `headers_61` names it."""
+    from rdna1_kmgr.source import debian_archive
+
+    with _using_test_cache():
+        return debian_archive.current_kernel_abi("bookworm-security")
+
+
+def _trixie_builds() -> None:
+    kernel = trixie_kernel()
+    kernels = [kernel] + [k for k in [backports_kernel()] if k and k.startswith("7.")]
+    if not all(_built_stamp(k).exists() for k in kernels):
+        _build_trixie_kernels(release_image(TRIXIE, kernel), kernels)
+
+
+FILL = {
+    "debian12-image": lambda: base_image(bookworm_kernel()),
+    "debian12-sb-image": lambda: uefi_sb_image(bookworm_kernel()),
+    "trixie-image": lambda: release_image(TRIXIE, trixie_kernel()),
+    "trixie-builds": _trixie_builds,
+    "trixie-sb-image": lambda: uefi_sb_image(trixie_kernel(), TRIXIE),
+}
+
+
+@contextlib.contextmanager
+def _all_locks() -> Iterator[dict[str, IO[str]]]:
+    locks = {job: open(_lock_file(job), "w") for job in JOBS}
+    try:
+        for lock in locks.values():
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield locks
+    finally:
+        for lock in locks.values():
+            lock.close()
+
+
+def main(log: Path) -> int:
+    def stop(*_) -> None:
+        _say("stopped: the session ended first")
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, stop)
+    with _all_locks() as locks:
+        print("ready", flush=True)
+        out = open(log, "a")
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        for job in JOBS:
+            started = time.monotonic()
+            _say(job)
+            try:
+                FILL[job]()
+            except pytest.skip.Exception as skip:
+                _say(f"{job}: skipped: {skip}")
+            except Exception as err:  # the test that needs it meets it again, in the foreground, and says it
+                _say(f"{job} failed: {err!r}")
+            _say(f"{job} done in {time.monotonic() - started:.0f} s")
+            locks.pop(job).close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
