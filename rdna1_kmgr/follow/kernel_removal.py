@@ -8,6 +8,9 @@ module index and initramfs back for a kernel that is gone. Instead, each of thes
                source under /usr/src goes when no other kernel uses it); DKMS's own prerm hook may have
                removed an installed one already
     files      what the journal's install created below /lib/modules/KREL and /boot that is still there
+    shared     the files every kernel's install shares (the boot guard's, the stock loader's) that it wrote:
+               its backup of each goes to the next later install that wrote it again, or the file is put
+               back as the install found it when none did (install/shared_files.py)
     modprobe.d /etc/modprobe.d/rdna1-kmgr.conf rewritten for the kernels still installed (removed after the last)
     journal    closed with a `kernel-removed` record and moved to the history; its backups are dropped
     kbuild     the kernel's persistent kbuild tree under /var/cache/rdna1-kmgr/kbuild/
@@ -21,13 +24,14 @@ module index and initramfs back for a kernel that is gone. Instead, each of thes
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.follow import follow_record
-from rdna1_kmgr.install import modprobe_conf
+from rdna1_kmgr.install import modprobe_conf, shared_files
 from rdna1_kmgr.install.journal import Journal, locked, remove_created_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
@@ -54,18 +58,25 @@ def _verdicts_for(kernel: str) -> list[Path]:
     return found
 
 
+def _kernels_own(kernel: str, root: TargetRoot) -> Callable[[Path], bool]:
+    """Whether a path is the kernel's own: under /lib/modules/KREL or below /boot (its initramfs; GRUB's
+    environment and folders are the boot's, not the kernel's, unless the name says the kernel)."""
+    return lambda path: path.is_relative_to(root.modules_dir(kernel)) or (
+        path.is_relative_to(root.boot_dir) and (path.parent != root.boot_dir or kernel in path.name)
+    )
+
+
 def _journal_files(journal: Journal, root: TargetRoot) -> tuple[list[Path], list[str]]:
     """Files the install created (absent before it) under the kernel's own folders, and the folders it made."""
     if not journal.exists():
         return [], []
-    own = (root.modules_dir(journal.kernel), root.boot_dir)
+    own = _kernels_own(journal.kernel, root)
     files, dirs = [], []
     for step in journal.state().steps:
         for entry in step.intent["backups"]:
             path = Path(entry["path"])
-            if entry["backup"] is None and "symlink" not in entry and any(path.is_relative_to(o) for o in own):
-                if path.exists() and (path.parent != root.boot_dir or journal.kernel in path.name):
-                    files.append(path)
+            if entry["backup"] is None and "symlink" not in entry and own(path) and path.exists():
+                files.append(path)
         dirs += step.intent["dirs"]
     return files, dirs
 
@@ -100,6 +111,7 @@ def plan(kernel: str) -> list[str]:
     lines += [f"  remove {path}" for path in files]
     lines += [f"  remove the directory {d} (if empty)" for d in dirs]
     if journal.exists():
+        lines += shared_files.plan(journal, shared_files.of_removed(journal, _kernels_own(kernel, root)))
         lines.append(f"  {modprobe_conf.undo_plan(modprobe_conf.path(root), kernel)}")
         lines.append(f"  close the journal {journal.path} and move it to the history")
     kbuild = dkms.kbuild_root(dkms.PACKAGE_NAME) / kernel
@@ -130,9 +142,11 @@ def forget(kernel: str) -> list[str]:
             said.append(f"removed the DKMS package {package.ref} for {kernel}")
         try:
             files, dirs = _journal_files(journal, root)
+            shared = shared_files.of_removed(journal, _kernels_own(kernel, root)) if journal.exists() else []
         except KmgrError as err:  # a corrupted journal: nothing of it is trusted, the journal goes below
-            files, dirs = [], []
+            files, dirs, shared = [], [], []
             said.append(f"not reading the journal of {kernel}: {err.what}")
+        said += shared_files.release(journal, shared)
         for path in files:
             path.unlink(missing_ok=True)
             said.append(f"removed {path}")

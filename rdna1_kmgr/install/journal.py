@@ -21,6 +21,8 @@ Records (field `kind`):
     program     session, start_time, boot_id, argv: a program the run started (install/journal_programs.py)
     rollback    a rollback started (reason)
     undone      step, of (the intent's seq): reversed; a rollback run again skips it
+    handed-over of (an intent's seq), entry: another journal's backup of a file that step backed up too, taken
+                as the step's own when that journal went with its kernel (install/shared_files.py)
     rolled-back everything reversed; the journal then moves to history/
 
 Every write (backup, record) is fsynced, and so is its directory, before the step it protects starts.
@@ -395,6 +397,26 @@ class Journal:
             "gid": stat.st_gid,
         }
 
+    def hand_over(self, of: int, entry: dict, backups: Path) -> dict:
+        """Take `entry`, another journal's backup of a file that step `of` backed up too, as the step's own: that
+        journal goes with its kernel (shared_files.py), and undoing the step must then put back what the other
+        install found, not what it wrote. The backup is copied into this journal's folder first."""
+        seq = len(self.records()) + 1
+        taken = dict(entry)
+        if entry["backup"] is not None:
+            source, taken["backup"] = backups / entry["backup"], f"{seq:03d}-0"
+            try:
+                make_dirs(self.backups)
+                digest = copy_durably(source, self.backups / taken["backup"])
+            except OSError as err:
+                raise _state_error(err) from None
+            if digest != entry["sha256"]:
+                raise JournalError(
+                    f"the backup of {entry['path']} ({source}) is damaged",
+                    f"nothing was handed over; {entry['path']} is left as it is: restore it by hand",
+                )
+        return self.append("handed-over", of=of, entry=taken)
+
     def restore(self, entry: dict) -> str:
         """Put one backed-up path back as it was (idempotent); says what it did."""
         path = Path(entry["path"])
@@ -488,6 +510,11 @@ def summarize(records: list[dict]) -> State:
             state.committed = True
         elif kind == "rollback":
             state.rollback_started = True
+        elif kind == "handed-over" and record.get("of") in by_seq:
+            step = by_seq[record["of"]]
+            taken = record["entry"]
+            backups = [taken if b["path"] == taken["path"] else b for b in step.intent["backups"]]
+            step.intent = {**step.intent, "backups": backups}
         elif kind == "undone" and record.get("of") in by_seq:
             by_seq[record["of"]].undone = True
         elif kind == "rolled-back":

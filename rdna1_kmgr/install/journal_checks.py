@@ -52,6 +52,7 @@ RECORD_KINDS = frozenset(
         "rollback-step",
         "rolled-back",
         "kernel-removed",
+        "handed-over",
     }
 )
 ROLLBACK_STEPS = frozenset({"remove-package", "depmod"})  # rollback.py's rollback-step records
@@ -122,7 +123,22 @@ def _problem(journal: Journal, root: TargetRoot, begin: dict | None, record: dic
         return f"names the rollback step {record.get('step')!r}, which rollback never records"
     if kind == "undone" and not isinstance(record.get("of"), int):
         return "does not name the record it undid"
+    if kind == "handed-over":
+        return _handed_over_problem(journal, root, begin, record)
     return None
+
+
+def _handed_over_problem(journal: Journal, root: TargetRoot, begin: dict | None, record: dict) -> str | None:
+    """A backup handed over names an earlier intent of this journal and a file that intent backed up; the backup
+    itself is checked as the step's own would be (its name is this record's)."""
+    intent = next((r for r in journal.records() if r["kind"] == "intent" and r["seq"] == record.get("of")), None)
+    if intent is None or intent["seq"] >= record["seq"]:
+        return "does not name an earlier step of this journal"
+    entry = record.get("entry")
+    paths = [b.get("path") for b in intent["backups"] if isinstance(b, dict)]
+    if not isinstance(entry, dict) or entry.get("path") not in paths:
+        return f"hands over a backup of a file step {record.get('of')} never backed up"
+    return _backup_problem(entry, f"{record['seq']:03d}-0", _rules(journal, root, begin)[intent["step"]])
 
 
 def _begin_problem(journal: Journal, root: TargetRoot, begin: dict) -> str | None:

@@ -30,6 +30,7 @@ from rdna1_kmgr.install.journal import (
     Journal,
     JournalError,
     State,
+    StepState,
     abort_point,
     journal_root,
     locked,
@@ -48,7 +49,7 @@ def _undo_lines(step, keep_build: bool) -> list[str]:
         lines.append(f"    {' '.join(undo['command'])}   (if DKMS lists it installed)")
     if undo.get("kind") == "modprobe-conf":
         lines.append(f"    {modprobe_conf.undo_plan(Path(undo['path']), undo['kernel'])}")
-    for entry in _restored(record):
+    for entry in restored(record):
         if entry["backup"] is None and "symlink" not in entry:
             lines.append(f"    remove {entry['path']} (if present)")
         else:
@@ -60,7 +61,7 @@ def _undo_lines(step, keep_build: bool) -> list[str]:
     return lines
 
 
-def _restored(intent: dict) -> list[dict]:
+def restored(intent: dict) -> list[dict]:
     """The backups a step's undo puts back, newest first; the shared modprobe.d file is rewritten instead."""
     shared = (intent.get("undo") or {}).get("kind") == "modprobe-conf"
     return [] if shared else list(reversed(intent["backups"]))
@@ -148,7 +149,7 @@ def _replay(journal: Journal, state: State, keep_build: bool, reason: str) -> li
     for step in reversed(state.steps):
         if step.undone:
             continue
-        said += _undo(journal, step)
+        said += undo_step(journal, step)
         journal.append("undone", step=step.step, of=step.seq)
         abort_point(f"undo-{step.step}")
     package = _package_of(state)
@@ -169,14 +170,15 @@ def _replay(journal: Journal, state: State, keep_build: bool, reason: str) -> li
     return said
 
 
-def _undo(journal: Journal, step) -> list[str]:
+def undo_step(journal: Journal, step: StepState) -> list[str]:
+    """Undo one step: what is not a file, its files put back, its folders removed, then what regenerates."""
     said = []
     undo = step.intent.get("undo") or {}
     if undo.get("kind") == "dkms-uninstall":
         said += _dkms_uninstall(undo)
     if undo.get("kind") == "modprobe-conf":
         said.append(modprobe_conf.sync(Path(undo["path"]), exclude=undo["kernel"]))
-    for entry in _restored(step.intent):
+    for entry in restored(step.intent):
         said.append(journal.restore(entry))
     for folder in remove_created_dirs(step.intent["dirs"]):
         said.append(f"removed the directory {folder}")
@@ -223,7 +225,7 @@ def _started(journal: Journal) -> tuple[datetime.datetime, str]:
 def _written_files(journal: Journal) -> set[str]:
     """The files a kernel journal's steps backed up before writing them and its undo restores (not the modprobe.d
     file, which rollback rewrites for the kernels left), not undone yet."""
-    return {b["path"] for step in journal.state().steps if not step.undone for b in _restored(step.intent)}
+    return {b["path"] for step in journal.state().steps if not step.undone for b in restored(step.intent)}
 
 
 def refuse_under_a_later_install(journal: Journal) -> None:
@@ -232,7 +234,7 @@ def refuse_under_a_later_install(journal: Journal) -> None:
     files as its backup, and relies on them being there. Undone newest first (`--all`), each gets back what it
     found."""
     mine = _written_files(journal)
-    newest_first = _kernel_journals_newest_first()
+    newest_first = kernel_journals_newest_first()
     later = newest_first[: [j.kernel for j in newest_first].index(journal.kernel)]
     for other in later:
         shared = sorted(mine & _written_files(other))
@@ -247,7 +249,7 @@ def refuse_under_a_later_install(journal: Journal) -> None:
             )
 
 
-def _kernel_journals_newest_first() -> list[Journal]:
+def kernel_journals_newest_first() -> list[Journal]:
     return sorted((Journal(k) for k in Journal.kernels()), key=_started, reverse=True)
 
 
@@ -259,7 +261,7 @@ def kernels_to_roll_back(kernel: str | None) -> list[Journal]:
     experiment, parameters, profile = ExperimentJournal(), ParameterJournal(), ProfileJournal()
     return (
         ([experiment] if experiment.exists() else [])
-        + _kernel_journals_newest_first()
+        + kernel_journals_newest_first()
         + [j for j in (parameters, profile) if j.exists()]
     )
 
