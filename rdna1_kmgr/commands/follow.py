@@ -64,7 +64,10 @@ def follow_defer(kernel, dry_run, hook, as_json):
 @_HOOK
 @_JSON
 def follow_removed(kernel, dry_run, hook, as_json):
-    """KREL was removed: drop its DKMS package, kbuild tree, journal and records."""
+    """KREL was removed: drop its DKMS package, kbuild tree, journal and records.
+
+    The files every kernel's install shares (the boot guard's, the stock loader's) go back to what was there
+    before its install, unless a later install wrote them again: that install then takes the backup."""
     report(lambda: _follow(kernel, False, False, True, None, dry_run), kernel, hook, as_json)
 
 
