@@ -1,6 +1,7 @@
 """This process's line to the keeper (core/keeper.py): started on the runner's first program (and again when
 it was killed), told of each program's session and its pipes, so it can stop them when the tool dies. The
-runner starts the keeper (it is the one module that starts programs) through the `start` it passes here."""
+runner starts the keeper (core/process_tree.py: only the runner starts programs) through the `start` it passes
+here."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Root running the owner's interpreter would run as root whatever the owner (or anything running as the owner)
 put in that venv: a `.pth` file in site-packages is Python run at every start. So the owner's Python runs as the
-owner (core/runner.py drops to them: `as_user`), and only from a venv that nobody else can change.
+owner (the runner drops to them: `as_user`, core/process_tree.py), and only from a venv that nobody else can change.
 
 The owner is the user who typed `sudo` (SUDO_USER, checked against SUDO_UID and the password database), this
 process's own user when it is not root, and otherwise (root itself, a boot unit) the user who owns the venv.

@@ -8,12 +8,9 @@ go to the log; a failure becomes one of the project's error kinds carrying the p
 - `interactive`: a program that talks to the user on the terminal (mokutil asking for a password).
 - `run_session`: a tree of processes (vng, virtme-run, qemu) with its output in a file, killed whole.
 
-Programs start in a session of their own, so a timeout or Ctrl-C stops the whole tree (make's children,
-QEMU under vng), not only the first process: stopping signals the process group, then sweeps /proc for
-anything left in the session, and returns only once none of it is running.
-
-Programs also die with the tool, even a SIGKILLed one (core/keeper.py says how). A journaled run hears of each
-program (`reporting_starts`) to record its ids; `stop_left_over` stops what a killed run left running.
+Every program but an interactive one starts through core/process_tree.py: in a session of its own, so a
+timeout or Ctrl-C stops the whole tree (make's children, QEMU under vng), and tied to the tool's life, so it
+dies with the tool even when that is SIGKILLed. The two are the runner: no other module starts programs.
 """
 
 from __future__ import annotations
@@ -22,9 +19,7 @@ import logging
 import os
 import select
 import shlex
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, AnyStr, Generic, Literal, overload
 
-from rdna1_kmgr.core import keeper, keeper_link
+from rdna1_kmgr.core import process_tree
 from rdna1_kmgr.core.errors import HostError, KmgrError
 from rdna1_kmgr.core.owner import Owner
 from rdna1_kmgr.core.program_path import located
@@ -44,7 +39,6 @@ log = logging.getLogger("rdna1_kmgr.runner")
 
 DEFAULT_TIMEOUT = 120.0
 _POLL = 0.1
-_GRACE = 3.0  # seconds between SIGTERM and SIGKILL: lets QEMU or make say why it stops
 _LOGGED_OUTPUT = 4000  # characters of a run's output kept in the log
 
 
@@ -128,7 +122,7 @@ def run(
     called twice a second while it runs: live progress for a long build. With `check`, a non-zero exit raises
     `error`: "<doing> failed (exit N): <last stderr line>".
     A program that is not there, or that runs past `timeout` seconds (killed with all its children), raises
-    `error` whatever `check` says. `as_user`: run it as that user (`_as_owner`)."""
+    `error` whatever `check` says. `as_user`: run it as that user (core/process_tree.py)."""
     argv = [str(arg) for arg in argv]
     what = doing or Path(argv[0]).name
     log.info("run: %s", shlex.join(argv))
@@ -155,12 +149,12 @@ def run(
         else:
             stdout, stderr = _stream_lines(proc, input, on_line)
     except BaseException:
-        stop(proc)  # Ctrl-C or a failing callback: the whole tree goes
+        process_tree.stop(proc)  # Ctrl-C or a failing callback: the whole tree goes
         raise
     finally:
         timer.cancel()  # a watchdog that fired is waited for: its stop ends only once the tree is gone
         ticker.join()
-        _ended(proc.pid)
+        process_tree.ended(proc.pid)
     empty: Any = "" if text else b""
     result: Result[Any] = Result(argv, proc.returncode, stdout or empty, stderr or empty)
     _log_result(result, time.monotonic() - started)
@@ -209,17 +203,17 @@ def pipe_from(
                 code = proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 code = None
-                stop(proc)
+                process_tree.stop(proc)
             stdout.close()
             if code and not isinstance(failure, KeyboardInterrupt):
                 raise error(f"{what} failed (exit {code}): {last_line(_read(errors))}", hint) from failure
             raise
         finished = stdout.read(1) == b""
         if not finished:
-            stop(proc)
+            process_tree.stop(proc)
         stdout.close()
         code = proc.wait()
-        _ended(proc.pid)
+        process_tree.ended(proc.pid)
         message = _read(errors)
     log.info("exit %s: %s%s", code, argv[0], f"\n{message[-_LOGGED_OUTPUT:]}" if message.strip() else "")
     if finished and code != 0:
@@ -269,10 +263,10 @@ def pipe_into(
             except BrokenPipeError:
                 pass
         except BaseException:
-            stop(proc)
+            process_tree.stop(proc)
             raise
         code = proc.wait()
-        _ended(proc.pid)
+        process_tree.ended(proc.pid)
         message = _read(errors)
     log.info("exit %s: %s%s", code, argv[0], f"\n{message[-_LOGGED_OUTPUT:]}" if message.strip() else "")
     sink.result = Result(argv, code, "", message)
@@ -316,7 +310,7 @@ def run_session(
     `watch` gets every new chunk of output as it arrives; when it returns True the run is stopped there
     (a probe that has seen enough). `until` is asked every poll (a tenth of a second), output or not; True
     stops the run the same way (a deadline of the caller's that moves, a kernel log it reads). Ctrl-C stops
-    the session too, then goes on up. `as_user`: the session runs as that user (`_as_owner`).
+    the session too, then goes on up. `as_user`: the session runs as that user (core/process_tree.py).
 
     The output goes through a pipe that this process copies to `output`, not straight to the file:
     QEMU reopens /proc/self/fd/1 for its console with O_TRUNC, which would cut a file back to zero.
@@ -326,7 +320,7 @@ def run_session(
     # 0600 and never through a link planted at its name: logs are root's (issue 40)
     sink_fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(sink_fd, "wb") as sink:
-        proc = _popen(
+        proc = process_tree.start(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -364,119 +358,19 @@ def run_session(
                 code = proc.poll()
                 _, enough = pump(_POLL)
                 if enough or (until is not None and code is None and until()):
-                    stop(proc)
+                    process_tree.stop(proc)
                     return end(None, stopped_early=True)
                 if code is not None:
-                    sweep(proc.pid)  # a child may outlive its parent (and hold the pipe open)
-                    _ended(proc.pid)
+                    process_tree.sweep(proc.pid)  # a child may outlive its parent (and hold the pipe open)
+                    process_tree.ended(proc.pid)
                     return end(code)
                 if time.monotonic() - started >= timeout:
-                    stop(proc)
+                    process_tree.stop(proc)
                     return end(None, timed_out=True)
         except BaseException:
-            stop(proc)
+            process_tree.stop(proc)
             pipe.close()
             raise
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the process group, SIGKILL after a grace period, then sweep the session."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=_GRACE)
-    except subprocess.TimeoutExpired:
-        pass
-    _signal_group(proc.pid, signal.SIGKILL)
-    sweep(proc.pid)
-    proc.wait()
-    _ended(proc.pid)
-
-
-def sweep(session: int, wait: float = 5.0) -> None:
-    """SIGKILL every process still in `session` and wait until none is left running."""
-    deadline = time.monotonic() + wait
-    while True:
-        left = session_members(session)
-        if not left or time.monotonic() >= deadline:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(_POLL)
-
-
-session_members = keeper.session_members
-# What a journaled run uses to record its programs and stop an earlier run's (core/keeper.py).
-Started, reporting_starts, stop_left_over = keeper.Started, keeper.reporting_starts, keeper.stop_left_over
-
-
-# --- programs die with the tool ---------------------------------------------------------------------------
-
-
-def _popen(argv: list[str], as_user: Owner | None = None, **popen) -> subprocess.Popen:
-    """Popen in a session of its own, tied to this process's life: its parent death signal, the keeper, and
-    whoever `reporting_starts` asked."""
-    keeper_link.ensure(_start_keeper)  # before the program: a tool killed right after the fork still has its keeper
-    if as_user is not None:
-        popen.update(_as_owner(as_user, popen.get("env")))
-    argv = located(argv, popen.get("env"))
-    proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=keeper.dies_with(os.getpid()), **popen)
-    started = Started(proc.pid, keeper.start_time(proc.pid) or 0, keeper.boot_id(), tuple(argv))
-    keeper_link.track(
-        _start_keeper,
-        started.session,
-        started.start_time,
-        [f.fileno() for f in (proc.stdout, proc.stderr) if f is not None],
-    )
-    try:
-        keeper.report(started)
-    except BaseException:
-        stop(proc)  # it would run unrecorded
-        raise
-    return proc
-
-
-_KEEPER_POPEN = subprocess.Popen
-
-
-def _start_keeper(channel: int) -> subprocess.Popen:
-    """The keeper (core/keeper.py), reading the channel `channel` is its end of, in a session of its own."""
-    # Through the saved Popen: the keeper is not one of the programs a caller asked for (tests count those).
-    return _KEEPER_POPEN(
-        [sys.executable, "-I", "-S", keeper.__file__],
-        stdin=channel,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
-def _ended(session: int) -> None:
-    """The program is done; once nothing is left in its session, the keeper need not stop it."""
-    if keeper_link.listed(session) and not session_members(session):
-        keeper_link.track(_start_keeper, session, None)
-
-
-# --- the owner's programs ---------------------------------------------------------------------------------
-
-# What says who a process is or where root's session lives: the owner's program gets the owner's (or none).
-_IDENTITY = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "MAIL", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"}
-
-
-def _as_owner(owner: Owner, env: dict[str, str] | None) -> dict:
-    """Popen's arguments that run a program as `owner`: their uid, gid and groups (set in the child before it
-    runs anything; its parent death signal is set after, as a change of user clears it), and a clean
-    environment: the caller's `env` (never this process's own) less what names root, plus the owner's HOME,
-    USER, LOGNAME and PATH. The one place the tool drops root."""
-    clean = {k: v for k, v in (env or {}).items() if k not in _IDENTITY and not k.startswith("SUDO_")}
-    clean.update(owner.environment())
-    if os.geteuid() == owner.uid:
-        return {"env": clean}
-    if os.geteuid() != 0:
-        raise HostError(f"cannot run a program as {owner.name}: this process is not root and not {owner.name}")
-    return {"env": clean, "user": owner.uid, "group": owner.gid, "extra_groups": owner.groups()}
 
 
 # --- internals ---------------------------------------------------------------------------------------------
@@ -485,7 +379,7 @@ def _as_owner(owner: Owner, env: dict[str, str] | None) -> dict:
 def _start(argv: list[str], what: str, error: type[KmgrError], hint: str | None, **popen) -> subprocess.Popen:
     """Start argv in a session of its own (so stopping it stops its children); a missing program is `error`."""
     try:
-        return _popen(argv, **popen)
+        return process_tree.start(argv, **popen)
     except OSError as err:
         raise error(f"{what}: cannot run {argv[0]}: {err.strerror}", hint or f"install {Path(argv[0]).name}") from None
 
@@ -503,7 +397,7 @@ class _Watchdog:
 
     def _fire(self, proc: subprocess.Popen) -> None:
         self.fired = True
-        stop(proc)
+        process_tree.stop(proc)
 
     def cancel(self) -> None:
         """Disarm it; when it has fired, wait until its stop is over. The caller's pipes reach their end as the
@@ -586,10 +480,3 @@ def _log_result(result: Result[Any], elapsed: float) -> None:
         result.argv[0],
         f"\n{text[-_LOGGED_OUTPUT:]}" if text else "",
     )
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -1,10 +1,10 @@
 """The programs a journaled run starts, recorded in its journal, and stopped by the next run if still alive.
 
-The runner ties every program to the tool's life (core/keeper.py); this is the net under that net, for when
-the keeper was killed too: update-initramfs or dkms running on as orphans would write /boot and /lib/modules
-after rollback had restored them. Each program's `program` record (session id, start time, boot id, command
-line) is on disk right after it starts; a run that takes the lock stops, whole session, every recorded program
-still running before it changes or undoes anything.
+The runner ties every program to the tool's life (core/process_tree.py, core/keeper.py); this is the net under
+that net, for when the keeper was killed too: update-initramfs or dkms running on as orphans would write /boot
+and /lib/modules after rollback had restored them. Each program's `program` record (session id, start time,
+boot id, command line) is on disk right after it starts; a run that takes the lock stops, whole session, every
+recorded program still running before it changes or undoes anything.
 
 A record is acted on only when it can be one of ours (journal_checks.program_problem: a program a journaled
 run starts) and the process at its pid can be the one recorded: same boot, same start time, running one of
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rdna1_kmgr.core import keeper, runner
+from rdna1_kmgr.core import keeper, process_tree
 from rdna1_kmgr.install import journal_checks
 from rdna1_kmgr.install.journal import Journal
 
@@ -33,7 +33,7 @@ _INTERPRETERS = frozenset({"sh", "dash", "bash", "perl", "python3"})
 def recorded(journal: Journal) -> Iterator[None]:
     """Within the block, each program the runner starts gets a `program` record in `journal`."""
 
-    def record(started: runner.Started) -> None:
+    def record(started: process_tree.Started) -> None:
         journal.append(
             "program",
             session=started.session,
@@ -42,7 +42,7 @@ def recorded(journal: Journal) -> Iterator[None]:
             argv=list(started.argv),
         )
 
-    with runner.reporting_starts(record):
+    with process_tree.reporting_starts(record):
         yield
 
 
@@ -56,11 +56,11 @@ def stop_left_over(journal: Journal) -> list[str]:
         problem = journal_checks.program_problem(r) or not_the_recorded_program(r)
         if problem:
             raise journal_checks.refused(journal, r, problem)
-        programs.append(runner.Started(r["session"], r["start_time"], r["boot_id"], tuple(r["argv"])))
+        programs.append(process_tree.Started(r["session"], r["start_time"], r["boot_id"], tuple(r["argv"])))
     return [
         f"stopped {' '.join(p.argv[:4])}{' ...' if len(p.argv) > 4 else ''} (session {p.session}), "
         "left running by an earlier run that was killed"
-        for p in runner.stop_left_over(programs)
+        for p in process_tree.stop_left_over(programs)
     ]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.core import program_path, runner
+from rdna1_kmgr.core import process_tree, program_path, runner
 from rdna1_kmgr.core.errors import BuildError, HostError
 
 # --- one-shot runs --------------------------------------------------------------------------------------------
@@ -101,19 +101,19 @@ def test_pipe_into_feeds_a_program_and_reports_its_failure(tmp_path):
 def test_a_timeout_kills_every_process_of_the_session(tmp_path):
     outcome = runner.run_session(["sh", "-c", "sleep 300 & sleep 300 & wait"], tmp_path / "out", timeout=1)
     assert outcome.timed_out and outcome.returncode is None
-    assert runner.session_members(outcome.session) == []
+    assert process_tree.session_members(outcome.session) == []
 
 
 def test_a_process_ignoring_sigterm_is_killed_all_the_same(tmp_path):
     outcome = runner.run_session(["sh", "-c", "trap '' TERM; sleep 300"], tmp_path / "out", timeout=0.5)
-    assert outcome.timed_out and outcome.elapsed >= runner._GRACE
-    assert runner.session_members(outcome.session) == []
+    assert outcome.timed_out and outcome.elapsed >= process_tree._GRACE
+    assert process_tree.session_members(outcome.session) == []
 
 
 def test_a_child_left_behind_after_a_normal_exit_is_swept(tmp_path):
     outcome = runner.run_session(["sh", "-c", "(sleep 300 &); echo bye"], tmp_path / "out", timeout=10)
     assert outcome.returncode == 0 and not outcome.timed_out
-    assert runner.session_members(outcome.session) == []
+    assert process_tree.session_members(outcome.session) == []
     assert (tmp_path / "out").read_text() == "bye\n"
 
 
@@ -122,7 +122,7 @@ def test_watch_can_stop_a_run_early(tmp_path):
         ["sh", "-c", "echo ready; sleep 300"], tmp_path / "out", timeout=30, watch=lambda chunk: "ready" in chunk
     )
     assert outcome.stopped_early and outcome.returncode is None
-    assert runner.session_members(outcome.session) == []
+    assert process_tree.session_members(outcome.session) == []
 
 
 def test_ctrl_c_stops_the_session_and_goes_on_up(tmp_path, monkeypatch):
@@ -130,19 +130,19 @@ def test_ctrl_c_stops_the_session_and_goes_on_up(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     sessions = []
-    real_popen = runner.subprocess.Popen
+    real_popen = process_tree.subprocess.Popen
 
     def recording_popen(*args, **kwargs):
         proc = real_popen(*args, **kwargs)
         sessions.append(proc.pid)
         return proc
 
-    monkeypatch.setattr(runner.subprocess, "Popen", recording_popen)
+    monkeypatch.setattr(process_tree.subprocess, "Popen", recording_popen)
     with pytest.raises(KeyboardInterrupt):
         runner.run_session(
             ["sh", "-c", "echo go; sleep 300 & sleep 300"], tmp_path / "out", timeout=30, watch=interrupt
         )
-    assert sessions and runner.session_members(sessions[0]) == []
+    assert sessions and process_tree.session_members(sessions[0]) == []
 
 
 def test_output_survives_a_child_that_reopens_its_stdout(tmp_path):

@@ -212,8 +212,9 @@ def test_a_forged_sudo_user_is_refused(desk, monkeypatch):
 
 
 def test_the_owners_program_gets_their_identity_groups_and_no_root_variables(owner):
-    """core/runner's one drop: uid, gid and the owner's groups (render, video: the GPU's devices), and an
-    environment with the owner's HOME, USER, LOGNAME and PATH, what the caller passed, nothing of root's."""
+    """The runner's one drop (core/process_tree.py): uid, gid and the owner's groups (render, video: the GPU's
+    devices), and an environment with the owner's HOME, USER, LOGNAME and PATH, what the caller passed, nothing
+    of root's."""
     from rdna1_kmgr.core import runner
     from rdna1_kmgr.core.owner import of_entry
 
