@@ -1,4 +1,4 @@
-"""The package's layout keeps its promises: stages import only earlier stages, one module runs programs,
+"""The package's layout keeps its promises: stages import only earlier stages, only the runner runs programs,
 no module grows past what a reader takes in at once."""
 
 import ast
