@@ -23,7 +23,7 @@ STAGES = [
     "experiment",
     "commands",
 ]
-MAX_LINES = 650  # lines as `ruff format` lays them out (issue 21: modules are cut by concept, not by this cap)
+MAX_LINES = 550  # lines as `ruff format` lays them out (issues 21 and 41: modules are cut by concept, not by this cap)
 
 
 def modules():
