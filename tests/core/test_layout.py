@@ -305,7 +305,6 @@ def test_the_reporter_check_sees_what_it_forbids():
 NOT_YET_TYPED = {
     "build.py": "module_build's dry run: a dict around its pipeline's plan",
     "passthrough.py": "the VFIO checks' entries and the guest's facts",
-    "profile.py": "user_profile's install and remove results",
     "vmtest.py": "the VM experiment's matrix run",
 }
 
