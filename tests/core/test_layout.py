@@ -303,7 +303,6 @@ def test_the_reporter_check_sees_what_it_forbids():
 # Commands whose flows still return dicts (issue 41's typed results are done one flow at a time); each entry goes
 # when its flow returns a dataclass. The test below fails while an entry here has nothing left to forgive.
 NOT_YET_TYPED = {
-    "build.py": "module_build's dry run: a dict around its pipeline's plan",
     "passthrough.py": "the VFIO checks' entries and the guest's facts",
     "vmtest.py": "the VM experiment's matrix run",
 }
