@@ -304,7 +304,6 @@ def test_the_reporter_check_sees_what_it_forbids():
 # when its flow returns a dataclass. The test below fails while an entry here has nothing left to forgive.
 NOT_YET_TYPED = {
     "passthrough.py": "the VFIO checks' entries and the guest's facts",
-    "vmtest.py": "the VM experiment's matrix run",
 }
 
 

@@ -18,6 +18,7 @@ from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import profiles
 from rdna1_kmgr.vm import experiment, experiment_guest, guest_view
+from rdna1_kmgr.vm.experiment_board import BoardExperiment
 
 CATALOG = quirk_catalog.load_quirks()
 
@@ -190,7 +191,7 @@ def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside
     results = experiment.run(cells, guest)
     best = experiment.recommend(results)
     path = experiment.write_record(results, best, {"board": "0000:0a:00.0"})
-    experiment_report({"record": str(path), "results": results, "best": best}, as_json=False)
+    experiment_report(BoardExperiment(path, tuple(results), best), as_json=False)
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["cell", "kernel", "result"]  # the host experiment's header
     wrong = [line for line in out if line.startswith("0x0/")]
@@ -215,7 +216,7 @@ def test_the_matrix_json_names_the_record_its_page_every_cell_and_the_pick(tmp_p
     results = experiment.run(cells, guest)
     best = experiment.recommend(results)
     path = experiment.write_record(results, best, {"board": "0000:0a:00.0"})
-    experiment_report({"record": str(path), "results": results, "best": best}, as_json=True)
+    experiment_report(BoardExperiment(path, tuple(results), best), as_json=True)
     out = json.loads(capsys.readouterr().out)
     assert sorted(out) == ["cells", "html", "recommended", "record"]
     assert out["record"] == str(path) and out["html"] == str(tmp_path / "experiments" / f"{path.stem}.html")
