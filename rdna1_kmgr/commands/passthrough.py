@@ -18,11 +18,11 @@ def restore_mode(as_json: bool) -> None:
         click.echo("no device left on vfio-pci by rdna1-kmgr")
     else:
         for entry in results:
-            click.echo(("ok    " if entry["ok"] else "FAIL  ") + entry["detail"])
-    failed = [r for r in results if not r["ok"]]
+            click.echo(("ok    " if entry.ok else "FAIL  ") + entry.detail)
+    failed = [r for r in results if not r.ok]
     if failed:
         raise HostError(
-            f"{len(failed)} device(s) not given back: {failed[0]['detail']}",
+            f"{len(failed)} device(s) not given back: {failed[0].detail}",
             "see above; a GPU that did not come back needs a power cycle",
         )
 

@@ -89,7 +89,7 @@ def run(
         "accepted_reset_risk": pre.accepted_reset_risk,
         "as_installed": base_env,
         "workload": workload["args"],
-        "devices_returned": session.returned,
+        "devices_returned": [r.to_json() for r in session.returned],
     }
     path = experiment.write_record(results, best, context)
     return BoardExperiment(path, tuple(results), best)

@@ -151,11 +151,11 @@ def judge(pre: Preflight, session: Session, run: GuestRun, timeout: float) -> li
         if session.during and not off
         else f"not on {vfio.VFIO_DRIVER} when the guest ended: {off or 'not reached'}",
     )
-    back = [r for r in session.returned if not r["ok"]]
+    back = [r for r in session.returned if not r.ok]
     check(
         "restored",
         not back and len(session.returned) == len(session.bindings),
-        back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound",
+        back[0].detail if back else "; ".join(r.detail for r in session.returned) or "nothing was bound",
     )
     if pre.accepted_reset_risk:
         risky = next(r for r in pre.reset if not r.ready)
@@ -181,12 +181,12 @@ def _guest_counterparts(pre: Preflight, guest: dict | None) -> dict[str, dict]:
 
 
 def _device_story(dev: sysfs.PciDevice, session: Session) -> dict:
-    returned = next((r for r in session.returned if r["bdf"] == dev.bdf), None)
+    returned = next((r for r in session.returned if r.bdf == dev.bdf), None)
     return {
         "bdf": dev.bdf,
         "vendor_device": _id(dev),
         "before": dev.driver,
         "during": session.during.get(dev.bdf),
-        "after": returned["driver"] if returned else dev.driver,
-        "restored": returned["ok"] if returned else True,
+        "after": returned.driver if returned else dev.driver,
+        "restored": returned.ok if returned else True,
     }
