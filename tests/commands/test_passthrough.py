@@ -3,12 +3,35 @@ reads after a run (the runs themselves need a host IOMMU: tests/vm/test_passthro
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from click.testing import CliRunner
 
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.commands.passthrough import report
+from rdna1_kmgr.host.sysfs import PciDevice
 from rdna1_kmgr.vm import verdict, vfio_journal
+from rdna1_kmgr.vm.plumbing_facts import DeviceStory, PlumbingFacts, PlumbingRun
+from rdna1_kmgr.vm.vfio import GroupPlan
 
+BOARD = PciDevice("0000:0a:00.0", 0x1002, 0x731F, 0x030000, "amdgpu", False, 14, ("0000:0a:00.1",), None)
+AUDIO = PciDevice("0000:0a:00.1", 0x1002, 0xAB38, 0x040300, None, None, 14, ("0000:0a:00.0",), None)
+PLUMBING = PlumbingFacts(
+    bdf="0000:0a:00.0",
+    vendor_device="1002:731f",
+    guest_saw="1002:731f",
+    iommu_group=14,
+    group=GroupPlan(BOARD, 14, (BOARD, AUDIO), ()),
+    devices=(
+        DeviceStory("0000:0a:00.0", "1002:731f", "amdgpu", "vfio-pci", "amdgpu", True),
+        DeviceStory("0000:0a:00.1", "1002:ab38", None, "vfio-pci", None, True),
+    ),
+    reset=(),
+    accepted_reset_risk=False,
+    forced=(),
+)
+
+# The record's "passthrough" of a plumbing run, as run_plumbing wrote it before its facts were typed.
 FACTS = {
     "bdf": "0000:0a:00.0",
     "vendor_device": "1002:731f",
@@ -39,8 +62,8 @@ FACTS = {
 }
 
 
-def plumbing_record(facts: dict) -> verdict.Record:
-    return verdict.Record(
+def plumbing_run(facts: PlumbingFacts) -> PlumbingRun:
+    record = verdict.Record(
         verdict="fail",
         reason="guest-saw: the guest has no 1002:ab38 behind the passthrough root port",
         mode="plumbing",
@@ -57,13 +80,18 @@ def plumbing_record(facts: dict) -> verdict.Record:
         seconds=80.2,
         started="2026-01-01T00:00:00+00:00",
         tool_version="t",
-        passthrough=facts,
+        passthrough=facts.to_json(),
         record="/var/log/rdna1-kmgr/vm-test/x.json",
     )
+    return PlumbingRun(record, facts)
+
+
+def test_the_plumbing_facts_keep_the_records_keys():
+    assert PLUMBING.to_json() == FACTS
 
 
 def test_the_plumbing_report_names_the_device_what_the_guest_saw_each_driver_and_each_check():
-    assert report(plumbing_record(FACTS)).splitlines() == [
+    assert report(plumbing_run(PLUMBING)).splitlines() == [
         "verdict      fail: guest-saw: the guest has no 1002:ab38 behind the passthrough root port",
         "device       0000:0a:00.0 (1002:731f), IOMMU group 14",
         "guest saw    1002:731f",
@@ -76,7 +104,7 @@ def test_the_plumbing_report_names_the_device_what_the_guest_saw_each_driver_and
 
 
 def test_a_guest_that_saw_nothing_is_said():
-    text = report(plumbing_record({**FACTS, "guest_saw": None})).splitlines()
+    text = report(plumbing_run(replace(PLUMBING, guest_saw=None))).splitlines()
     assert text[2] == "guest saw    nothing"
 
 
