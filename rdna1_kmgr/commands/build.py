@@ -107,9 +107,9 @@ def build(
     if dry_run:
         planned = plan(request)
         if as_json:
-            emit_json({"dry_run": True, **planned})
+            emit_json(planned)
         else:
-            click.echo("\n".join(planned["plan"]))
+            click.echo("\n".join(planned.plan))
         return
     result = run(request, confirm=_confirm_install)
     if as_json:

@@ -6,7 +6,8 @@ import click
 
 from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
 from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.vm import passthrough, plumbing_run, verdict
+from rdna1_kmgr.vm import passthrough, plumbing_run
+from rdna1_kmgr.vm.plumbing_facts import PlumbingRun
 
 
 def restore_mode(as_json: bool) -> None:
@@ -18,11 +19,11 @@ def restore_mode(as_json: bool) -> None:
         click.echo("no device left on vfio-pci by rdna1-kmgr")
     else:
         for entry in results:
-            click.echo(("ok    " if entry["ok"] else "FAIL  ") + entry["detail"])
-    failed = [r for r in results if not r["ok"]]
+            click.echo(("ok    " if entry.ok else "FAIL  ") + entry.detail)
+    failed = [r for r in results if not r.ok]
     if failed:
         raise HostError(
-            f"{len(failed)} device(s) not given back: {failed[0]['detail']}",
+            f"{len(failed)} device(s) not given back: {failed[0].detail}",
             "see above; a GPU that did not come back needs a power cycle",
         )
 
@@ -31,13 +32,14 @@ def plumbing_mode(gpu, kernel, accel, timeout, fetch, force, accept_reset_risk, 
     """The device on vfio-pci, seen by a guest, given back; its record, written; exit 5 on a fail."""
     if timeout <= 0:
         raise UsageError(f"invalid --timeout {timeout:g}", "give a number of seconds > 0")
-    record = plumbing_run.run_plumbing(
+    done = plumbing_run.run_plumbing(
         gpu, release=kernel, accel=accel, timeout=timeout, fetch=fetch, force=force, accept_reset_risk=accept_reset_risk
     )
+    record = done.record
     if as_json:
         emit_json(record.to_json())
     else:
-        click.echo(report(record))
+        click.echo(report(done))
     if not record.passed:
         raise BuildError(f"vm-test failed: {record.reason}", f"record {record.record}")
 
@@ -62,18 +64,18 @@ def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, 
     )
 
 
-def report(record: verdict.Record) -> str:
-    """A plumbing record as lines."""
-    facts = record.passthrough or {}
+def report(done: PlumbingRun) -> str:
+    """A plumbing run as lines."""
+    record, facts = done.record, done.facts
     lines = [
         f"verdict      {record.verdict}: {record.reason}",
-        f"device       {facts.get('bdf')} ({facts.get('vendor_device')}), IOMMU group {facts.get('iommu_group')}",
-        f"guest saw    {facts.get('guest_saw') or 'nothing'}",
+        f"device       {facts.bdf} ({facts.vendor_device}), IOMMU group {facts.iommu_group}",
+        f"guest saw    {facts.guest_saw or 'nothing'}",
     ]
-    for dev in facts.get("devices") or []:
+    for dev in facts.devices:
         lines.append(
-            f"  {dev['bdf']}  before {dev['before'] or 'none'}, during {dev['during'] or 'none'}, "
-            f"after {dev['after'] or 'none'}"
+            f"  {dev.bdf}  before {dev.before or 'none'}, during {dev.during or 'none'}, "
+            f"after {dev.after or 'none'}"
         )
     for check in record.checks:
         lines.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")

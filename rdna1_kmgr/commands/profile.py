@@ -41,10 +41,9 @@ def install(name, dry_run, as_json):
     result = user_profile.install(name, dry_run=dry_run, home=invoking_home(TargetRoot.from_env().path))
     if as_json:
         emit_json(result)
-    elif dry_run:
-        click.echo("\n".join(result["plan"]))
-    else:
-        click.echo("\n".join(result["done"]))
+        return
+    click.echo("\n".join(result.lines()))
+    if not dry_run:
         click.echo(
             f"profile {name} installed; log in again (or `source /{user_profile.PROFILE_D}`) to use it; "
             "undo with `rdna1-kmgr profile remove`"
@@ -59,7 +58,5 @@ def remove(dry_run, as_json):
     result = user_profile.remove(dry_run=dry_run)
     if as_json:
         emit_json(result)
-    elif not result["installed"]:
-        click.echo(result["message"])
     else:
-        click.echo("\n".join(result["plan"] if dry_run else result["done"]))
+        click.echo("\n".join(result.lines()))

@@ -7,7 +7,6 @@ One function per mode (`emulated_mode`, `gpu_mode`, `matrix_mode`, and passthrou
 """
 
 import os
-from pathlib import Path
 
 import click
 from click.core import ParameterSource
@@ -303,23 +302,22 @@ def verdict_report(record, as_json: bool) -> None:
         raise BuildError(f"vm-test failed: {record.reason}", f"record {record.record}")
 
 
-def experiment_report(done: dict, as_json: bool) -> None:
+def experiment_report(done: experiment_board.BoardExperiment, as_json: bool) -> None:
     """The experiment's table (the host experiment's, experiment/answer.py), its grid as a page beside the record,
     and the recommendation; exit 5 when no cell passed."""
-    results, best = done["results"], done["best"]
-    rows = [answer.matrix_row(r) for r in results]
-    lines = answer.table(rows) + [""] + experiment.recommendation_lines(best)
-    page = answer.write_matrix_page(Path(done["record"]), rows, lines)
+    rows = [answer.matrix_row(r) for r in done.results]
+    lines = answer.table(rows) + [""] + experiment.recommendation_lines(done.best)
+    page = answer.write_matrix_page(done.record, rows, lines)
     if as_json:
         emit_json(
             {
-                "record": done["record"],
+                "record": str(done.record),
                 "html": str(page),
-                "cells": [r.to_json() for r in results],
-                "recommended": best.to_json() if best else None,
+                "cells": [r.to_json() for r in done.results],
+                "recommended": done.best.to_json() if done.best else None,
             }
         )
     else:
-        click.echo("\n".join(lines + [f"record {done['record']}", f"the grid, to open in a browser: {page}"]))
-    if best is None:
-        raise BuildError("the experiment found no passing cell", f"see the table and the record {done['record']}")
+        click.echo("\n".join(lines + [f"record {done.record}", f"the grid, to open in a browser: {page}"]))
+    if done.best is None:
+        raise BuildError("the experiment found no passing cell", f"see the table and the record {done.record}")

@@ -12,6 +12,7 @@ from rdna1_kmgr.doctor.kfd_access import invoking_home
 from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.install import kernel_parameters, module_install, user_profile
 from rdna1_kmgr.install.install_result import InstallResult
+from rdna1_kmgr.install.profile_result import ProfileInstalled
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.source import target_kernel
@@ -29,14 +30,12 @@ class Applied:
 
     cell: str
     dry_run: bool
-    profile: dict | None
+    profile: ProfileInstalled | None
     code: str | None
 
     def profile_lines(self) -> list[str]:
         """The profile's plan (dry run) or what its install did."""
-        if self.profile is None:
-            return []
-        return self.profile["plan"] if self.dry_run else self.profile["done"]
+        return list(self.profile.lines()) if self.profile else []
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def plan(kernel: str, source: str | None = None) -> list[str]:
         f"follow {kernel} with the quirks installed for {installed.kernel} ({installed.package.ref}): "
         f"{' '.join(installed.quirks)}; devices {' '.join(f'0x{d:04X}' for d in installed.devices)}"
     ]
-    lines += [f"  {line}" for line in module_build.plan(request, FOLLOW)["plan"]]
+    lines += [f"  {line}" for line in module_build.plan(request, FOLLOW).plan]
     lines.append(
         f"  any failure: {kernel} keeps the stock amdgpu; the reason goes to "
         f"{follow_record.follow_dir()}/{kernel}.json and `rdna1-kmgr status`"

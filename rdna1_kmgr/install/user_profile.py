@@ -23,6 +23,7 @@ from rdna1_kmgr.install.profile_journal import (
     ProfileJournal,
     write_files,
 )
+from rdna1_kmgr.install.profile_result import ProfileInstalled, ProfileRemoved
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.userspace import environment_files, profiles
 
@@ -77,7 +78,7 @@ def plan(profile: profiles.Profile, root: TargetRoot, home: Path | None = None) 
     return lines + shell_conflicts(profile, root.path, home)
 
 
-def install(name: str, dry_run: bool = False, home: Path | None = None) -> dict:
+def install(name: str, dry_run: bool = False, home: Path | None = None) -> ProfileInstalled:
     """`home`: the owner's home folder, whose shell files are checked for lines the profile cannot undo."""
     profile = profiles.installable(name)
     if profile.changes_nothing:
@@ -86,7 +87,7 @@ def install(name: str, dry_run: bool = False, home: Path | None = None) -> dict:
     refuse_if_busy()
     lines = plan(profile, root, home)
     if dry_run:
-        return {"profile": profile.to_json(), "dry_run": True, "plan": lines}
+        return ProfileInstalled(profile, True, tuple(lines))
     said = []
     with locked(f"profile install {name}"):
         journal = ProfileJournal()
@@ -96,25 +97,21 @@ def install(name: str, dry_run: bool = False, home: Path | None = None) -> dict:
         journal.begin("profile-install", profile=name, root=str(root.path))
         said += write_files(journal, {root.path / rel: data for rel, data in file_contents(profile).items()})
         journal.append("commit")
-    return {
-        "profile": profile.to_json(),
-        "dry_run": False,
-        "plan": lines,
-        "done": said + [line for line in lines if line.startswith("warning: ")],
-    }
+    warnings = [line for line in lines if line.startswith("warning: ")]
+    return ProfileInstalled(profile, False, tuple(lines), done=tuple(said + warnings))
 
 
-def remove(dry_run: bool = False) -> dict:
+def remove(dry_run: bool = False) -> ProfileRemoved:
     journal = ProfileJournal()
     refuse_if_busy()
     if not journal.exists():
-        return {"installed": False, "dry_run": dry_run, "message": "no user-space profile is installed"}
-    lines = rollback.plan_for(journal, keep_build=True)
+        return ProfileRemoved(False, dry_run, message="no user-space profile is installed")
+    lines = tuple(rollback.plan_for(journal, keep_build=True))
     if dry_run:
-        return {"installed": True, "dry_run": True, "plan": lines}
+        return ProfileRemoved(True, True, plan=lines)
     with locked("profile remove"):
         said = rollback.replay(journal, keep_build=True, reason="rdna1-kmgr profile remove")
-    return {"installed": True, "dry_run": False, "plan": lines, "done": said}
+    return ProfileRemoved(True, False, plan=lines, done=tuple(said))
 
 
 def status() -> dict:

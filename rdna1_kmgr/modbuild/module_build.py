@@ -35,6 +35,7 @@ from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.modbuild import compile_probes, prerequisites, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild.build_plan import BuildPlan, RenderPlan
 from rdna1_kmgr.modbuild.build_result import BuildResult
 from rdna1_kmgr.modbuild.package_build import PackageBuild, build_package, cache_left_as_found, ccache_env, default_jobs
 from rdna1_kmgr.render.manifest import Manifest
@@ -399,10 +400,10 @@ BUILD = Pipeline((KERNEL, PREREQUISITES, FETCH, SIGNING_KEY, RENDER, PROBE, DKMS
 # --- the build and its plan ----------------------------------------------------------------------------
 
 
-def plan(request: BuildRequest, pipeline: Pipeline = BUILD) -> dict:
-    """{"plan": the steps as lines, "kernel", "source", "signing", "render", "system"}: the build's stages
-    (or a pipeline made of them and more: follow's) planned. What the render decides is said right after the
-    kernel and devices, before the steps that do the work."""
+def plan(request: BuildRequest, pipeline: Pipeline = BUILD) -> BuildPlan:
+    """The build's stages (or a pipeline made of them and more: follow's) planned: the steps as lines and what
+    they decided. What the render decides is said right after the kernel and devices, before the steps that do
+    the work."""
     root = user_input.existing_dir(request.sysroot, "sysroot") if request.sysroot else Path("/")
     system = system_identity.read(root)
     keys = signing.resolve(request.key, request.cert, system.platform)
@@ -412,29 +413,32 @@ def plan(request: BuildRequest, pipeline: Pipeline = BUILD) -> dict:
     lines: list[str] = []
     for name, stage_lines in planned:
         lines += stage_lines + (ctx.notes if name == KERNEL.name else [])
-    kernel, manifest, package = ctx.kernel, ctx.manifest, ctx.package
+    manifest, package = ctx.manifest, ctx.package
     rendered = None
     if manifest is not None and package is not None:
-        rendered = {
-            "kernel_version": manifest.kernel_version,
-            "patches": len(manifest.patches),
-            "patchset_sha256": manifest.patchset_sha256,
-            "devices": list(manifest.devices),
-            "quirks_on": list(manifest.bits_on),
-            "quirks_off": [b.id for b in manifest.bits_off],
-            "applies": True,
-            "files": ctx.applies_to,
-            "package": package.ref,
-        }
-    return {
-        "system": system.to_json(),
-        "plan": lines,
-        "signing": {**keys.to_json(), "exists": ctx.key_exists},
-        "kernel": {"release": kernel.release, "package_version": kernel.package_version, "upstream": kernel.upstream},
-        "source": {**ctx.origin, "tree": str(ctx.tree) if ctx.tree else None},
-        "render": rendered,
-        "devices": [format_id(d) for d in ctx.devices],
-    }
+        assert manifest.kernel_version is not None and manifest.patchset_sha256 is not None  # a render sets them
+        rendered = RenderPlan(
+            kernel_version=manifest.kernel_version,
+            patches=len(manifest.patches),
+            patchset_sha256=manifest.patchset_sha256,
+            devices=tuple(manifest.devices),
+            quirks_on=tuple(manifest.bits_on),
+            quirks_off=tuple(b.id for b in manifest.bits_off),
+            applies=True,
+            files=tuple(ctx.applies_to),
+            package=package.ref,
+        )
+    return BuildPlan(
+        system=system,
+        plan=tuple(lines),
+        keys=keys,
+        key_exists=ctx.key_exists,
+        kernel=ctx.kernel,
+        origin=ctx.origin,
+        tree=ctx.tree,
+        render=rendered,
+        devices=tuple(format_id(d) for d in ctx.devices),
+    )
 
 
 def run(request: BuildRequest, confirm: Callable[[prerequisites.InstallPlan], bool] | None = None) -> BuildResult:

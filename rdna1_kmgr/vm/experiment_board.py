@@ -9,6 +9,7 @@ and their own files set them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core import owner as owners
@@ -20,6 +21,16 @@ from rdna1_kmgr.vm import engine, experiment, experiment_guest, guest_kernel, pa
 
 # The variables the "as installed" profile carries into the guest.
 ROCM_PREFIXES = ("HSA_", "HIP_", "ROC_", "ROCR_", "MIOPEN_", "PYTORCH_", "AMD_")
+
+
+@dataclass(frozen=True)
+class BoardExperiment:
+    """The experiment run on the board: where its record was written, every cell's result, and the pick (None:
+    no cell passed)."""
+
+    record: Path  # experiments/<time>.json
+    results: tuple[experiment.CellResult, ...]
+    best: experiment.CellResult | None
 
 
 def installed_environment(home: Path | None) -> dict[str, str]:
@@ -47,8 +58,8 @@ def run(
     fetch: bool,
     force: bool,
     accept_reset_risk: bool,
-) -> dict:
-    """The whole experiment on the board; the record's JSON (also written under experiments/)."""
+) -> BoardExperiment:
+    """The whole experiment on the board, its record written under experiments/."""
     bdf = passthrough.resolve_gpu(spec)
     passthrough.require_root()
     pre = passthrough.preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
@@ -78,7 +89,7 @@ def run(
         "accepted_reset_risk": pre.accepted_reset_risk,
         "as_installed": base_env,
         "workload": workload["args"],
-        "devices_returned": session.returned,
+        "devices_returned": [r.to_json() for r in session.returned],
     }
     path = experiment.write_record(results, best, context)
-    return {"record": str(path), "results": results, "best": best}
+    return BoardExperiment(path, tuple(results), best)

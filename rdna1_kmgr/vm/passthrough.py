@@ -70,7 +70,7 @@ class Session:
     bindings: list[vfio_journal.Binding] = field(default_factory=list)
     group_node: str | None = None
     during: dict[str, str | None] = field(default_factory=dict)  # driver of each device when the guest ended
-    returned: list[dict] = field(default_factory=list)
+    returned: list[vfio.Returned] = field(default_factory=list)
 
 
 # --- before anything changes ---------------------------------------------------------------------------------
@@ -187,19 +187,18 @@ def bound(pre: Preflight) -> Iterator[Session]:
                 session.returned = give_back_all(session.bindings)
 
 
-def give_back_all(bindings: list[vfio_journal.Binding]) -> list[dict]:
+def give_back_all(bindings: list[vfio_journal.Binding]) -> list[vfio.Returned]:
     """Give each device back (last bound first), check GPUs came back, drop the records of those done."""
     results = []
     for binding in reversed(bindings):
         returned = vfio.give_back(binding)
-        entry = returned.to_json()
+        entry = returned
         if binding.driver == AMDGPU and returned.driver == AMDGPU:
-            ok, detail = came_back(binding)
-            entry["came_back"] = {"ok": ok, "detail": detail}
-            if not ok:
-                entry["ok"] = False
-                entry["detail"] = detail
-        engine.say(entry["detail"])
+            back = vfio.CameBack(*came_back(binding))
+            entry = dataclasses.replace(returned, came_back=back)
+            if not back.ok:
+                entry = dataclasses.replace(entry, ok=False, detail=back.detail)
+        engine.say(entry.detail)
         if returned.ok or not _still_ours(binding):
             vfio_journal.forget(binding.bdf)
         results.append(entry)
@@ -237,7 +236,7 @@ def _still_ours(binding: vfio_journal.Binding) -> bool:
 # --- after a SIGKILL: vm-test restore, rollback ----------------------------------------------------------
 
 
-def restore_pending() -> list[dict]:
+def restore_pending() -> tuple[vfio.Returned, ...]:
     """Give back every device a run left on vfio-pci. Runs still going keep theirs.
 
     A killed run's VM may still be running and holding the group; it is stopped first (found by the run
@@ -246,19 +245,12 @@ def restore_pending() -> list[dict]:
     pending = vfio_journal.pending()
     if pending:
         require_root()
-    results = []
+    results: list[vfio.Returned] = []
     waiting = []
     for binding in pending:
         if vfio_journal.owner_alive(binding):
-            results.append(
-                {
-                    "bdf": binding.bdf,
-                    "ok": False,
-                    "wanted": binding.driver,
-                    "driver": None,
-                    "detail": f"{binding.bdf} belongs to a running rdna1-kmgr (pid {binding.pid}): left",
-                }
-            )
+            left = f"{binding.bdf} belongs to a running rdna1-kmgr (pid {binding.pid}): left"
+            results.append(vfio.Returned(binding.bdf, binding.driver, None, False, left))
         else:
             waiting.append(binding)
     for run in sorted({b.run for b in waiting}):
@@ -268,19 +260,14 @@ def restore_pending() -> list[dict]:
         users = vfio.holders(f"/dev/vfio/{binding.iommu_group}")
         if users:
             pid, name = users[0]
-            results.append(
-                {
-                    "bdf": binding.bdf,
-                    "ok": False,
-                    "wanted": binding.driver,
-                    "driver": vfio.current_driver(binding.bdf),
-                    "detail": f"IOMMU group {binding.iommu_group} of {binding.bdf} is open in {name} "
-                    f"(pid {pid}): stop it, then run `rdna1-kmgr vm-test restore` again",
-                }
+            held = (
+                f"IOMMU group {binding.iommu_group} of {binding.bdf} is open in {name} "
+                f"(pid {pid}): stop it, then run `rdna1-kmgr vm-test restore` again"
             )
+            results.append(vfio.Returned(binding.bdf, binding.driver, vfio.current_driver(binding.bdf), False, held))
             continue
         results += give_back_all([binding])
-    return sorted(results, key=lambda r: r["bdf"])
+    return tuple(sorted(results, key=lambda r: r.bdf))
 
 
 def stop_run_processes(run: str, grace: float = 3.0, wait: float = 10.0) -> list[tuple[int, str]]:
@@ -375,18 +362,19 @@ def run_gpu(
 
 def settle(record: verdict.Record, session: Session) -> verdict.Record:
     """Add what happened to the devices after the guest to the record, judge again, store it."""
-    back = [r for r in session.returned if not r["ok"]]
+    back = [r for r in session.returned if not r.ok]
     complete = len(session.returned) == len(session.bindings)
     checks = (
         *record.checks,
         verdict.Check(
             "restored",
             not back and complete,
-            back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound",
+            back[0].detail if back else "; ".join(r.detail for r in session.returned) or "nothing was bound",
         ),
     )
     outcome, reason = verdict.decide(list(checks))
-    story = {**(record.passthrough or {}), "during": session.during, "devices": session.returned}
+    devices = [r.to_json() for r in session.returned]
+    story = {**(record.passthrough or {}), "during": session.during, "devices": devices}
     story["came_back"] = not back and complete
     return verdict.store(dataclasses.replace(record, checks=checks, verdict=outcome, reason=reason, passthrough=story))
 

@@ -32,6 +32,7 @@ from rdna1_kmgr.vm.passthrough import (
     require_root,
     resolve_gpu,
 )
+from rdna1_kmgr.vm.plumbing_facts import DeviceStory, PlumbingFacts, PlumbingRun
 from rdna1_kmgr.vm.qemu_args import ROOT_PORT_IDS
 
 GUEST = plumbing_guest.NAME  # the plain-QEMU guest: it only lists its PCI devices, and is quick under TCG
@@ -45,9 +46,9 @@ def run_plumbing(
     fetch: bool = False,
     force: bool = False,
     accept_reset_risk: bool = False,
-) -> verdict.Record:
+) -> PlumbingRun:
     """`vm-test plumbing SPEC`: the device on vfio-pci, seen by a guest, given back. A verdict (mode plumbing),
-    stored beside the console log."""
+    stored beside the console log, and what it saw of the device."""
     started_at = datetime.now(UTC)
     started = time.monotonic()
     if timeout <= 0:
@@ -73,6 +74,17 @@ def run_plumbing(
     guest = run.result
     outcome, reason = verdict.decide(checks)
     target_seen = _guest_counterparts(pre, guest).get(bdf)
+    facts = PlumbingFacts(
+        bdf=bdf,
+        vendor_device=_id(pre.plan.target),
+        guest_saw=target_seen["id"] if target_seen else None,
+        iommu_group=pre.plan.iommu_group,
+        group=pre.plan,
+        devices=tuple(_device_story(d, session) for d in pre.plan.passed),
+        reset=pre.reset,
+        accepted_reset_risk=pre.accepted_reset_risk,
+        forced=pre.forced,
+    )
     record = verdict.Record(
         verdict=outcome,
         reason=reason,
@@ -88,21 +100,11 @@ def run_plumbing(
         started=started_at.isoformat(timespec="seconds"),
         tool_version=__version__,
         details={"vm_seconds": round(run.outcome.elapsed, 1)},
-        passthrough={
-            "bdf": bdf,
-            "vendor_device": _id(pre.plan.target),
-            "guest_saw": target_seen["id"] if target_seen else None,
-            "iommu_group": pre.plan.iommu_group,
-            "group": pre.plan.to_json(),
-            "devices": [_device_story(d, session) for d in pre.plan.passed],
-            "reset": [r.to_json() for r in pre.reset],
-            "accepted_reset_risk": pre.accepted_reset_risk,
-            "forced": list(pre.forced),
-        },
+        passthrough=facts.to_json(),
     )
     record = verdict.store(record, logs / f"{stem}.json")
     engine.say(f"verdict {record.verdict}: {record.reason} (record {record.record})")
-    return record
+    return PlumbingRun(record, facts)
 
 
 def judge(pre: Preflight, session: Session, run: GuestRun, timeout: float) -> list[verdict.Check]:
@@ -151,11 +153,11 @@ def judge(pre: Preflight, session: Session, run: GuestRun, timeout: float) -> li
         if session.during and not off
         else f"not on {vfio.VFIO_DRIVER} when the guest ended: {off or 'not reached'}",
     )
-    back = [r for r in session.returned if not r["ok"]]
+    back = [r for r in session.returned if not r.ok]
     check(
         "restored",
         not back and len(session.returned) == len(session.bindings),
-        back[0]["detail"] if back else "; ".join(r["detail"] for r in session.returned) or "nothing was bound",
+        back[0].detail if back else "; ".join(r.detail for r in session.returned) or "nothing was bound",
     )
     if pre.accepted_reset_risk:
         risky = next(r for r in pre.reset if not r.ready)
@@ -180,13 +182,13 @@ def _guest_counterparts(pre: Preflight, guest: dict | None) -> dict[str, dict]:
     return found
 
 
-def _device_story(dev: sysfs.PciDevice, session: Session) -> dict:
-    returned = next((r for r in session.returned if r["bdf"] == dev.bdf), None)
-    return {
-        "bdf": dev.bdf,
-        "vendor_device": _id(dev),
-        "before": dev.driver,
-        "during": session.during.get(dev.bdf),
-        "after": returned["driver"] if returned else dev.driver,
-        "restored": returned["ok"] if returned else True,
-    }
+def _device_story(dev: sysfs.PciDevice, session: Session) -> DeviceStory:
+    returned = next((r for r in session.returned if r.bdf == dev.bdf), None)
+    return DeviceStory(
+        bdf=dev.bdf,
+        vendor_device=_id(dev),
+        before=dev.driver,
+        during=session.during.get(dev.bdf),
+        after=returned.driver if returned else dev.driver,
+        restored=returned.ok if returned else True,
+    )

@@ -52,15 +52,35 @@ class GroupPlan:
 
 
 @dataclass(frozen=True)
+class CameBack:
+    """Whether a GPU given back to amdgpu works again (passthrough.came_back), and what was seen."""
+
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
 class Returned:
+    """A device given back after a run (or left on vfio-pci, and why)."""
+
     bdf: str
     wanted: str | None  # the driver it had before the run
     driver: str | None  # the driver it has now
     ok: bool
     detail: str
+    came_back: CameBack | None = None  # a GPU back on amdgpu, checked; None: not a GPU back on amdgpu
 
     def to_json(self) -> dict:
-        return {"bdf": self.bdf, "wanted": self.wanted, "driver": self.driver, "ok": self.ok, "detail": self.detail}
+        out: dict = {
+            "bdf": self.bdf,
+            "wanted": self.wanted,
+            "driver": self.driver,
+            "ok": self.ok,
+            "detail": self.detail,
+        }
+        if self.came_back is not None:
+            out["came_back"] = {"ok": self.came_back.ok, "detail": self.came_back.detail}
+        return out
 
 
 # --- checks (read only) -------------------------------------------------------------------------------------

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 
+import fake_kernel
 import pytest
 from click.testing import CliRunner
 from sysfs_fixtures import FakeSysroot, rx5600xt
 
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.install import journal as jr
+from rdna1_kmgr.vm import vfio_journal
 
 OLD, NEW = "6.1.0-56-amd64", "6.12.95+deb12-amd64"
 VERSION = "6.1.192+p0123456789ab"
@@ -62,9 +64,9 @@ def opt_in(base) -> None:
     journal.append("commit", verified={})
 
 
-def cli_json(*args: str):
+def cli_json(*args: str, exit_code: int = 0):
     result = CliRunner().invoke(main, [*args, "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == exit_code, result.output
     return json.loads(result.stdout)
 
 
@@ -180,3 +182,80 @@ def test_keys_status(tmp_path):
         "key_private": BOOL,
         "secure_boot": {"enabled": BOOL, "state": STR},
     }
+
+
+PROFILE = {
+    "experiment_only": NULL,
+    "name": STR,
+    "set": {"AMDGCN_USE_BUFFER_OPS": STR},  # the variables of no-buffer-ops (userspace/profiles.toml)
+    "summary": STR,
+    "unset": [STR],
+}
+
+
+def test_profile_install_and_remove(host):
+    assert shape(cli_json("profile", "remove")) == {"dry_run": BOOL, "installed": BOOL, "message": STR}
+    plan = {"dry_run": BOOL, "plan": [STR], "profile": PROFILE}
+    assert shape(cli_json("profile", "install", "no-buffer-ops", "--dry-run")) == plan
+    assert shape(cli_json("profile", "install", "no-buffer-ops")) == {**plan, "done": [STR]}
+    assert shape(cli_json("profile", "remove", "--dry-run")) == {"dry_run": BOOL, "installed": BOOL, "plan": [STR]}
+    done = {"done": [STR], "dry_run": BOOL, "installed": BOOL, "plan": [STR]}
+    assert shape(cli_json("profile", "remove")) == done
+
+
+BUILD_PLAN = {
+    "devices": [STR],
+    "dry_run": BOOL,
+    "kernel": {"package_version": NULL, "release": STR, "upstream": NULL},
+    "plan": [STR],
+    "signing": {"cert": STR, "convention": STR, "exists": BOOL, "key": STR},
+    "system": {
+        "codename": STR,
+        "distro": STR,
+        "family": STR,
+        "running_release": STR,
+        "sysroot": STR,
+        "version_signature": NULL,
+    },
+}
+
+
+def test_build_dry_run_before_and_after_the_source_is_known(host):
+    sysroot = str(host / "root")
+    early = cli_json("build", "--kernel", OLD, "--dry-run", "--sysroot", sysroot)
+    assert shape(early) == {**BUILD_PLAN, "render": NULL, "source": {"tree": NULL}}
+    tree = fake_kernel.make_tree(host / "src", version="6.1.192")
+    planned = cli_json("build", "--kernel", OLD, "--dry-run", "--sysroot", sysroot, "--source", str(tree))
+    assert shape(planned) == {
+        **BUILD_PLAN,
+        "render": {
+            "applies": BOOL,
+            "devices": [STR],
+            "files": [STR],
+            "kernel_version": STR,
+            "package": STR,
+            "patches": INT,
+            "patchset_sha256": STR,
+            "quirks_off": [STR],
+            "quirks_on": [],  # 6.1 needs no default-on quirk
+        },
+        "source": {"given": STR, "tree": STR},
+    }
+
+
+def left_on_vfio(bdf: str, pid: int, pid_start: int) -> None:
+    """A vfio journal record of a device no bus here has (nothing on the host is touched giving it back)."""
+    _, _, boot = vfio_journal.me()
+    started = "2026-01-01T00:00:00+00:00"
+    vfio_journal.write(
+        vfio_journal.Binding(bdf, 0x1002, 0x731F, "amdgpu", None, 14, "r1", pid, pid_start, boot, 1, started)
+    )
+
+
+def test_vm_test_restore(host):
+    assert shape(cli_json("vm-test", "restore")) == {"restored": []}
+    pid, start, _ = vfio_journal.me()
+    left_on_vfio("0000:7f:1f.6", pid, start)  # a running run's: left
+    left_on_vfio("0000:7f:1f.7", 1, 1)  # pid 1 started at tick 1 is no rdna1-kmgr: given back, not on the bus
+    entry = {"bdf": STR, "detail": STR, "driver": NULL, "ok": BOOL, "wanted": STR}
+    assert shape(cli_json("vm-test", "restore", exit_code=4)) == {"restored": [entry]}

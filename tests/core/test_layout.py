@@ -304,16 +304,6 @@ def test_the_reporter_check_sees_what_it_forbids():
     assert reporter_parameters(source) == ["a(report)", "b(report)", "c(say)", "d(warn)"]
 
 
-# Commands whose flows still return dicts (issue 41's typed results are done one flow at a time); each entry goes
-# when its flow returns a dataclass. The test below fails while an entry here has nothing left to forgive.
-NOT_YET_TYPED = {
-    "build.py": "module_build's dry run: a dict around its pipeline's plan",
-    "passthrough.py": "the VFIO checks' entries and the guest's facts",
-    "profile.py": "user_profile's install and remove results",
-    "vmtest.py": "the VM experiment's matrix run",
-}
-
-
 def dict_indexing(source: str) -> list[str]:
     """`x["key"]` and `x.get("key")` in a command: a flow's result read as a dict. os.environ is a dict by
     nature; a regular expression's match is read with .group("name")."""
@@ -333,15 +323,10 @@ def dict_indexing(source: str) -> list[str]:
 def test_commands_read_typed_results_not_dicts():
     """Issue 41: a flow returns a frozen dataclass; its command renders the fields and --json serialises it
     (core/output.py). A string key on a result in commands/ is a dict that slipped through."""
-    found, forgiven = [], set()
+    found = []
     for path in sorted((PACKAGE / "commands").glob("*.py")):
-        hits = dict_indexing(path.read_text())
-        if path.name in NOT_YET_TYPED:
-            forgiven.update([path.name] if hits else [])
-            continue
-        found += [f"commands/{path.name}:{hit}" for hit in hits]
+        found += [f"commands/{path.name}:{hit}" for hit in dict_indexing(path.read_text())]
     assert found == []
-    assert forgiven == set(NOT_YET_TYPED), f"typed now, drop from NOT_YET_TYPED: {set(NOT_YET_TYPED) - forgiven}"
 
 
 def test_the_dict_indexing_rule_sees_what_it_forbids():

@@ -18,6 +18,7 @@ from rdna1_kmgr.experiment import answer
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import profiles
 from rdna1_kmgr.vm import experiment, experiment_guest, guest_view
+from rdna1_kmgr.vm.experiment_board import BoardExperiment
 
 CATALOG = quirk_catalog.load_quirks()
 
@@ -190,7 +191,7 @@ def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside
     results = experiment.run(cells, guest)
     best = experiment.recommend(results)
     path = experiment.write_record(results, best, {"board": "0000:0a:00.0"})
-    experiment_report({"record": str(path), "results": results, "best": best}, as_json=False)
+    experiment_report(BoardExperiment(path, tuple(results), best), as_json=False)
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["cell", "kernel", "result"]  # the host experiment's header
     wrong = [line for line in out if line.startswith("0x0/")]
@@ -203,6 +204,24 @@ def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside
         experiment.masks(quirk_catalog.load_quirks())
     )
     assert f"sudo rdna1-kmgr install --quirks 0x{best.cell.mask:x}" in text
+
+
+def test_the_matrix_json_names_the_record_its_page_every_cell_and_the_pick(tmp_path, monkeypatch, capsys):
+    """`vm-test matrix --json`'s keys, as scripts read them (written from main's output before issue 41)."""
+    from rdna1_kmgr.commands.vmtest import experiment_report
+
+    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path))
+    cells = experiment.cells()
+    guest = CannedGuest({c.id: entry(c.id, report=report_of(off=1)) for c in cells if c.mask == 0})
+    results = experiment.run(cells, guest)
+    best = experiment.recommend(results)
+    path = experiment.write_record(results, best, {"board": "0000:0a:00.0"})
+    experiment_report(BoardExperiment(path, tuple(results), best), as_json=True)
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(out) == ["cells", "html", "recommended", "record"]
+    assert out["record"] == str(path) and out["html"] == str(tmp_path / "experiments" / f"{path.stem}.html")
+    assert [c["cell"] for c in out["cells"]] == [c.id for c in cells]
+    assert out["recommended"]["cell"] == best.cell.id
 
 
 def test_matrix_needs_the_board():

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from rdna1_kmgr.vm import (
     passthrough,
     qemu_args,
     verdict,
+    vfio,
     virtme_guest,
 )
 
@@ -330,7 +332,7 @@ def make_record() -> verdict.Record:
     )
 
 
-def session_with(returned: list[dict]) -> passthrough.Session:
+def session_with(returned: list[vfio.Returned]) -> passthrough.Session:
     session = passthrough.Session(run="r", bindings=[object()] * len(returned))
     session.returned = returned
     return session
@@ -338,19 +340,20 @@ def session_with(returned: list[dict]) -> passthrough.Session:
 
 def test_the_record_says_whether_the_devices_came_back(tmp_path, monkeypatch):
     monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path))
-    good = {
-        "bdf": "0000:0a:00.0",
-        "ok": True,
-        "driver": "amdgpu",
-        "detail": "0000:0a:00.0 came back on amdgpu as /dev/dri/card1, no errors logged since the bind",
-    }
+    good = vfio.Returned(
+        "0000:0a:00.0",
+        "amdgpu",
+        "amdgpu",
+        True,
+        "0000:0a:00.0 came back on amdgpu as /dev/dri/card1, no errors logged since the bind",
+    )
     record = passthrough.settle(make_record(), session_with([good]))
     stored = json.loads(Path(record.record).read_text())
     assert stored["verdict"] == "pass" and stored["mode"] == "passthrough"
     assert stored["passthrough"]["bdf"] == "0000:0a:00.0" and stored["passthrough"]["accepted_reset_risk"] is True
     assert stored["passthrough"]["came_back"] is True
 
-    dead = dict(
+    dead = replace(
         good, ok=False, detail="0000:0a:00.0 is bound to amdgpu but has no DRM card: the board needs a " "power cycle"
     )
     record = passthrough.settle(make_record(), session_with([dead]))
@@ -403,7 +406,7 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
         session = passthrough.Session(run="r", bindings=[board])
         yield session
         events.append(("given back",))
-        session.returned = [{"bdf": board.bdf, "ok": True, "driver": "amdgpu", "detail": "came back on amdgpu"}]
+        session.returned = [vfio.Returned(board.bdf, "amdgpu", "amdgpu", True, "came back on amdgpu")]
 
     def validate_module(path, release, **kw):
         # validate_module's mode follows from gpu: a passthrough run is one that names its GPU

@@ -417,6 +417,42 @@ def test_no_drm_card_or_no_driver_means_a_power_cycle(tmp_path):
     assert not ok and detail.startswith(f"{GPU} did not come back on amdgpu: the board needs a power cycle")
 
 
+def test_a_board_back_on_amdgpu_that_does_not_work_is_not_given_back(monkeypatch):
+    """give_back_all: the board is on amdgpu again, but came_back finds no DRM card: the entry fails with
+    came_back's words, and says so under came_back (the keys `vm-test restore --json` and the records carry);
+    the audio function back on its driver has no came_back."""
+    dead = f"{GPU} is bound to amdgpu but has no DRM card: the board needs a power cycle"
+    monkeypatch.setattr(passthrough, "came_back", lambda b: (False, dead))
+    monkeypatch.setattr(
+        passthrough.vfio,
+        "give_back",
+        lambda b: vfio.Returned(b.bdf, b.driver, b.driver, True, f"{b.bdf} is back on {b.driver}"),
+    )
+    monkeypatch.setattr(passthrough.engine, "say", lambda line: None)
+    board, audio = binding(GPU), binding(AUDIO, driver="snd_hda_intel")
+    for bound in (board, audio):
+        vfio_journal.write(bound)
+    returned = passthrough.give_back_all([board, audio])
+    assert [r.to_json() for r in returned] == [
+        {
+            "bdf": GPU,
+            "wanted": "amdgpu",
+            "driver": "amdgpu",
+            "ok": False,
+            "detail": dead,
+            "came_back": {"ok": False, "detail": dead},
+        },
+        {
+            "bdf": AUDIO,
+            "wanted": "snd_hda_intel",
+            "driver": "snd_hda_intel",
+            "ok": True,
+            "detail": f"{AUDIO} is back on snd_hda_intel",
+        },
+    ]
+    assert vfio_journal.pending() == []  # both back on their drivers: nothing for restore to retry
+
+
 def test_kernel_log_records_and_continuations():
     text = "6,5,100,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:0a:00.0\n4,6,200,c;second; with semicolon\nnoise\n"
     assert kmsg.parse(text) == [kmsg.Record(5, "first"), kmsg.Record(6, "second; with semicolon")]
@@ -469,7 +505,7 @@ def test_restore_stops_the_vm_a_killed_run_left_running():
 
 
 def test_restore_with_nothing_journaled_does_nothing():
-    assert passthrough.restore_pending() == []
+    assert passthrough.restore_pending() == ()
 
 
 # --- the command line ----------------------------------------------------------------------------------------
