@@ -120,6 +120,79 @@ def test_status_of_an_installed_kernel_and_a_pending_one(host):
     assert shape(kernels[1]) == {**common, "follow": {"kernel": STR, "state": STR, "updated": STR}, "journal": NULL}
 
 
+# follow/<KREL>.json as the release before FollowRecord wrote it for each outcome (kernel_follow.py's write
+# calls): the record goes into status's JSON key for key, and "installed already" keeps its nulls.
+FOLLOW_FILES = {
+    "running": {"kernel": NEW, "log": "/var/log/rdna1-kmgr/f.log", "pid": 4242, "state": "running", "updated": "t"},
+    "stock": {
+        "kernel": NEW,
+        "log": "/var/log/rdna1-kmgr/f.log",
+        "reason": "linux-headers are missing",
+        "stage": "build",
+        "state": "stock",
+        "updated": "t",
+    },
+    "patched": {
+        "kernel": NEW,
+        "log": "/var/log/rdna1-kmgr/f.log",
+        "module_sha256": "ab" * 32,
+        "package": "rdna1-amdgpu",
+        "package_version": VERSION,
+        "quirks": ["cwsr-size"],
+        "state": "patched",
+        "updated": "t",
+        "verdict": "pass",
+        "verdict_record": "/var/lib/rdna1-kmgr/verdicts/x.json",
+    },
+    "installed already": {
+        "kernel": NEW,
+        "module_sha256": None,
+        "package": "rdna1-amdgpu",
+        "package_version": VERSION,
+        "reason": "installed already",
+        "state": "patched",
+        "updated": "t",
+        "verdict": None,
+    },
+}
+FOLLOW_SHAPES = {
+    "running": {"kernel": STR, "log": STR, "pid": INT, "state": STR, "updated": STR},
+    "stock": {"kernel": STR, "log": STR, "reason": STR, "stage": STR, "state": STR, "updated": STR},
+    "patched": {
+        "kernel": STR,
+        "log": STR,
+        "module_sha256": STR,
+        "package": STR,
+        "package_version": STR,
+        "quirks": [STR],
+        "state": STR,
+        "updated": STR,
+        "verdict": STR,
+        "verdict_record": STR,
+    },
+    "installed already": {
+        "kernel": STR,
+        "module_sha256": NULL,
+        "package": STR,
+        "package_version": STR,
+        "reason": STR,
+        "state": STR,
+        "updated": STR,
+        "verdict": NULL,
+    },
+}
+
+
+@pytest.mark.parametrize("outcome", sorted(FOLLOW_FILES))
+def test_status_shows_each_kind_of_follow_record_key_for_key(host, outcome):
+    folder = host / "state" / "follow"
+    folder.mkdir(parents=True)
+    (folder / f"{NEW}.json").write_text(json.dumps(FOLLOW_FILES[outcome], indent=2, sort_keys=True))
+    (kernel,) = cli_json("status")["kernels"]
+    assert shape(kernel["follow"]) == FOLLOW_SHAPES[outcome]
+    assert kernel["follow"] == FOLLOW_FILES[outcome]
+
+
 def test_rollback_with_nothing_installed(host):
     assert shape(cli_json("rollback")) == {"dry_run": BOOL, "kernels": [], "message": STR, "nothing_installed": BOOL}
 
