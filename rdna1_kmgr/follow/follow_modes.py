@@ -31,7 +31,7 @@ class Deferred:
 
 @dataclass(frozen=True)
 class Followed:
-    kernels: list[dict]  # each kernel's follow record (follow_record.py)
+    kernels: list[follow_record.FollowRecord | kernel_follow.NotOptedIn]  # each kernel's record (follow_record.py)
     failed: int  # the first failure's exit code; 0 when every kernel ended patched or stock by choice
     lines: list[str]  # one per kernel that follow acted on: its state and why
 
@@ -59,18 +59,20 @@ def followed(kernel: str | None, source: str | None, dry_run: bool) -> FollowPla
     if dry_run:
         plan = [line for k in kernels for line in kernel_follow.plan(k, source)]
         return FollowPlan(plan or ["no kernel is pending: nothing to follow"])
-    records, failed = [], 0
+    records: list[follow_record.FollowRecord | kernel_follow.NotOptedIn] = []
+    failed = 0
     for k in kernels:
         try:
             records.append(kernel_follow.follow(k, source))
         except kernel_follow.StageFailed as err:
             if kernel is not None:
                 raise  # one kernel by hand: its reason is the error line
-            records.append(follow_record.read(k) or {"kernel": k, "state": "stock", "reason": err.line()})
+            stand_in = follow_record.FollowRecord(k, "stock", None, reason=err.line())  # its record is gone
+            records.append(follow_record.read(k) or stand_in)
             failed = failed or err.exit_code
     lines = [
-        f"rdna1-kmgr: {r['kernel']}: {follow_record.describe(r) or r.get('reason')}"
+        f"rdna1-kmgr: {r.kernel}: {follow_record.describe(r)}"
         for r in records
-        if r.get("state") != "not-opted-in"
+        if isinstance(r, follow_record.FollowRecord)
     ]
     return Followed(records, failed, lines)

@@ -8,19 +8,84 @@ Written by kernel_follow and the hooks, read by `status` (status.py beside it). 
 
 States: pending (noted by a hook, runs after dpkg or at the next boot), running, patched (built, signed,
 VM-verified and installed), stock (the kernel keeps its own amdgpu; `reason` says why, `stage` where).
+
+A record is a FollowRecord; its file has the keys the release before it wrote (only those set), and a file of
+another release is read for the keys it shares with this one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rdna1_kmgr.core import user_input
 from rdna1_kmgr.core.files import make_dirs, write_json
 from rdna1_kmgr.core.paths import state_dir
 
 STATES = ("pending", "running", "patched", "stock")
+UNREADABLE = "unreadable"  # read's word for a file it cannot use (the reason says why); never written
+# The keys a patched record always has, null when unknown (a kernel installed already by hand, its verdict skipped).
+PATCHED_KEYS = ("package", "package_version", "module_sha256", "verdict")
+
+
+@dataclass(frozen=True)
+class FollowRecord:
+    """follow/<KREL>.json: the file's keys are these fields, each optional one only when it is set."""
+
+    kernel: str
+    state: str  # one of STATES (or UNREADABLE, from read)
+    updated: str | None  # when write wrote it; None for a stand-in that is no file (status, follow's modes)
+    reason: str | None = None  # stock: why; unreadable: what is wrong with the file; patched: "installed already"
+    stage: str | None = None  # stock: the stage that failed, as follow names its stages
+    log: str | None = None  # running, stock, patched: the whole story
+    pid: int | None = None  # running: the follow process
+    package: str | None = None  # patched: the DKMS package, its version, the module's sha256 and its VM verdict
+    package_version: str | None = None
+    module_sha256: str | None = None
+    verdict: str | None = None
+    verdict_record: str | None = None  # patched by follow: the verdict's file
+    quirks: tuple[str, ...] | None = None  # patched by follow: the quirks it was built with
+
+    def __post_init__(self) -> None:
+        assert self.state in STATES or self.state == UNREADABLE, self.state
+
+    def to_json(self) -> dict[str, Any]:
+        always = PATCHED_KEYS if self.state == "patched" else ()
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None or f.name in always:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> FollowRecord:
+        """A record file's object; keys it does not know are left alone (a later release's). ValueError: the
+        object is not a record."""
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            value = data.get(f.name)
+            if f.name == "quirks" and isinstance(value, list) and all(isinstance(q, str) for q in value):
+                value = tuple(value)
+            wanted, said = _FIELD_TYPES.get(f.name, (str, "a string"))
+            if value is None and f.name in ("kernel", "state"):
+                raise ValueError(f"it has no {f.name!r}")
+            if value is not None and (not isinstance(value, wanted) or isinstance(value, bool)):
+                raise ValueError(f"its {f.name!r} is not {said}: {value!r}")
+            values[f.name] = value
+        if values["state"] not in STATES:
+            raise ValueError(f"its state {values['state']!r} is none of {', '.join(STATES)}")
+        return cls(**values)
+
+
+# The fields that are no string: their type once read (a JSON list of names becomes a tuple) and its words.
+_FIELD_TYPES: dict[str, tuple[type, str]] = {"pid": (int, "a whole number"), "quirks": (tuple, "a list of names")}
 
 
 def follow_dir() -> Path:
@@ -35,14 +100,14 @@ def _record_path(kernel: str) -> Path:
     return follow_dir() / f"{user_input.kernel_release(kernel)}.json"
 
 
-def read(kernel: str) -> dict | None:
+def read(kernel: str) -> FollowRecord | None:
+    """The kernel's record; None when it has none; state UNREADABLE, with the reason, when its file is no record."""
     try:
-        data = json.loads(_record_path(kernel).read_text())
+        return FollowRecord.from_json(json.loads(_record_path(kernel).read_text()))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as err:
-        return {"kernel": kernel, "state": "unreadable", "reason": str(err)}
-    return data if isinstance(data, dict) else {"kernel": kernel, "state": "unreadable", "reason": "not an object"}
+    except (OSError, ValueError) as err:  # json's errors are ValueErrors too
+        return FollowRecord(kernel, UNREADABLE, None, reason=str(err))
 
 
 def kernels() -> list[str]:
@@ -52,19 +117,43 @@ def kernels() -> list[str]:
     return sorted(found)
 
 
-def write(kernel: str, state: str, **fields) -> dict:
-    """Replace the kernel's record (atomically, durably). The marker stays while the work is pending or
-    running (a run killed half way is done again by the next hook or boot) and goes with its outcome."""
+def write(
+    kernel: str,
+    state: str,
+    *,
+    reason: str | None = None,
+    stage: str | None = None,
+    log: str | None = None,
+    pid: int | None = None,
+    package: str | None = None,
+    package_version: str | None = None,
+    module_sha256: str | None = None,
+    verdict: str | None = None,
+    verdict_record: str | None = None,
+    quirks: tuple[str, ...] | None = None,
+) -> FollowRecord:
+    """Replace the kernel's record (atomically, durably) with these fields, stamped now. The marker stays while
+    the work is pending or running (a run killed half way is done again by the next hook or boot) and goes with
+    its outcome."""
     assert state in STATES, state
-    record = {
-        "kernel": user_input.kernel_release(kernel),
-        "state": state,
-        "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **fields,
-    }
+    record = FollowRecord(
+        kernel=user_input.kernel_release(kernel),
+        state=state,
+        updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        reason=reason,
+        stage=stage,
+        log=log,
+        pid=pid,
+        package=package,
+        package_version=package_version,
+        module_sha256=module_sha256,
+        verdict=verdict,
+        verdict_record=verdict_record,
+        quirks=quirks,
+    )
     make_dirs(follow_dir())
-    write_json(_record_path(kernel), record, indent=2, sort_keys=True)
-    marker = pending_dir() / record["kernel"]
+    write_json(_record_path(kernel), record.to_json(), indent=2, sort_keys=True)
+    marker = pending_dir() / record.kernel
     if state in ("pending", "running"):
         make_dirs(pending_dir())
         marker.touch()
@@ -88,23 +177,22 @@ def forget(kernel: str) -> bool:
     return had
 
 
-def describe(record: dict | None) -> str | None:
+def describe(record: FollowRecord | None) -> str | None:
     """One line for status and the hook's last line."""
-    if not record:
+    if record is None:
         return None
-    state, kernel = record.get("state"), record.get("kernel")
-    if state == "pending":
+    if record.state == "pending":
         return (
-            f"pending since {record.get('updated')}: runs once the package manager is done, or at the next "
-            f"boot (rdna1-kmgr-follow.service); until then {kernel} keeps the stock amdgpu"
+            f"pending since {record.updated}: runs once the package manager is done, or at the next "
+            f"boot (rdna1-kmgr-follow.service); until then {record.kernel} keeps the stock amdgpu"
         )
-    if state == "running":
-        return f"running since {record.get('updated')} (pid {record.get('pid')}), log {record.get('log')}"
-    if state == "patched":
+    if record.state == "running":
+        return f"running since {record.updated} (pid {record.pid}), log {record.log}"
+    if record.state == "patched":
         return (
-            f"patched: {record.get('package')}/{record.get('package_version')} installed, VM verdict "
-            f"{record.get('verdict')} ({record.get('updated')})"
+            f"patched: {record.package}/{record.package_version} installed, VM verdict "
+            f"{record.verdict} ({record.updated})"
         )
-    if state == "stock":
-        return f"keeps the stock amdgpu: {record.get('reason')} (at {record.get('stage')}; log {record.get('log')})"
-    return f"{state}: {record.get('reason')}"
+    if record.state == "stock":
+        return f"keeps the stock amdgpu: {record.reason} (at {record.stage}; log {record.log})"
+    return f"{record.state}: {record.reason}"

@@ -44,6 +44,7 @@ from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import built_module, module_build, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild.build_result import BuildResult
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.source import target_kernel
 from rdna1_kmgr.vm import engine, verdict
@@ -196,7 +197,16 @@ def _build_request(kernel: target_kernel.Kernel, installed: Installed, source: s
     )
 
 
-def follow(kernel: str, source: str | None = None) -> dict:
+@dataclass(frozen=True)
+class NotOptedIn:
+    """What follow says for a kernel while no kernel has an rdna1-kmgr install: nothing (it keeps no record)."""
+
+    kernel: str
+    state: str = "not-opted-in"
+    reason: str = "no kernel has an rdna1-kmgr install; follow acts once one has"
+
+
+def follow(kernel: str, source: str | None = None) -> follow_record.FollowRecord | NotOptedIn:
     """Patch `kernel` or leave it stock; returns its follow record. StageFailed when it stays stock."""
     kernel = user_input.kernel_release(kernel)
     finished = finished_installs().get(kernel)
@@ -206,18 +216,14 @@ def follow(kernel: str, source: str | None = None) -> dict:
             "patched",
             package=finished.get("package"),
             package_version=finished.get("version"),
-            verdict=(finished.get("vm_check") or {}).get("verdict"),
+            verdict=(finished.get("vm_check") or {}).get("verdict"),  # None: installed without a VM verdict
             module_sha256=finished.get("module_sha256"),
             reason="installed already",
         )
     installed = current_install(exclude=kernel)
     if installed is None:
         follow_record.forget(kernel)
-        return {
-            "kernel": kernel,
-            "state": "not-opted-in",
-            "reason": "no kernel has an rdna1-kmgr install; follow acts once one has",
-        }
+        return NotOptedIn(kernel)
     with follow_lock():
         log = log_dir() / f"follow-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         story = Story(log)
@@ -228,7 +234,7 @@ def follow(kernel: str, source: str | None = None) -> dict:
                 f"({installed.package.ref}): {' '.join(installed.quirks)}"
             )
             with progress.reporting_to(story):  # the downloads', apt's and the VM test's lines too
-                done = _stages(kernel, installed, source, story)
+                built, record = _stages(kernel, installed, source, story)
         except StageFailed as err:
             story.say(f"{kernel} keeps the stock amdgpu: {err.line()}")
             follow_record.write(kernel, "stock", stage=err.stage, reason=err.cause.line(), log=str(log))
@@ -239,7 +245,17 @@ def follow(kernel: str, source: str | None = None) -> dict:
             raise
         finally:
             story.close()
-        return follow_record.write(kernel, "patched", log=str(log), **done)
+        return follow_record.write(
+            kernel,
+            "patched",
+            log=str(log),
+            package=built.package,
+            package_version=built.package_version,
+            module_sha256=built.sha256,
+            verdict=record.verdict,
+            verdict_record=str(verdict.record_path(record.module_sha256)),
+            quirks=tuple(built.quirks),
+        )
 
 
 # --- the stages -------------------------------------------------------------------------------------------
@@ -358,7 +374,8 @@ def _failing_as(stage: list[str]) -> Iterator[None]:
         raise StageFailed(_recorded(stage[0]), err) from None
 
 
-def _stages(kernel: str, installed: Installed, source: str | None, story: Story) -> dict:
+def _stages(kernel: str, installed: Installed, source: str | None, story: Story) -> tuple[BuildResult, verdict.Record]:
+    """The built package and its VM verdict (StageFailed: the stage that failed)."""
     running = ["image"]
     said: list[str] = []
 
@@ -377,16 +394,8 @@ def _stages(kernel: str, installed: Installed, source: str | None, story: Story)
         keys = signing.resolve(request.key, request.cert, system.platform)
         ctx = FollowContext(request, system, target, keys, Path(tmp), installed=installed)
         FOLLOW.run(ctx, on_stage=starting)
-    built, record = ctx.result, ctx.record
-    assert built is not None and record is not None
-    return {
-        "package": built.package,
-        "package_version": built.package_version,
-        "module_sha256": built.sha256,
-        "verdict": record.verdict,
-        "verdict_record": str(verdict.record_path(record.module_sha256)),
-        "quirks": list(built.quirks),
-    }
+    assert ctx.result is not None and ctx.record is not None
+    return ctx.result, ctx.record
 
 
 # --- the hooks' entry points ----------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ def plan(kernel: str) -> list[str]:
         lines.append(f"  remove the guest kernel {guest}")
     lines.append(f"  remove its kernel source under {cache_dir() / 'src'} unless a package left uses it")
     lines += [f"  remove the VM verdict {path}" for path in _verdicts_for(kernel)]
-    if follow_record.read(kernel) or kernel in follow_record.pending():
+    if follow_record.read(kernel) is not None or kernel in follow_record.pending():
         lines.append(f"  remove the follow record of {kernel}")
     return lines
 

@@ -198,7 +198,7 @@ class KernelStatus:
     module: dict | None  # the amdgpu modinfo resolves to: path, sha256, rdna1_kmgr (ours: signature, verdict)
     parameters: dict  # modprobe.d, ours (the running kernel: cmdline, loaded too)
     loaded: dict | None  # the running kernel: amdgpu_loaded, is_this_module
-    follow: dict | None  # follow's record (follow_record.py)
+    follow: follow_record.FollowRecord | None  # follow's record
     next_boot: str
 
 
@@ -267,7 +267,7 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
     loaded = _loaded_is(resolved, root) if running and resolved is not None else None
     follow = follow_record.read(kernel)
     if follow is None and kernel in follow_record.pending():
-        follow = {"kernel": kernel, "state": "pending"}
+        follow = follow_record.FollowRecord(kernel, "pending", None)  # the marker without its record
     return KernelStatus(
         kernel=kernel,
         running=running,
@@ -284,11 +284,11 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
     )
 
 
-def _next_boot(module: dict | None, follow: dict | None) -> str:
+def _next_boot(module: dict | None, follow: follow_record.FollowRecord | None) -> str:
     """Which amdgpu the kernel's next boot loads, as things stand (a pending follow-up may change it)."""
     now = "the rdna1-kmgr build" if module and module["rdna1_kmgr"] else "the stock amdgpu"
-    if follow and follow.get("state") in ("pending", "running"):
-        return f"{now}; the patched one once `rdna1-kmgr follow` finishes ({follow['state']})"
+    if follow is not None and follow.state in ("pending", "running"):
+        return f"{now}; the patched one once `rdna1-kmgr follow` finishes ({follow.state})"
     return now
 
 
@@ -387,7 +387,7 @@ def text_lines(result: StatusReport) -> list[str]:
                 state = {True: "valid", False: "INVALID", None: "not checked"}[s["valid"]]
                 lines.append(f"  signature   {state}, signer {s['signer']!r} ({s['detail']})")
                 lines.append("  verdict     " + verdict_text(m["verdict"]))
-        if k.follow:
+        if k.follow is not None:
             lines.append(f"  follow      {follow_record.describe(k.follow)}")
         lines.append(f"  next boot   {k.next_boot}")
         p = k.parameters

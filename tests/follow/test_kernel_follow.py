@@ -90,9 +90,9 @@ def point_release(tmp_path, monkeypatch):
 
 def test_a_point_release_follow_fetches_and_renders_once(point_release, capsys):
     done = kernel_follow.follow(NEW)
-    assert done["state"] == "patched" and done["verdict"] == "pass"
+    assert done.state == "patched" and done.verdict == "pass"
     assert point_release == {"fetch": 1, "render": 1, "build": 1, "install": 1}
-    log = Path(done["log"]).read_text().splitlines()
+    log = Path(done.log).read_text().splitlines()
     assert [line for line in log if line.startswith("--- ") or line.startswith("rdna1-kmgr: --- ")] == [
         f"rdna1-kmgr: --- {stage}" for stage in ("image", "source", "render", "build", "vm-test", "install")
     ]
