@@ -2,6 +2,8 @@
 spellings the installed hooks use (`--pending`, `--kernel KREL --defer`, `--kernel KREL --removed`) still
 working and doing the same."""
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -87,3 +89,10 @@ def test_pending_kernels_go_on_past_a_failure_and_exit_with_its_code(state, monk
     for kernel in (bad, good):
         follow_record.write(kernel, "pending")
     assert cli("pending", "--hook").exit_code == 0
+    for kernel in (bad, good):
+        follow_record.write(kernel, "pending")
+    result = cli("pending", "--json")
+    # --json lists each kernel's record as its file has it
+    assert json.loads(result.stdout)["kernels"] == [
+        json.loads((state / "follow" / f"{kernel}.json").read_text()) for kernel in (bad, good)
+    ]
