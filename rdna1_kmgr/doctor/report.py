@@ -132,8 +132,9 @@ def _runtimes(sysroot: Path, sdks: list[therock_wheels.RocmSdk]) -> list[queue_c
 def _board_processor(device, nodes: list[kfd_access.KfdNode]) -> str:
     """What KFD reports for an RDNA1 node, else what the board's chip is, else gfx1010 (the RX 5600 XT)."""
     for node in nodes:
-        if node.processor in CHIP_PROCESSOR.values():
-            return node.processor
+        processor = node.processor
+        if processor is not None and processor in CHIP_PROCESSOR.values():
+            return processor
     if device is not None:
         return CHIP_PROCESSOR.get(chip_of(device.device) or "", "gfx1010")
     return "gfx1010"
