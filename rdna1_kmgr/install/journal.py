@@ -297,7 +297,7 @@ class Journal:
             ) from None
         lines = raw.split(b"\n")
         torn = lines.pop()  # b"" when the file ends with a newline; else a write cut short by a crash
-        records = []
+        records: list[dict] = []
         for number, line in enumerate(lines, 1):
             record = self._check(line, number)
             if record["seq"] != len(records) + 1:
