@@ -129,7 +129,7 @@ def _installed(unread: list[str]) -> dict | None:
 def _experiment(unread: list[str]) -> dict:
     """The last host experiment's record and the last kernel cells' record, where the experiment keeps them."""
     folder = experiments_dir()
-    records = {}
+    records: dict[str, dict | None] = {}
     for kind, name in (("host", answer.LATEST), ("kernel", KERNEL_LATEST)):
         path = folder / name
         if path.exists() and not os.access(path, os.R_OK) or folder.exists() and not os.access(folder, os.X_OK):
