@@ -277,7 +277,8 @@ def classify(
             worst,
         )
     if report is None:
-        how = f"killed by signal {-ended.returncode}" if (ended.returncode or 0) < 0 else f"exit {ended.returncode}"
+        code = ended.returncode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
         kind = cell_outcomes.from_text(text) or "crash"
         return kind, f"the workload died ({how}) in {monitor.case or 'start-up'}: {_telling(text)}", *where, worst
     if "error" in report:
