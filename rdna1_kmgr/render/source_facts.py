@@ -54,6 +54,7 @@ class Fact:
             return f"{self.file} not found"
         try:
             if self.test == "parameters":
+                assert self.function is not None, "parse lets no `parameters` fact without its `function` through"
                 span = c_anchors.parameters(text, self.file, self.function)
             elif self.function:
                 span = c_anchors.body(text, self.file, self.function)
