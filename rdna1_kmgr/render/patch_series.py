@@ -104,6 +104,7 @@ def _place(text: str, rel: str, edit: quirk_catalog.Edit) -> tuple[int, int]:
         end = text.find("\n", span.end)
         span = c_anchors.Span(span.start, len(text) if end < 0 else end + 1)
     else:
+        assert edit.line is not None, "quirk_catalog lets no edit with neither a function nor a line through"
         span = c_anchors.top_line(text, rel, edit.line)
     if edit.at == "before":
         start = c_anchors.comment_above(text, span.start)
