@@ -46,7 +46,9 @@ def _ubuntu_package(release: str, system: SystemIdentity) -> tuple[str | None, s
 
 
 def _ubuntu_fetch(release: str, version: str, system: SystemIdentity) -> tuple[Path, dict]:
-    tree, package = ubuntu_source.fetch_source(ubuntu_source.ubuntu_kernel(release, system), system.codename)
+    kernel = ubuntu_source.ubuntu_kernel(release, system)
+    assert kernel is not None, "fetch comes here only for a release _ubuntu_package found the build of"
+    tree, package = ubuntu_source.fetch_source(kernel, system.codename)
     return tree, {**package.to_json(), "distro": "ubuntu"}
 
 
