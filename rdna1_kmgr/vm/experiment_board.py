@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core import owner as owners
 from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.modbuild.built_module import BuiltModule
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.userspace import environment_files
@@ -63,7 +64,10 @@ def run(
     bdf = passthrough.resolve_gpu(spec)
     passthrough.require_root()
     pre = passthrough.preflight(bdf, plumbing_only=False, force=force, accept_reset_risk=accept_reset_risk)
-    release = user_input.kernel_release(release or built.kernel)
+    release = release or built.kernel
+    if release is None:  # --module outside the DKMS tree, without --kernel: nothing says which kernel it is for
+        raise UsageError(f"no kernel is known for the module {built.path}", "give the kernel to boot with --kernel")
+    release = user_input.kernel_release(release)
     guest_kernel.locate(release, fetch=fetch)  # a missing kernel is refused (or fetched) before anything is bound
     workload = {"args": ["--sweep", "experiment"]}  # the host experiment's workload too
     cells = built_cells(built)

@@ -231,6 +231,24 @@ def test_matrix_needs_the_board():
     assert result.exit_code == 2 and "invalid --cell-timeout 0" in result.stderr
 
 
+def test_the_board_experiment_refuses_a_module_no_kernel_is_known_for(tmp_path, monkeypatch):
+    """--module outside the DKMS tree and no --kernel: one error asking for --kernel, before any VM starts."""
+    from rdna1_kmgr.core.errors import UsageError
+    from rdna1_kmgr.modbuild.built_module import BuiltModule
+    from rdna1_kmgr.vm import experiment_board, guest_kernel, passthrough
+
+    monkeypatch.setattr(passthrough, "resolve_gpu", lambda spec: "0000:0a:00.0")
+    monkeypatch.setattr(passthrough, "require_root", lambda: None)
+    monkeypatch.setattr(passthrough, "preflight", lambda bdf, **kw: object())
+    located = []
+    monkeypatch.setattr(guest_kernel, "locate", lambda release, fetch=False: located.append(release))
+    built = BuiltModule(tmp_path / "amdgpu.ko", kernel=None, package_version=None, manifest=None)
+    with pytest.raises(UsageError) as refused:
+        experiment_board.run("auto", built, None, "tcg", 60.0, False, False, False)
+    assert str(tmp_path / "amdgpu.ko") in refused.value.what and "--kernel" in (refused.value.hint or "")
+    assert located == []
+
+
 # --- the cell runner in real emulated VMs --------------------------------------------------------------------
 
 from test_engine import fake_modules_61, guest_kernel_61, vm_env  # noqa: E402,F401  (session fixtures)
