@@ -53,6 +53,7 @@ this_command = trust.this_command  # the rdna1-kmgr of this installation, checke
 
 
 def content(hook: HookFile, cli: Path) -> bytes:
+    assert hook.template is not None, "a link has no content: callers handle link_to first"
     text = resources.files("rdna1_kmgr.hooks").joinpath(hook.template).read_text()
     return text.replace("@CLI@", str(cli)).encode()
 
