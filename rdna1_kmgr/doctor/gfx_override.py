@@ -64,9 +64,11 @@ def findings(found: list[environment_files.Assignment], board: str, checked: str
             )
         ], board
     in_force = effective(found)
-    loads = processor_of(in_force.value) if in_force is not None else None
+    # effective gives a line that sets it (or the process's own value, always a string), never an unset
+    loads = processor_of(in_force.value) if in_force is not None and in_force.value is not None else None
     result = []
     for assignment in sets:
+        assert assignment.value is not None, "sets holds only the lines that set it"
         target = processor_of(assignment.value)
         what = f"ROCm loads {target} code instead of {board}" if target else "ROCm refuses a malformed value"
         active = assignment is in_force
