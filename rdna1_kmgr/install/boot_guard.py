@@ -114,9 +114,11 @@ def settings(
     target = target or default_target(root)
     if target not in TARGETS:
         raise UsageError(f"--confirm-target {target!r} is not one the guard knows", f"use one of: {', '.join(TARGETS)}")
-    why = unavailable(root) or (None if mask is not None else "the build's manifest names no quirk mask")
+    why = unavailable(root)
     if why:
         return None, why
+    if mask is None:
+        return None, "the build's manifest names no quirk mask"
     return Settings(mask, confirm_after, target), None
 
 
@@ -330,7 +332,7 @@ def describe(root: TargetRoot) -> dict:
     state = env.get(STATE)
     boot = this_boot(root)
     next_boot = {"trial": "trial (quirks on, once)", "confirmed": "quirks on"}.get(
-        state, "fallback (the distribution's amdgpu)"
+        state or "", "fallback (the distribution's amdgpu)"
     )
     amdgpu = stock_loader.loaded(root)
     return {
