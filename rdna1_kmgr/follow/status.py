@@ -16,6 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from rdna1_kmgr.core.errors import BuildError, KmgrError
 from rdna1_kmgr.core.files import sha256_file
@@ -186,6 +187,21 @@ def quirks_lines(quirks: dict | None) -> list[str]:
     return lines
 
 
+# A kernel's amdgpu parameters, as status --json shows them (a TypedDict: "modprobe.d" is no identifier).
+# modprobe.d: each file's options; ours: our modprobe.d file when there is one; the running kernel only: cmdline,
+# the kernel command line's amdgpu.* options, and loaded, the loaded module's rdna1_* parameters (None: no
+# parameters folder in /sys, the module is not loaded).
+Parameters = TypedDict(
+    "Parameters",
+    {
+        "modprobe.d": list[dict],
+        "ours": str | None,
+        "cmdline": NotRequired[dict[str, str]],
+        "loaded": NotRequired[dict[str, str] | None],
+    },
+)
+
+
 @dataclass(frozen=True)
 class KernelStatus:
     """One kernel's part of `status` (--json: these fields; the values below them are the JSON objects)."""
@@ -196,7 +212,7 @@ class KernelStatus:
     built: list[dict]  # the module each DKMS build left: version, module, sha256, verdict, quirks
     journal: dict | None  # the install journal's state, version, module_sha256, vm_check, since (or corrupted)
     module: dict | None  # the amdgpu modinfo resolves to: path, sha256, rdna1_kmgr (ours: signature, verdict)
-    parameters: dict  # modprobe.d, ours (the running kernel: cmdline, loaded too)
+    parameters: Parameters
     loaded: dict | None  # the running kernel: amdgpu_loaded, is_this_module
     follow: follow_record.FollowRecord | None  # follow's record
     next_boot: str
@@ -257,7 +273,7 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
         if ours:
             module["signature"] = _signature(resolved, cert)
             module["verdict"] = _verdict(digest)
-    params = {
+    params: Parameters = {
         "modprobe.d": configured_options(root),
         "ours": str(root.modprobe_dir / MODPROBE_CONF) if (root.modprobe_dir / MODPROBE_CONF).is_file() else None,
     }
