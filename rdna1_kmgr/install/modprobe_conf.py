@@ -71,9 +71,9 @@ def text(kernels: dict[str, dict[str, str]], module: str = "amdgpu") -> str | No
     ]
     distinct = {tuple(sorted(params.items())) for params in kernels.values()}
     if len(distinct) == 1:
-        (params,) = distinct
-        if params:
-            lines.append(f"options {module} " + " ".join(f"{k}={v}" for k, v in params))
+        (shared,) = distinct
+        if shared:
+            lines.append(f"options {module} " + " ".join(f"{k}={v}" for k, v in shared))
     else:
         lines.append("# The installed builds carry different quirks, and each module's own default is the set it")
         lines.append("# was built with; an options line here would give some kernel another kernel's mask:")
