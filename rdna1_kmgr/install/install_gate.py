@@ -99,6 +99,7 @@ def check_gate(candidate: Candidate, cert: Path, skip_vm_check: bool, root: Targ
 def _vm_check(candidate: Candidate, skip: bool) -> dict:
     """The passing verdict for exactly this module on this kernel; what stands in for it with --skip-vm-check."""
     short = candidate.sha256[:12]
+    problem: str | None
     try:
         record = verdict.read(candidate.sha256)
     except (ValueError, OSError) as err:
@@ -108,6 +109,8 @@ def _vm_check(candidate: Candidate, skip: bool) -> dict:
         problem = None
         if record is None:
             problem = f"there is no VM verdict for this module (sha256 {short}...)"
+        elif record.module_sha256 is None:  # a plumbing run's record: it tested no module
+            problem = f"the verdict record {verdict.record_path(candidate.sha256)} names no module"
         elif record.module_sha256 != candidate.sha256:
             problem = (
                 f"the verdict record {verdict.record_path(candidate.sha256)} names another module "
@@ -118,6 +121,7 @@ def _vm_check(candidate: Candidate, skip: bool) -> dict:
         elif not record.passed:
             problem = f"its VM verdict is {record.verdict}: {record.reason}"
     if problem is None:
+        assert record is not None, "no problem is found only in a record that was read"
         return {"verdict": record.verdict, "mode": record.mode, "record": str(verdict.record_path(candidate.sha256))}
     if skip:
         return {"skipped": True, "why": problem}
