@@ -29,8 +29,10 @@ _POLL = 0.1  # seconds between looks at what is left of a session
 _GRACE = 3.0  # seconds between SIGTERM and SIGKILL: lets QEMU or make say why it stops
 
 session_members = keeper.session_members
-# What a journaled run uses to record its programs and stop an earlier run's (core/keeper.py).
-Started, reporting_starts, stop_left_over = keeper.Started, keeper.reporting_starts, keeper.stop_left_over
+# What a journaled run uses to record its programs and stop an earlier run's (core/keeper.py). Started on a line
+# of its own: a plain `Name = Class` is a type alias to mypy, a tuple assignment is not.
+Started = keeper.Started
+reporting_starts, stop_left_over = keeper.reporting_starts, keeper.stop_left_over
 
 
 # --- programs die with the tool ---------------------------------------------------------------------------
