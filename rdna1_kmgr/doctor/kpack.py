@@ -93,7 +93,9 @@ def read_archive(path: Path, within: Path | None = None) -> KpackArchive:
         return _broken(path, str(err))
     if not isinstance(toc, dict):
         return _broken(path, "its table of contents is not a map")
-    entries = toc.get("toc") if isinstance(toc.get("toc"), dict) else {}
+    entries = toc.get("toc")
+    if not isinstance(entries, dict):
+        entries = {}
     kernels = sum(len(v) for v in entries.values() if isinstance(v, dict))
     arches = tuple(str(a) for a in toc.get("gfx_arches") or ()) or tuple(
         sorted({str(a) for v in entries.values() if isinstance(v, dict) for a in v})
