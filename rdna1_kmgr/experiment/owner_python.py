@@ -27,8 +27,8 @@ class OwnerPython:
     path: str
     torch: str
     hip: str | None
-    cuda: str | None = None
-    owner: Owner | None = None  # who it runs as
+    cuda: str | None
+    owner: Owner  # who it runs as
 
 
 def default(sysroot: Path, home: Path | None) -> str:
