@@ -274,7 +274,7 @@ class Stopped:
 class CellState:
     cell: str
     parameter: str
-    state: str  # done, armed (or what GRUB's variables say), waiting
+    state: str | None  # done, armed (or what GRUB's variables say: None when they name the cell, no state), waiting
     outcomes: list[str] | None = optional()  # done: each host cell's outcome, or hang
 
 
@@ -391,6 +391,7 @@ def boot_step() -> dict:
     total = len(plan.kernel_cells)
     if action == "nothing":
         return {"action": action, "why": "this boot is no cell's to run"}
+    assert cell is not None, "decide gives nothing to do when no cell is left"
     if action == "wait":
         say(f"rdna1-kmgr experiment: cell {number} of {total} ({cell.name}) is armed: reboot to run it")
         return {"action": action, "cell": cell.name}
