@@ -5,42 +5,20 @@ import pytest
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import rollback, stock_loader
-from rdna1_kmgr.install.target_root import ROOT_ENV
-
-
-@pytest.fixture
-def root(tmp_path, monkeypatch):
-    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
-    root = tmp_path / "root"
-    (root / "etc/modprobe.d").mkdir(parents=True)
-    monkeypatch.setenv(ROOT_ENV, str(root))
-    return root
-
-
-def _install(monkeypatch, kernel: str, at: str, guard, content: str) -> None:
-    """One kernel's install as its journal has it: it writes the stock loader's modprobe rule, a file every kernel's
-    install shares (as the boot guard's are), backing up what was there."""
-    monkeypatch.setattr(jr, "_now", lambda: at)
-    journal = jr.Journal(kernel)
-    journal.begin("install", kernel=kernel)
-    journal.record_intent("stock-loader", None, [guard], [])
-    guard.write_text(content)
-    journal.append("done", step="stock-loader")
-    journal.append("commit")
 
 
 @pytest.mark.parametrize(
     "first, second", [("6.12.118+deb13-amd64", "7.3.4+deb13-amd64"), ("7.3.4-amd64", "6.12.9-amd64")]
 )
 def test_rollback_all_undoes_the_newest_install_first_and_leaves_what_was_there_before_both(
-    root, monkeypatch, first, second
+    root, monkeypatch, install_writing, first, second
 ):
     # the Debian 13 story: install for trixie's 6.12, then follow installs 7.x; both journal the shared files
     # (the boot guard's, the stock loader's), the second backing up the first's. Undone oldest first, the
     # second's backup would put the first's file back after the first's undo had removed it.
     guard = root / stock_loader.RULE
-    _install(monkeypatch, first, "2026-11-26T20:00:00+0000", guard, "guard as the first install wrote it\n")
-    _install(monkeypatch, second, "2026-11-26T21:30:00+0000", guard, "guard as follow rewrote it\n")
+    install_writing(first, "2026-11-26T20:00:00+0000", guard, "guard as the first install wrote it\n")
+    install_writing(second, "2026-11-26T21:30:00+0000", guard, "guard as follow rewrote it\n")
     monkeypatch.setattr(jr, "_now", lambda: "2026-11-26T22:00:00+0000")
     result = rollback.run(None)
     assert result.kernels == [second, first]
@@ -48,10 +26,12 @@ def test_rollback_all_undoes_the_newest_install_first_and_leaves_what_was_there_
     assert jr.Journal.kernels() == []
 
 
-def test_rollback_of_the_earlier_kernel_alone_is_refused_while_a_later_install_relies_on_its_files(root, monkeypatch):
+def test_rollback_of_the_earlier_kernel_alone_is_refused_while_a_later_install_relies_on_its_files(
+    root, monkeypatch, install_writing
+):
     guard = root / stock_loader.RULE
-    _install(monkeypatch, "6.12.118+deb13-amd64", "2026-11-26T20:00:00+0000", guard, "the first install's rule\n")
-    _install(monkeypatch, "7.3.4+deb13-amd64", "2026-11-26T21:30:00+0000", guard, "follow's rule\n")
+    install_writing("6.12.118+deb13-amd64", "2026-11-26T20:00:00+0000", guard, "the first install's rule\n")
+    install_writing("7.3.4+deb13-amd64", "2026-11-26T21:30:00+0000", guard, "follow's rule\n")
     with pytest.raises(UsageError) as refused:
         rollback.run("6.12.118+deb13-amd64")
     assert refused.value.what.startswith("7.3.4+deb13-amd64's later install rewrote ")
@@ -65,7 +45,9 @@ def test_rollback_of_the_earlier_kernel_alone_is_refused_while_a_later_install_r
     assert not guard.exists()
 
 
-def test_rollback_of_the_earlier_kernel_alone_goes_on_when_they_share_only_the_modprobe_file(root, monkeypatch):
+def test_rollback_of_the_earlier_kernel_alone_goes_on_when_they_share_only_the_modprobe_file(
+    root, monkeypatch, install_writing
+):
     # /etc/modprobe.d/rdna1-kmgr.conf serves every kernel too, but rollback rewrites it for the kernels left
     conf = root / "etc/modprobe.d/rdna1-kmgr.conf"
     for kernel, at in (

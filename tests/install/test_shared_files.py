@@ -10,39 +10,14 @@ from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.follow import kernel_removal
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import rollback, stock_loader
-from rdna1_kmgr.install.target_root import ROOT_ENV
 
 OLDER, REMOVED, LATER = "6.12.117+deb13-amd64", "6.12.118+deb13-amd64", "7.3.4+deb13-amd64"
 DISTRIBUTION_RULE = "# the distribution's own file at this path\n"
 
 
-@pytest.fixture
-def root(tmp_path, monkeypatch):
-    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("RDNA1_KMGR_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("RDNA1_KMGR_DKMS_SOURCE_TREE", str(tmp_path / "usr-src"))
-    monkeypatch.setenv("RDNA1_KMGR_DKMS_TREE", str(tmp_path / "dkms"))
-    root = tmp_path / "root"
-    (root / "etc/modprobe.d").mkdir(parents=True)
-    monkeypatch.setenv(ROOT_ENV, str(root))
-    return root
-
-
-def _install(monkeypatch, kernel: str, at: str, rule, content: str) -> None:
-    """One kernel's install as its journal has it: it writes the stock loader's modprobe rule, a file every
-    kernel's install shares, backing up what was there."""
-    monkeypatch.setattr(jr, "_now", lambda: at)
-    journal = jr.Journal(kernel)
-    journal.begin("install", kernel=kernel)
-    journal.record_intent("stock-loader", None, [rule], [])
-    rule.write_text(content)
-    journal.append("done", step="stock-loader")
-    journal.append("commit")
-
-
 @pytest.mark.parametrize("before", [None, DISTRIBUTION_RULE])
 def test_a_removed_kernels_backup_goes_to_the_later_install_and_rollback_returns_to_before_both(
-    root, monkeypatch, before
+    root, monkeypatch, install_writing, before
 ):
     # the Debian 13 story: install for 6.12, follow installs 7.x, then apt purges 6.12
     rule = root / stock_loader.RULE
@@ -50,8 +25,8 @@ def test_a_removed_kernels_backup_goes_to_the_later_install_and_rollback_returns
         rule.parent.mkdir(parents=True, exist_ok=True)
         rule.write_text(before)
         rule.chmod(0o640)
-    _install(monkeypatch, REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12 install's rule\n")
-    _install(monkeypatch, LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
+    install_writing(REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12 install's rule\n")
+    install_writing(LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
     plan = kernel_removal.plan(REMOVED)
     assert f"  hand the backup of {rule} to {LATER}'s later install, which wrote it again" in plan
     kernel_removal.forget(REMOVED)
@@ -65,31 +40,35 @@ def test_a_removed_kernels_backup_goes_to_the_later_install_and_rollback_returns
     assert jr.Journal.kernels() == []
 
 
-def test_with_no_later_install_the_removed_kernels_change_to_a_shared_file_is_undone(root, monkeypatch):
+def test_with_no_later_install_the_removed_kernels_change_to_a_shared_file_is_undone(
+    root, monkeypatch, install_writing
+):
     rule = root / stock_loader.RULE
     rule.parent.mkdir(parents=True, exist_ok=True)
     rule.write_text(DISTRIBUTION_RULE)
-    _install(monkeypatch, REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12 install's rule\n")
+    install_writing(REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12 install's rule\n")
     assert "  undo stock-loader: no later install wrote its files again" in kernel_removal.plan(REMOVED)
     kernel_removal.forget(REMOVED)
     assert rule.read_text() == DISTRIBUTION_RULE
     assert rollback.run(None).nothing_installed
 
 
-def test_an_earlier_install_gets_its_own_version_back_when_a_later_kernel_is_removed(root, monkeypatch):
+def test_an_earlier_install_gets_its_own_version_back_when_a_later_kernel_is_removed(
+    root, monkeypatch, install_writing
+):
     rule = root / stock_loader.RULE
-    _install(monkeypatch, OLDER, "2026-11-26T19:00:00+0000", rule, "the older install's rule\n")
-    _install(monkeypatch, REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12.118 install's rule\n")
+    install_writing(OLDER, "2026-11-26T19:00:00+0000", rule, "the older install's rule\n")
+    install_writing(REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12.118 install's rule\n")
     kernel_removal.forget(REMOVED)
     assert rule.read_text() == "the older install's rule\n"
     rollback.run(None)
     assert not rule.exists()
 
 
-def test_a_handed_over_record_naming_a_file_its_step_never_backed_up_is_refused(root, monkeypatch):
+def test_a_handed_over_record_naming_a_file_its_step_never_backed_up_is_refused(root, monkeypatch, install_writing):
     rule = root / stock_loader.RULE
-    _install(monkeypatch, REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12 install's rule\n")
-    _install(monkeypatch, LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
+    install_writing(REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12 install's rule\n")
+    install_writing(LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
     later = jr.Journal(LATER)
     (step,) = later.state().steps
     later.append("handed-over", of=step.seq, entry={"path": "/etc/shadow", "backup": None})

@@ -180,18 +180,24 @@ def test_the_record_holds_the_table_and_the_pick(tmp_path, monkeypatch):
     assert record["commands"] == [f"  sudo rdna1-kmgr install --quirks 0x{best.cell.mask:x}"]
 
 
-def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside_the_record(
-    tmp_path, monkeypatch, capsys
-):
-    from rdna1_kmgr.commands.vmtest import experiment_report
-
+def _matrix_on_a_board_wrong_without_quirks(tmp_path, monkeypatch) -> BoardExperiment:
+    """A recorded matrix run whose guest gets Conv2d wrong with every quirk off and right with any on."""
     monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path))
     cells = experiment.cells()
     guest = CannedGuest({c.id: entry(c.id, report=report_of(off=1)) for c in cells if c.mask == 0})
     results = experiment.run(cells, guest)
     best = experiment.recommend(results)
-    path = experiment.write_record(results, best, {"board": "0000:0a:00.0"})
-    experiment_report(BoardExperiment(path, tuple(results), best), as_json=False)
+    return BoardExperiment(experiment.write_record(results, best, {"board": "0000:0a:00.0"}), tuple(results), best)
+
+
+def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside_the_record(
+    tmp_path, monkeypatch, capsys
+):
+    from rdna1_kmgr.commands.vmtest import experiment_report
+
+    board = _matrix_on_a_board_wrong_without_quirks(tmp_path, monkeypatch)
+    path, best = board.record, board.best
+    experiment_report(board, as_json=False)
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["cell", "kernel", "result"]  # the host experiment's header
     wrong = [line for line in out if line.startswith("0x0/")]
@@ -210,17 +216,13 @@ def test_the_matrix_json_names_the_record_its_page_every_cell_and_the_pick(tmp_p
     """`vm-test matrix --json`'s keys, as scripts read them (written from main's output before issue 41)."""
     from rdna1_kmgr.commands.vmtest import experiment_report
 
-    monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path))
-    cells = experiment.cells()
-    guest = CannedGuest({c.id: entry(c.id, report=report_of(off=1)) for c in cells if c.mask == 0})
-    results = experiment.run(cells, guest)
-    best = experiment.recommend(results)
-    path = experiment.write_record(results, best, {"board": "0000:0a:00.0"})
-    experiment_report(BoardExperiment(path, tuple(results), best), as_json=True)
+    board = _matrix_on_a_board_wrong_without_quirks(tmp_path, monkeypatch)
+    path, best = board.record, board.best
+    experiment_report(board, as_json=True)
     out = json.loads(capsys.readouterr().out)
     assert sorted(out) == ["cells", "html", "recommended", "record"]
     assert out["record"] == str(path) and out["html"] == str(tmp_path / "experiments" / f"{path.stem}.html")
-    assert [c["cell"] for c in out["cells"]] == [c.id for c in cells]
+    assert [c["cell"] for c in out["cells"]] == [r.cell.id for r in board.results]
     assert out["recommended"]["cell"] == best.cell.id
 
 
