@@ -1,4 +1,6 @@
-"""What `rdna1-kmgr build` made: the module, its package, its checks, and what the build cost.
+"""What `rdna1-kmgr build` made: the module, its package, its checks, and what the build cost; and what
+`build --dry-run` would do (BuildPlan: the build's stages planned, module_build.plan; follow prints its lines
+inside its own).
 
 modbuild makes it (module_build.run); follow and the build command read its fields. The JSON shape
 (`build --json`, which scripts and the tests' build fixture read back) is formatted only at the edges,
@@ -9,9 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from rdna1_kmgr.core.errors import UsageError
+from rdna1_kmgr.host.system_identity import SystemIdentity
+from rdna1_kmgr.modbuild.signing import KeyPair
+from rdna1_kmgr.source.target_kernel import Kernel
 
 
 @dataclass(frozen=True)
@@ -83,3 +90,53 @@ _LISTS = (
     "quirks_on",
     "quirks_off",
 )
+
+
+@dataclass(frozen=True)
+class RenderPlan:
+    """The series the plan rendered for the source, checked to apply (serialised by its fields)."""
+
+    kernel_version: str  # the Linux version of the driver source
+    patches: int
+    patchset_sha256: str
+    devices: tuple[str, ...]  # the device ids the quirks apply to, 0x731F style
+    quirks_on: tuple[str, ...]  # on by default
+    quirks_off: tuple[str, ...]  # compiled in, off until switched on
+    applies: bool  # with patch -p1 on a copy of the files it changes
+    files: tuple[str, ...]  # the files the series changes
+    package: str  # the DKMS package it goes into, name/version
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    system: SystemIdentity  # the system planned for (a --sysroot's)
+    plan: tuple[str, ...]  # the steps as lines, what `--dry-run` prints
+    keys: KeyPair  # what the module would be signed with
+    key_exists: bool  # False: the key would be made
+    kernel: Kernel
+    # where the source comes from, in source/'s words ({"given": ...}, {"package", "version", ...}); empty when
+    # it is not known yet (no headers installed, no --source)
+    origin: Mapping[str, Any]
+    tree: Path | None  # the unpacked driver source (None: not known yet)
+    render: RenderPlan | None  # None: no source to render
+    devices: tuple[str, ...]  # the devices the build applies its quirks to, 0x731F style
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "origin", MappingProxyType(dict(self.origin)))
+
+    def to_json(self) -> dict[str, Any]:
+        kernel = self.kernel
+        return {
+            "dry_run": True,
+            "system": self.system.to_json(),
+            "plan": list(self.plan),
+            "signing": {**self.keys.to_json(), "exists": self.key_exists},
+            "kernel": {
+                "release": kernel.release,
+                "package_version": kernel.package_version,
+                "upstream": kernel.upstream,
+            },
+            "source": {**self.origin, "tree": str(self.tree) if self.tree else None},
+            "render": self.render,
+            "devices": list(self.devices),
+        }

@@ -35,8 +35,7 @@ from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.host.system_identity import SystemIdentity
 from rdna1_kmgr.modbuild import compile_probes, prerequisites, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
-from rdna1_kmgr.modbuild.build_plan import BuildPlan, RenderPlan
-from rdna1_kmgr.modbuild.build_result import BuildResult
+from rdna1_kmgr.modbuild.build_result import BuildPlan, BuildResult, RenderPlan
 from rdna1_kmgr.modbuild.package_build import PackageBuild, build_package, cache_left_as_found, ccache_env, default_jobs
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
