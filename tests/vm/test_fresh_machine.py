@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import TEST_CACHE_ENV
 from test_engine import (  # noqa: F401
     assert_nothing_left_running,
     dpkg_status,
@@ -44,8 +45,12 @@ def test_vm_test_yes_passes_for_a_kernel_whose_image_is_not_installed(request, v
         seen.append(f"linux-image-{release} is installed on this machine")
     else:
         pytest.skip("; ".join(seen) + ": this test needs a kernel whose image package is not installed")
+    if not Path(vm_env["RDNA1_KMGR_CACHE"]).is_relative_to("/var/cache"):
+        pytest.skip(
+            f"the test cache {vm_env['RDNA1_KMGR_CACHE']} ({TEST_CACHE_ENV}) is not under /var/cache: the guest sees"
+            " it without a mapping, so this boot would prove none"
+        )
     built = request.getfixturevalue(f"built_module_{series}")
-    assert Path(vm_env["RDNA1_KMGR_CACHE"]).is_relative_to("/var/cache")  # hidden in the guest unless mapped
     proc = rdna1_kmgr(["vm-test", "--kernel", release, "--yes", "--json"], vm_env)
     out = json.loads(proc.stdout)
     assert proc.returncode == 0, f"{out.get('reason')} (console {out.get('console_log')})"
