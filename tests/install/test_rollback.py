@@ -1,6 +1,7 @@
 """rollback over several journals: the order in which installs are undone."""
 
 import pytest
+from install_checks import install_writing, journal_root  # noqa: F401 (fixtures)
 
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import journal as jr
@@ -11,12 +12,12 @@ from rdna1_kmgr.install import rollback, stock_loader
     "first, second", [("6.12.118+deb13-amd64", "7.3.4+deb13-amd64"), ("7.3.4-amd64", "6.12.9-amd64")]
 )
 def test_rollback_all_undoes_the_newest_install_first_and_leaves_what_was_there_before_both(
-    root, monkeypatch, install_writing, first, second
+    journal_root, monkeypatch, install_writing, first, second
 ):
     # the Debian 13 story: install for trixie's 6.12, then follow installs 7.x; both journal the shared files
     # (the boot guard's, the stock loader's), the second backing up the first's. Undone oldest first, the
     # second's backup would put the first's file back after the first's undo had removed it.
-    guard = root / stock_loader.RULE
+    guard = journal_root / stock_loader.RULE
     install_writing(first, "2026-11-26T20:00:00+0000", guard, "guard as the first install wrote it\n")
     install_writing(second, "2026-11-26T21:30:00+0000", guard, "guard as follow rewrote it\n")
     monkeypatch.setattr(jr, "_now", lambda: "2026-11-26T22:00:00+0000")
@@ -27,9 +28,9 @@ def test_rollback_all_undoes_the_newest_install_first_and_leaves_what_was_there_
 
 
 def test_rollback_of_the_earlier_kernel_alone_is_refused_while_a_later_install_relies_on_its_files(
-    root, monkeypatch, install_writing
+    journal_root, monkeypatch, install_writing
 ):
-    guard = root / stock_loader.RULE
+    guard = journal_root / stock_loader.RULE
     install_writing("6.12.118+deb13-amd64", "2026-11-26T20:00:00+0000", guard, "the first install's rule\n")
     install_writing("7.3.4+deb13-amd64", "2026-11-26T21:30:00+0000", guard, "follow's rule\n")
     with pytest.raises(UsageError) as refused:
@@ -46,10 +47,10 @@ def test_rollback_of_the_earlier_kernel_alone_is_refused_while_a_later_install_r
 
 
 def test_rollback_of_the_earlier_kernel_alone_goes_on_when_they_share_only_the_modprobe_file(
-    root, monkeypatch, install_writing
+    journal_root, monkeypatch, install_writing
 ):
     # /etc/modprobe.d/rdna1-kmgr.conf serves every kernel too, but rollback rewrites it for the kernels left
-    conf = root / "etc/modprobe.d/rdna1-kmgr.conf"
+    conf = journal_root / "etc/modprobe.d/rdna1-kmgr.conf"
     for kernel, at in (
         ("6.12.118+deb13-amd64", "2026-11-26T20:00:00+0000"),
         ("7.3.4+deb13-amd64", "2026-11-26T21:30:00+0000"),

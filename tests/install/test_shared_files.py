@@ -5,6 +5,7 @@ was there before every install."""
 import json
 
 import pytest
+from install_checks import install_writing, journal_root  # noqa: F401 (fixtures)
 
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.follow import kernel_removal
@@ -17,10 +18,10 @@ DISTRIBUTION_RULE = "# the distribution's own file at this path\n"
 
 @pytest.mark.parametrize("before", [None, DISTRIBUTION_RULE])
 def test_a_removed_kernels_backup_goes_to_the_later_install_and_rollback_returns_to_before_both(
-    root, monkeypatch, install_writing, before
+    journal_root, monkeypatch, install_writing, before
 ):
     # the Debian 13 story: install for 6.12, follow installs 7.x, then apt purges 6.12
-    rule = root / stock_loader.RULE
+    rule = journal_root / stock_loader.RULE
     if before is not None:
         rule.parent.mkdir(parents=True, exist_ok=True)
         rule.write_text(before)
@@ -41,9 +42,9 @@ def test_a_removed_kernels_backup_goes_to_the_later_install_and_rollback_returns
 
 
 def test_with_no_later_install_the_removed_kernels_change_to_a_shared_file_is_undone(
-    root, monkeypatch, install_writing
+    journal_root, monkeypatch, install_writing
 ):
-    rule = root / stock_loader.RULE
+    rule = journal_root / stock_loader.RULE
     rule.parent.mkdir(parents=True, exist_ok=True)
     rule.write_text(DISTRIBUTION_RULE)
     install_writing(REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12 install's rule\n")
@@ -54,9 +55,9 @@ def test_with_no_later_install_the_removed_kernels_change_to_a_shared_file_is_un
 
 
 def test_an_earlier_install_gets_its_own_version_back_when_a_later_kernel_is_removed(
-    root, monkeypatch, install_writing
+    journal_root, monkeypatch, install_writing
 ):
-    rule = root / stock_loader.RULE
+    rule = journal_root / stock_loader.RULE
     install_writing(OLDER, "2026-11-26T19:00:00+0000", rule, "the older install's rule\n")
     install_writing(REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12.118 install's rule\n")
     kernel_removal.forget(REMOVED)
@@ -65,8 +66,10 @@ def test_an_earlier_install_gets_its_own_version_back_when_a_later_kernel_is_rem
     assert not rule.exists()
 
 
-def test_a_handed_over_record_naming_a_file_its_step_never_backed_up_is_refused(root, monkeypatch, install_writing):
-    rule = root / stock_loader.RULE
+def test_a_handed_over_record_naming_a_file_its_step_never_backed_up_is_refused(
+    journal_root, monkeypatch, install_writing
+):
+    rule = journal_root / stock_loader.RULE
     install_writing(REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12 install's rule\n")
     install_writing(LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
     later = jr.Journal(LATER)
