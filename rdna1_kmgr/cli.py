@@ -7,7 +7,7 @@ import click
 
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import command_log, program_path
-from rdna1_kmgr.core.errors import KmgrError
+from rdna1_kmgr.core.errors import HostError, KmgrError
 
 # Each command's module is imported when that command runs (or `--help` lists them all): the boot guard's
 # services run `boot-check` and `confirm` at every boot, and importing every command first cost each of them
@@ -36,7 +36,7 @@ COMMANDS = {
 
 class KmgrGroup(click.Group):
     """Finds the commands in COMMANDS; turns a KmgrError anywhere below into one line on stderr and its exit
-    code."""
+    code, and so a permission refused (a user reading root's state)."""
 
     def list_commands(self, ctx):
         return sorted(COMMANDS)
@@ -52,6 +52,14 @@ class KmgrGroup(click.Group):
         command_log.start()
         try:
             return super().invoke(ctx)
+        except PermissionError as err:
+            # Mostly root's own state, journal and logs (0700, root's alone) read by a command run as a user.
+            denied = HostError(
+                f"{err.strerror.lower() if err.strerror else 'permission denied'}: {err.filename}",
+                f"rdna1-kmgr keeps its state and logs root's alone: run `sudo rdna1-kmgr {ctx.invoked_subcommand}`",
+            )
+            click.echo(f"rdna1-kmgr: error: {denied.line()}", err=True)
+            sys.exit(denied.exit_code)
         except KmgrError as err:
             click.echo(f"rdna1-kmgr: error: {err.line()}", err=True)
             sys.exit(err.exit_code)

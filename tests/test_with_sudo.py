@@ -7,10 +7,12 @@ the read-only commands and the --dry-run of every command that changes the syste
 sudoers entry are gone afterwards. sudo itself is installed by `install.sh --test`.
 """
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,39 @@ def test_a_normal_user_asks_for_the_install_plan_without_sudo(sudo_user):
     if run.returncode == 0:
         assert "1. dkms-install: dkms install" in run.stdout, run.stdout
     assert not [p for p in home.rglob("*") if p.stat().st_uid == 0]
+
+
+@pytest.fixture
+def roots_state():
+    """A state folder as an install leaves /var/lib/rdna1-kmgr: its parents open to all, itself root's alone."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as top:
+        Path(top).chmod(0o755)
+        yield Path(top) / "state"
+
+
+def test_a_normal_user_without_sudo_gets_doctor_and_one_line_from_status(sudo_user, roots_state):
+    """The owner runs `doctor` as themself; the state an install leaves is root's alone (0700: its journals,
+    the profile's too). doctor reads what it can and says what it could not; status, which needs that state,
+    says in one line to run it with sudo. Both once ended in a PermissionError traceback (Debian 13 newcomer run)."""
+    home, state = sudo_user, roots_state
+    for journal in ("journal/6.12.118+deb13-amd64", "journal/profile"):
+        (state / journal).mkdir(parents=True)
+        (state / journal / "journal.jsonl").write_text("")
+    for folder in [state, *state.rglob("*")]:
+        folder.chmod(0o700 if folder.is_dir() else 0o600)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "USER": USER, "LANG": "C.UTF-8"}
+    env["RDNA1_KMGR_STATE"] = str(state)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        command = [shutil.which("runuser"), "-u", USER, "--", "env", *[f"{k}={v}" for k, v in env.items()]]
+        return subprocess.run([*command, str(CLI), *args], cwd=home, capture_output=True, text=True, timeout=900)
+
+    doctor = run("doctor", "--json")
+    assert "Traceback" not in doctor.stderr, doctor.stderr
+    (profile,) = [f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "profile"]
+    assert profile["facts"]["journaled"].startswith("not read (root's alone"), profile
+    status = run("status")
+    assert status.returncode == 4 and "Traceback" not in status.stderr, status.stderr
+    (line,) = status.stderr.strip().splitlines()
+    assert line.startswith(f"rdna1-kmgr: error: permission denied: {state / 'journal'}"), line
+    assert line.endswith("run `sudo rdna1-kmgr status`"), line

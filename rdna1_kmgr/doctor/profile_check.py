@@ -25,12 +25,19 @@ def findings(sysroot: Path, home: Path | None) -> list[Finding]:
         f"/{rel}": user_profile.named_in(sysroot / rel) for rel in (user_profile.ENVIRONMENT_D, user_profile.PROFILE_D)
     }
     names = {n for n in named.values() if n is not None}
-    # The journal is this machine's; under --sysroot the files alone say what is installed.
+    # The journal is this machine's; under --sysroot the files alone say what is installed, and so they do for
+    # the owner, who runs doctor and cannot read root's journal (0700).
     journal = ProfileJournal() if on_host else None
+    unread = "not read (sysroot)"
+    if journal is not None:
+        try:
+            journal.exists()
+        except PermissionError:
+            journal, unread = None, "not read (root's alone; `sudo rdna1-kmgr status` shows it)"
     installed = next(iter(names)) if journal is None and len(names) == 1 else None
     if journal is not None and journal.exists():
         installed = (journal.state().begin or {}).get("profile")
-    facts = {"files": named, "journaled": installed if journal is not None else "not read (sysroot)"}
+    facts = {"files": named, "journaled": installed if journal is not None else unread}
     result = []
     if not names and installed is None:
         result.append(
