@@ -11,8 +11,9 @@ them, into the compiler cache they share (`trixie_build_cache`). A job whose res
 nothing, so a warm run's warmer is done in seconds.
 
 Run by conftest as `python -m cache_warmer LOG`, with the tests' folder on sys.path. It takes every job's lock,
-prints "ready" and closes its standard output, then does the jobs in order, releasing each lock when its job is
-done. SIGTERM (conftest sends it when the session ends first) unwinds it: mounts undone, the copy deleted.
+prints "ready" (or "busy" and ends, when another session's warmer holds them) and closes its standard output,
+then does the jobs in order, releasing each lock when its job is done. SIGTERM (conftest sends it when the
+session ends first) unwinds it: mounts undone, the copy deleted.
 """
 
 from __future__ import annotations
@@ -132,11 +133,16 @@ FILL = {
 
 
 @contextlib.contextmanager
-def _all_locks() -> Iterator[dict[str, IO[str]]]:
+def _all_locks() -> Iterator[dict[str, IO[str]] | None]:
+    """Every job's lock, or None when another session's warmer holds them (it fills the same caches)."""
     locks = {job: open(_lock_file(job), "w") for job in JOBS}
     try:
         for lock in locks.values():
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield None
+                return
         yield locks
     finally:
         for lock in locks.values():
@@ -150,6 +156,9 @@ def main(log: Path) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     with _all_locks() as locks:
+        if locks is None:
+            print("busy", flush=True)  # the tests wait on that warmer's locks instead
+            return 0
         print("ready", flush=True)
         out = open(log, "a")
         os.dup2(out.fileno(), 1)

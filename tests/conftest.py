@@ -101,6 +101,9 @@ def pytest_collection_finish(session):
     )
     ready = warmer.stdout.readline().strip()
     warmer.stdout.close()
+    if ready == "busy":  # another session's warmer fills the same caches; the tests wait on its locks
+        warmer.wait()
+        return
     if ready != "ready":
         warmer.wait()
         raise pytest.UsageError(f"the cache warmer did not start (exit status {warmer.returncode}); see {log}")
