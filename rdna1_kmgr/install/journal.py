@@ -510,10 +510,10 @@ def summarize(records: list[dict]) -> State:
             state.committed = True
         elif kind == "rollback":
             state.rollback_started = True
-        elif kind == "handed-over" and record.get("of") in by_seq:
-            step = by_seq[record["of"]]
-            taken = record["entry"]
-            backups = [taken if b["path"] == taken["path"] else b for b in step.intent["backups"]]
+        elif kind == "handed-over" and record.get("of") in by_seq and isinstance(record.get("entry"), dict):
+            # a malformed one is not applied here; journal_checks refuses it before anything acts on the journal
+            step, taken = by_seq[record["of"]], record["entry"]
+            backups = [taken if b.get("path") == taken.get("path") else b for b in step.intent["backups"]]
             step.intent = {**step.intent, "backups": backups}
         elif kind == "undone" and record.get("of") in by_seq:
             by_seq[record["of"]].undone = True
