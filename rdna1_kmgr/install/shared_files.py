@@ -59,15 +59,20 @@ def of_removed(journal: Journal, own: Callable[[Path], bool]) -> list[SharedFile
     kernels = [j.kernel for j in newest_first]
     if journal.kernel not in kernels:
         return []
-    later_oldest_first = newest_first[: kernels.index(journal.kernel)][::-1]
+    # each later install's steps read once, oldest install first: the first to back a path up takes its backup
+    later_steps = [
+        (other, step)
+        for other in newest_first[: kernels.index(journal.kernel)][::-1]
+        for step in other.state().steps
+        if not step.undone
+    ]
     shared = []
     for path, (entry, seq) in _first_backups(journal, own).items():
         taker = next(
             (
                 (other, step.seq)
-                for other in later_oldest_first
-                for step in other.state().steps
-                if not step.undone and any(b["path"] == path for b in rollback.restored(step.intent))
+                for other, step in later_steps
+                if any(b["path"] == path for b in rollback.restored(step.intent))
             ),
             None,
         )
@@ -88,13 +93,14 @@ def _steps_to_undo(journal: Journal, shared: list[SharedFile]) -> list[StepState
 
 
 def plan(journal: Journal, shared: list[SharedFile]) -> list[str]:
-    undone = {step.seq for step in _steps_to_undo(journal, shared)}
+    to_undo = _steps_to_undo(journal, shared)
+    undone = {step.seq for step in to_undo}
     lines = [
         f"  hand the backup of {s.path} to {s.later.kernel}'s later install, which wrote it again"
         for s in shared
         if s.later
     ]
-    lines += [f"  undo {step.step}: no later install wrote its files again" for step in _steps_to_undo(journal, shared)]
+    lines += [f"  undo {step.step}: no later install wrote its files again" for step in to_undo]
     lines += [
         f"  put {s.path} back as the install found it" for s in shared if s.later is None and s.step not in undone
     ]
