@@ -29,13 +29,12 @@ def findings(sysroot: Path, home: Path | None) -> list[Finding]:
     # the owner, who runs doctor and cannot read root's journal (0700).
     journal = ProfileJournal() if on_host else None
     unread = "not read (sysroot)"
-    if journal is not None:
-        try:
-            journal.exists()
-        except PermissionError:
-            journal, unread = None, "not read (root's alone; `sudo rdna1-kmgr status` shows it)"
+    try:
+        journaled = journal is not None and journal.exists()
+    except PermissionError:
+        journal, journaled, unread = None, False, "not read (root's alone; `sudo rdna1-kmgr status` shows it)"
     installed = next(iter(names)) if journal is None and len(names) == 1 else None
-    if journal is not None and journal.exists():
+    if journal is not None and journaled:
         installed = (journal.state().begin or {}).get("profile")
     facts = {"files": named, "journaled": installed if journal is not None else unread}
     result = []
