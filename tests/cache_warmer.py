@@ -3,8 +3,9 @@
 With empty caches the stories need Debian 12's and Debian 13's images and their Secure Boot kinds, and trixie's
 gcc-14 compiles of two whole amdgpu modules (6.12 and the backports' 7.x): about half an hour of work that needs
 no test. The suite is mostly one-core work (QEMU's TCG, Python), and this machine has two, so conftest starts
-this program when the session has whole-system tests, at the lowest CPU and I/O priority, and sorts the Debian 13
-tests last. A test waits for the job it needs (the image builders' own locks, `wait_for` for the compiles) and
+this program when the session has whole-system tests, at the lowest CPU and I/O priority and in a cpu cgroup of
+its own that gets only the CPU time the tests leave idle (`_idle_cpu_share` says why nice is not enough), and
+sorts the Debian 13 tests last. A test waits for the job it needs (the image builders' own locks, `wait_for` for the compiles) and
 finds its cache filled. The result is the same as the stories filling the caches themselves: the same image
 builders under the same locks, and the compiles by the tool in a throwaway copy of the image, as the stories run
 them, into the compiler cache they share (`trixie_build_cache`). A job whose result is there already costs
@@ -149,13 +150,59 @@ def _all_locks() -> Iterator[dict[str, IO[str]] | None]:
             lock.close()
 
 
+# The cpu cgroup the warmer and everything it starts run in: cgroup v1's cpu hierarchy or the unified one.
+CPU_GROUP_NAME = "rdna1-kmgr-test-warmer"
+CPU_HIERARCHIES = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup"))
+
+
+def _cpu_group_base() -> Path | None:
+    for base in CPU_HIERARCHIES:
+        if not (base / "cgroup.procs").exists():
+            continue
+        controllers = base / "cgroup.subtree_control"  # only the unified hierarchy has it
+        if controllers.exists() and "cpu" not in controllers.read_text().split():
+            continue
+        return base
+    return None
+
+
+@contextlib.contextmanager
+def _idle_cpu_share() -> Iterator[str]:
+    """Run the block in a cpu cgroup that gets only what the tests leave idle; yields what was done, for the log.
+
+    nice 19 alone is not enough. With autogroups on (kernel.sched_autogroup_enabled; Debian builds them in, on by default) the
+    scheduler first shares the CPUs equally between sessions and applies nice only inside one, and every program
+    the tool starts gets a session of its own (core/process_tree.py), so the compilers here took half the CPUs
+    from a test's two-thread QEMU. Measured with two two-thread spinners on this two-core machine: against a
+    background session at nice 19 the foreground kept 45-55% of its speed alone, against the same work in a
+    cgroup with a minimal share 90-100%. A cgroup's tasks are outside autogroups, and their sessions with them."""
+    base = _cpu_group_base()
+    group = base / CPU_GROUP_NAME if base else None
+    try:
+        if group is None:
+            raise OSError("no cpu cgroup hierarchy is mounted with the cpu controller")
+        group.mkdir(exist_ok=True)
+        knob = next(name for name in ("cpu.idle", "cpu.shares", "cpu.weight") if (group / name).exists())
+        (group / knob).write_text({"cpu.idle": "1", "cpu.shares": "2", "cpu.weight": "1"}[knob])
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    except (OSError, StopIteration) as err:
+        yield f"not in a cpu cgroup ({err}): the tests' boots share the CPUs with these jobs"
+        return
+    try:
+        yield f"in cpu cgroup {group} ({knob} set)"
+    finally:
+        (base / "cgroup.procs").write_text(str(os.getpid()))
+        with contextlib.suppress(OSError):  # busy while a stopped job's programs still end; emptied next run
+            group.rmdir()
+
+
 def main(log: Path) -> int:
     def stop(*_) -> None:
         _say("stopped: the session ended first")
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, stop)
-    with _all_locks() as locks:
+    with _all_locks() as locks, contextlib.ExitStack() as stack:
         if locks is None:
             print("busy", flush=True)  # the tests wait on that warmer's locks instead
             return 0
@@ -163,6 +210,7 @@ def main(log: Path) -> int:
         out = open(log, "a")
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
+        _say(stack.enter_context(_idle_cpu_share()))
         for job in JOBS:
             started = time.monotonic()
             _say(job)
