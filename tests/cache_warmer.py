@@ -150,8 +150,9 @@ def _all_locks() -> Iterator[dict[str, IO[str]] | None]:
             lock.close()
 
 
-# The cpu cgroup the warmer and everything it starts run in: cgroup v1's cpu hierarchy or the unified one.
-CPU_GROUP_NAME = "rdna1-kmgr-test-warmer"
+# The cpu cgroup the warmer and everything it starts run in, one per warmer (named by its pid): cgroup v1's cpu
+# hierarchy or the unified one.
+CPU_GROUP_PREFIX = "rdna1-kmgr-test-warmer-"
 CPU_HIERARCHIES = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup"))
 
 
@@ -177,11 +178,14 @@ def _idle_cpu_share() -> Iterator[str]:
     background session at nice 19 the foreground kept 45-55% of its speed alone, against the same work in a
     cgroup with a minimal share 90-100%. A cgroup's tasks are outside autogroups, and their sessions with them."""
     base = _cpu_group_base()
-    group = base / CPU_GROUP_NAME if base else None
+    group = base / f"{CPU_GROUP_PREFIX}{os.getpid()}" if base else None
     try:
         if group is None:
             raise OSError("no cpu cgroup hierarchy is mounted with the cpu controller")
-        group.mkdir(exist_ok=True)
+        for left in base.glob(CPU_GROUP_PREFIX + "*"):  # an earlier warmer's, once its last program ended
+            with contextlib.suppress(OSError):  # busy: a live warmer's
+                left.rmdir()
+        group.mkdir()
         knob = next(name for name in ("cpu.idle", "cpu.shares", "cpu.weight") if (group / name).exists())
         (group / knob).write_text({"cpu.idle": "1", "cpu.shares": "2", "cpu.weight": "1"}[knob])
         (group / "cgroup.procs").write_text(str(os.getpid()))
@@ -192,8 +196,10 @@ def _idle_cpu_share() -> Iterator[str]:
         yield f"in cpu cgroup {group} ({knob} set)"
     finally:
         (base / "cgroup.procs").write_text(str(os.getpid()))
-        with contextlib.suppress(OSError):  # busy while a stopped job's programs still end; emptied next run
+        try:
             group.rmdir()
+        except OSError as err:  # busy while a stopped job's programs still end; the next warmer removes it
+            _say(f"{group} is left ({err.strerror}): programs in it: {(group / 'cgroup.procs').read_text().split()}")
 
 
 def main(log: Path) -> int:

@@ -13,13 +13,13 @@ import pytest
 # Run in a child: the block moves the process it runs in. It prints the cgroup of a program started in a session
 # of its own (as the tool's runner starts every program) from inside the block, then whether the group is gone.
 CHILD = """
-import subprocess, sys
+import os, subprocess, sys
 sys.path.insert(0, sys.argv[1])
 import cache_warmer
 with cache_warmer._idle_cpu_share() as done:
     print(done)
     print(subprocess.run(["cat", "/proc/self/cgroup"], start_new_session=True, capture_output=True, text=True).stdout)
-print("left:", (cache_warmer._cpu_group_base() / cache_warmer.CPU_GROUP_NAME).exists())
+print("left:", (cache_warmer._cpu_group_base() / f"{cache_warmer.CPU_GROUP_PREFIX}{os.getpid()}").exists())
 """
 
 
@@ -39,15 +39,20 @@ def test_the_warmer_s_programs_run_in_its_idle_cpu_cgroup_and_it_is_removed_afte
         pytest.skip("writing cgroups needs root")
     if cache_warmer._cpu_group_base() is None:
         pytest.skip("no cpu cgroup hierarchy with the cpu controller is mounted here")
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(Path(__file__).parent)], capture_output=True, text=True, timeout=60
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert proc.returncode == 0, proc.stderr
-    said, *rest = proc.stdout.splitlines()
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    said, *rest = out.splitlines()
     assert said.startswith("in cpu cgroup "), said
-    assert cpu_cgroup_of("\n".join(rest[:-1]).strip()) == "/" + cache_warmer.CPU_GROUP_NAME
+    # its own group (a session's warmer, running meanwhile, has another)
+    assert cpu_cgroup_of("\n".join(rest[:-1]).strip()) == f"/rdna1-kmgr-test-warmer-{child.pid}"
     assert rest[-1] == "left: False"
-    assert cpu_cgroup_of(Path("/proc/self/cgroup").read_text()) != "/" + cache_warmer.CPU_GROUP_NAME
+    assert not cpu_cgroup_of(Path("/proc/self/cgroup").read_text()).startswith("/rdna1-kmgr-test-warmer-")
 
 
 def test_without_a_cgroup_the_warmer_says_so_and_goes_on(monkeypatch, tmp_path):
