@@ -38,7 +38,7 @@ class FollowRecord:
 
     kernel: str
     state: str  # one of STATES (or UNREADABLE, from read)
-    updated: str | None  # when write wrote it; None for a stand-in that is no file (status, follow's modes)
+    updated: str | None = None  # when write wrote it; None for one not written yet or a stand-in (status)
     reason: str | None = None  # stock: why; unreadable: what is wrong with the file; patched: "installed already"
     stage: str | None = None  # stock: the stage that failed, as follow names its stages
     log: str | None = None  # running, stock, patched: the whole story
@@ -117,44 +117,18 @@ def kernels() -> list[str]:
     return sorted(found)
 
 
-def write(
-    kernel: str,
-    state: str,
-    *,
-    reason: str | None = None,
-    stage: str | None = None,
-    log: str | None = None,
-    pid: int | None = None,
-    package: str | None = None,
-    package_version: str | None = None,
-    module_sha256: str | None = None,
-    verdict: str | None = None,
-    verdict_record: str | None = None,
-    quirks: tuple[str, ...] | None = None,
-) -> FollowRecord:
-    """Replace the kernel's record (atomically, durably) with these fields, stamped now. The marker stays while
-    the work is pending or running (a run killed half way is done again by the next hook or boot) and goes with
-    its outcome."""
-    assert state in STATES, state
-    record = FollowRecord(
-        kernel=user_input.kernel_release(kernel),
-        state=state,
-        updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        reason=reason,
-        stage=stage,
-        log=log,
-        pid=pid,
-        package=package,
-        package_version=package_version,
-        module_sha256=module_sha256,
-        verdict=verdict,
-        verdict_record=verdict_record,
-        quirks=quirks,
+def write(record: FollowRecord) -> FollowRecord:
+    """Replace the kernel's record (atomically, durably) with `record`, stamped now; returns what was written.
+    The marker stays while the work is pending or running (a run killed half way is done again by the next hook
+    or boot) and goes with its outcome."""
+    assert record.state in STATES, record.state
+    record = dataclasses.replace(
+        record, kernel=user_input.kernel_release(record.kernel), updated=time.strftime("%Y-%m-%dT%H:%M:%S%z")
     )
     make_dirs(follow_dir())
-    write_json(_record_path(kernel), record.to_json(), indent=2, sort_keys=True)
+    write_json(_record_path(record.kernel), record.to_json(), indent=2, sort_keys=True)
     marker = pending_dir() / record.kernel
-    if state in ("pending", "running"):
+    if record.state in ("pending", "running"):
         make_dirs(pending_dir())
         marker.touch()
     else:

@@ -212,13 +212,15 @@ def follow(kernel: str, source: str | None = None) -> follow_record.FollowRecord
     finished = finished_installs().get(kernel)
     if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
         return follow_record.write(
-            kernel,
-            "patched",
-            package=finished.get("package"),
-            package_version=finished.get("version"),
-            verdict=(finished.get("vm_check") or {}).get("verdict"),  # None: installed without a VM verdict
-            module_sha256=finished.get("module_sha256"),
-            reason="installed already",
+            follow_record.FollowRecord(
+                kernel,
+                "patched",
+                package=finished.get("package"),
+                package_version=finished.get("version"),
+                verdict=(finished.get("vm_check") or {}).get("verdict"),  # None: installed without a VM verdict
+                module_sha256=finished.get("module_sha256"),
+                reason="installed already",
+            )
         )
     installed = current_install(exclude=kernel)
     if installed is None:
@@ -227,7 +229,7 @@ def follow(kernel: str, source: str | None = None) -> follow_record.FollowRecord
     with follow_lock():
         log = log_dir() / f"follow-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         story = Story(log)
-        follow_record.write(kernel, "running", pid=os.getpid(), log=str(log))
+        follow_record.write(follow_record.FollowRecord(kernel, "running", pid=os.getpid(), log=str(log)))
         try:
             story.say(
                 f"following {kernel} with the quirks installed for {installed.kernel} "
@@ -237,24 +239,29 @@ def follow(kernel: str, source: str | None = None) -> follow_record.FollowRecord
                 built, record = _stages(kernel, installed, source, story)
         except StageFailed as err:
             story.say(f"{kernel} keeps the stock amdgpu: {err.line()}")
-            follow_record.write(kernel, "stock", stage=err.stage, reason=err.cause.line(), log=str(log))
+            stock = follow_record.FollowRecord(kernel, "stock", stage=err.stage, reason=err.cause.line(), log=str(log))
+            follow_record.write(stock)
             raise
         except BaseException as err:  # Ctrl-C, a crash: stock, and it says so
             why = type(err).__name__ + (f": {err}" if str(err) else "")
-            follow_record.write(kernel, "stock", stage="interrupted", reason=why, log=str(log))
+            follow_record.write(
+                follow_record.FollowRecord(kernel, "stock", stage="interrupted", reason=why, log=str(log))
+            )
             raise
         finally:
             story.close()
         return follow_record.write(
-            kernel,
-            "patched",
-            log=str(log),
-            package=built.package,
-            package_version=built.package_version,
-            module_sha256=built.sha256,
-            verdict=record.verdict,
-            verdict_record=str(verdict.record_path(record.module_sha256)),
-            quirks=tuple(built.quirks),
+            follow_record.FollowRecord(
+                kernel,
+                "patched",
+                log=str(log),
+                package=built.package,
+                package_version=built.package_version,
+                module_sha256=built.sha256,
+                verdict=record.verdict,
+                verdict_record=str(verdict.record_path(record.module_sha256)),
+                quirks=tuple(built.quirks),
+            )
         )
 
 
@@ -408,5 +415,5 @@ def defer(kernel: str) -> str | None:
         return None
     if kernel in finished_installs():
         return f"{kernel} has an rdna1-kmgr install already"
-    follow_record.write(kernel, "pending")
+    follow_record.write(follow_record.FollowRecord(kernel, "pending"))
     return f"{kernel}: noted; amdgpu is patched for it once the package manager is done"

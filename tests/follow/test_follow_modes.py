@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.follow import kernel_follow
+from rdna1_kmgr.follow.follow_record import FollowRecord
 
 KREL = "6.1.0-56-amd64"
 
@@ -71,13 +72,15 @@ def test_pending_kernels_go_on_past_a_failure_and_exit_with_its_code(state, monk
 
     bad, good = "6.1.0-55-amd64", KREL
     for kernel in (bad, good):
-        follow_record.write(kernel, "pending")
+        follow_record.write(FollowRecord(kernel, "pending"))
 
     def follow(kernel, source=None):
         if kernel == bad:
-            follow_record.write(kernel, "stock", reason="the build failed", stage="build", log="x.log")
+            follow_record.write(FollowRecord(kernel, "stock", reason="the build failed", stage="build", log="x.log"))
             raise kernel_follow.StageFailed("build", BuildError("the build failed", "see x.log"))
-        return follow_record.write(kernel, "patched", package="rdna1-amdgpu", package_version="1", verdict="pass")
+        return follow_record.write(
+            FollowRecord(kernel, "patched", package="rdna1-amdgpu", package_version="1", verdict="pass")
+        )
 
     monkeypatch.setattr(kernel_follow, "follow", follow)
     result = cli("pending")
@@ -87,10 +90,10 @@ def test_pending_kernels_go_on_past_a_failure_and_exit_with_its_code(state, monk
         f"rdna1-kmgr: {good}: " + follow_record.describe(follow_record.read(good)),
     ]
     for kernel in (bad, good):
-        follow_record.write(kernel, "pending")
+        follow_record.write(FollowRecord(kernel, "pending"))
     assert cli("pending", "--hook").exit_code == 0
     for kernel in (bad, good):
-        follow_record.write(kernel, "pending")
+        follow_record.write(FollowRecord(kernel, "pending"))
     result = cli("pending", "--json")
     # --json lists each kernel's record as its file has it
     assert json.loads(result.stdout)["kernels"] == [

@@ -1,6 +1,7 @@
 """follow/<KREL>.json as a FollowRecord: the file keeps the keys the release before it wrote (scripts and `status`
 read them), a file of an older or later release is still read, and a file that is no record says why."""
 
+import dataclasses
 import json
 import re
 
@@ -38,7 +39,7 @@ def test_an_older_file_with_a_key_it_does_not_know_and_no_optional_ones_is_read(
 
 
 def test_write_then_read_gives_back_every_field_and_the_file_has_the_keys_written_before(state):
-    written = follow_record.write(
+    given = FollowRecord(
         KREL,
         "patched",
         reason="r",
@@ -52,7 +53,9 @@ def test_write_then_read_gives_back_every_field_and_the_file_has_the_keys_writte
         verdict_record="/var/lib/rdna1-kmgr/verdicts/x.json",
         quirks=("cwsr-size", "gfxoff"),
     )
+    written = follow_record.write(given)
     assert follow_record.read(KREL) == written
+    assert written.updated is not None and dataclasses.replace(written, updated=None) == given
     on_disk = json.loads(record_file(state).read_text())
     assert re.fullmatch(STAMP, on_disk.pop("updated")), written.updated
     assert on_disk == {
@@ -92,7 +95,7 @@ def test_write_then_read_gives_back_every_field_and_the_file_has_the_keys_writte
     ],
 )
 def test_each_outcome_writes_only_its_keys(state, state_name, fields, keys):
-    follow_record.write(KREL, state_name, **fields)
+    follow_record.write(FollowRecord(KREL, state_name, **fields))
     on_disk = json.loads(record_file(state).read_text())
     assert set(on_disk) == keys
     assert follow_record.read(KREL).to_json() == on_disk
@@ -124,7 +127,7 @@ def test_a_file_that_is_no_record_reads_as_unreadable_with_the_reason(state, tex
 
 def test_a_state_outside_the_states_is_a_bug(state):
     with pytest.raises(AssertionError):
-        follow_record.write(KREL, "unreadable")  # read's word, never written
+        follow_record.write(FollowRecord(KREL, "unreadable"))  # read's word, never written
     with pytest.raises(AssertionError):
         FollowRecord(KREL, "done", None)
     assert not state.exists()
@@ -135,7 +138,9 @@ def test_no_record_is_none():
 
 
 def test_the_lines_status_and_the_hook_print(state):
-    running = follow_record.write(KREL, "running", pid=4242, log="f.log")
+    running = follow_record.write(FollowRecord(KREL, "running", pid=4242, log="f.log"))
     assert follow_record.describe(running) == f"running since {running.updated} (pid 4242), log f.log"
-    patched = follow_record.write(KREL, "patched", package="rdna1-amdgpu", package_version="1", verdict="pass")
+    patched = follow_record.write(
+        FollowRecord(KREL, "patched", package="rdna1-amdgpu", package_version="1", verdict="pass")
+    )
     assert follow_record.describe(patched) == f"patched: rdna1-amdgpu/1 installed, VM verdict pass ({patched.updated})"
