@@ -195,10 +195,14 @@ def _idle_cpu_share() -> Iterator[str]:
     try:
         yield f"in cpu cgroup {group} ({knob} set)"
     finally:
-        (base / "cgroup.procs").write_text(str(os.getpid()))
+        # Out with the warmer go the programs still ending: the runner's keeper (core/keeper.py), which outlives
+        # the warmer by a moment, and after SIGTERM a job's last programs.
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                (base / "cgroup.procs").write_text(pid)
         try:
             group.rmdir()
-        except OSError as err:  # busy while a stopped job's programs still end; the next warmer removes it
+        except OSError as err:  # a program started meanwhile; the next warmer removes it once empty
             _say(f"{group} is left ({err.strerror}): programs in it: {(group / 'cgroup.procs').read_text().split()}")
 
 

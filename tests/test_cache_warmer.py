@@ -11,14 +11,17 @@ import cache_warmer
 import pytest
 
 # Run in a child: the block moves the process it runs in. It prints the cgroup of a program started in a session
-# of its own (as the tool's runner starts every program) from inside the block, then whether the group is gone.
+# of its own (as the tool's runner starts every program) from inside the block, runs one through the runner (its
+# keeper process lives on until this process ends), then says whether the group is gone.
 CHILD = """
 import os, subprocess, sys
 sys.path.insert(0, sys.argv[1])
 import cache_warmer
+from rdna1_kmgr.core import runner
 with cache_warmer._idle_cpu_share() as done:
     print(done)
     print(subprocess.run(["cat", "/proc/self/cgroup"], start_new_session=True, capture_output=True, text=True).stdout)
+    runner.run(["true"])  # the tool's runner, whose keeper outlives the block
 print("left:", (cache_warmer._cpu_group_base() / f"{cache_warmer.CPU_GROUP_PREFIX}{os.getpid()}").exists())
 """
 
