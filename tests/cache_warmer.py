@@ -5,11 +5,11 @@ gcc-14 compiles of two whole amdgpu modules (6.12 and the backports' 7.x): about
 no test. The suite is mostly one-core work (QEMU's TCG, Python), and this machine has two, so conftest starts
 this program when the session has whole-system tests, at the lowest CPU and I/O priority and in a cpu cgroup of
 its own that gets only the CPU time the tests leave idle (`_idle_cpu_share` says why nice is not enough), and
-sorts the Debian 13 tests last. A test waits for the job it needs (the image builders' own locks, `wait_for` for the compiles) and
-finds its cache filled. The result is the same as the stories filling the caches themselves: the same image
-builders under the same locks, and the compiles by the tool in a throwaway copy of the image, as the stories run
-them, into the compiler cache they share (`trixie_build_cache`). A job whose result is there already costs
-nothing, so a warm run's warmer is done in seconds.
+sorts the Debian 13 tests last. A test waits for the job it needs (the image builders' own locks, `wait_for` for
+the compiles) and finds its cache filled. The result is the same as the stories filling the caches themselves:
+the same image builders under the same locks, and the compiles by the tool in a throwaway copy of the image, as
+the stories run them, into the compiler cache they share (`trixie_build_cache`). A job whose result is there
+already costs nothing, so a warm run's warmer is done in seconds.
 
 Run by conftest as `python -m cache_warmer LOG`, with the tests' folder on sys.path. It takes every job's lock,
 prints "ready" (or "busy" and ends, when another session's warmer holds them) and closes its standard output,
@@ -171,12 +171,11 @@ def _cpu_group_base() -> Path | None:
 def _idle_cpu_share() -> Iterator[str]:
     """Run the block in a cpu cgroup that gets only what the tests leave idle; yields what was done, for the log.
 
-    nice 19 alone is not enough. With autogroups on (kernel.sched_autogroup_enabled; Debian builds them in, on by default) the
-    scheduler first shares the CPUs equally between sessions and applies nice only inside one, and every program
-    the tool starts gets a session of its own (core/process_tree.py), so the compilers here took half the CPUs
-    from a test's two-thread QEMU. Measured with two two-thread spinners on this two-core machine: against a
-    background session at nice 19 the foreground kept 45-55% of its speed alone, against the same work in a
-    cgroup with a minimal share 90-100%. A cgroup's tasks are outside autogroups, and their sessions with them."""
+    nice 19 alone is not enough. With autogroups on (kernel.sched_autogroup_enabled; Debian's kernels have them,
+    on by default) the scheduler first shares the CPUs equally between sessions and applies nice only inside one,
+    and every program the tool starts gets a session of its own (core/process_tree.py), so the compilers here
+    took half the CPUs from a test's two-thread QEMU. A cgroup's tasks are outside autogroups, and their sessions
+    with them. bench/bench_warmer_share.py measures the difference (bench/RESULTS.md)."""
     base = _cpu_group_base()
     group = base / f"{CPU_GROUP_PREFIX}{os.getpid()}" if base else None
     try:

@@ -38,6 +38,7 @@ from rdna1_kmgr.core.files import make_dirs, open_private_log
 from rdna1_kmgr.core.paths import log_dir
 from rdna1_kmgr.core.pipeline import Pipeline
 from rdna1_kmgr.follow import follow_record
+from rdna1_kmgr.follow.follow_record import FollowRecord
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.install import install_stages, module_install, rollback
 from rdna1_kmgr.install.journal import Busy, Journal
@@ -206,13 +207,13 @@ class NotOptedIn:
     reason: str = "no kernel has an rdna1-kmgr install; follow acts once one has"
 
 
-def follow(kernel: str, source: str | None = None) -> follow_record.FollowRecord | NotOptedIn:
+def follow(kernel: str, source: str | None = None) -> FollowRecord | NotOptedIn:
     """Patch `kernel` or leave it stock; returns its follow record. StageFailed when it stays stock."""
     kernel = user_input.kernel_release(kernel)
     finished = finished_installs().get(kernel)
     if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
         return follow_record.write(
-            follow_record.FollowRecord(
+            FollowRecord(
                 kernel,
                 "patched",
                 package=finished.get("package"),
@@ -229,7 +230,7 @@ def follow(kernel: str, source: str | None = None) -> follow_record.FollowRecord
     with follow_lock():
         log = log_dir() / f"follow-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         story = Story(log)
-        follow_record.write(follow_record.FollowRecord(kernel, "running", pid=os.getpid(), log=str(log)))
+        follow_record.write(FollowRecord(kernel, "running", pid=os.getpid(), log=str(log)))
         try:
             story.say(
                 f"following {kernel} with the quirks installed for {installed.kernel} "
@@ -239,19 +240,16 @@ def follow(kernel: str, source: str | None = None) -> follow_record.FollowRecord
                 built, record = _stages(kernel, installed, source, story)
         except StageFailed as err:
             story.say(f"{kernel} keeps the stock amdgpu: {err.line()}")
-            stock = follow_record.FollowRecord(kernel, "stock", stage=err.stage, reason=err.cause.line(), log=str(log))
-            follow_record.write(stock)
+            follow_record.write(FollowRecord(kernel, "stock", stage=err.stage, reason=err.cause.line(), log=str(log)))
             raise
         except BaseException as err:  # Ctrl-C, a crash: stock, and it says so
             why = type(err).__name__ + (f": {err}" if str(err) else "")
-            follow_record.write(
-                follow_record.FollowRecord(kernel, "stock", stage="interrupted", reason=why, log=str(log))
-            )
+            follow_record.write(FollowRecord(kernel, "stock", stage="interrupted", reason=why, log=str(log)))
             raise
         finally:
             story.close()
         return follow_record.write(
-            follow_record.FollowRecord(
+            FollowRecord(
                 kernel,
                 "patched",
                 log=str(log),
@@ -415,5 +413,5 @@ def defer(kernel: str) -> str | None:
         return None
     if kernel in finished_installs():
         return f"{kernel} has an rdna1-kmgr install already"
-    follow_record.write(follow_record.FollowRecord(kernel, "pending"))
+    follow_record.write(FollowRecord(kernel, "pending"))
     return f"{kernel}: noted; amdgpu is patched for it once the package manager is done"
