@@ -125,6 +125,8 @@ def quirks_markdown() -> str:
         lines.append("- evidence owners need it: " + ("; ".join(_cell(e) for e in q.evidence) or "none (opt-in)"))
         for need in q.needed_when:
             lines.append(f"- needed only where {_cell(str(need.fact))} (else left out: {_cell(need.otherwise)})")
+        for fixed in q.fixed_when:
+            lines.append(f"- left out where {_cell(str(fixed.fact))}: {_cell(fixed.because)}")
         lines += ["", "| variant | first seen | chosen when the tree's... |", "|---|---|---|"]
         lines += [
             f"| `{v.id}` | {_cell(v.kernels)} | {'; '.join(_cell(str(f)) for f in v.facts)} |" for v in q.variants

@@ -62,6 +62,7 @@ def quirks(as_json: bool):
                     scope=q.scope,
                     evidence=list(q.evidence),
                     needed_when=[dict(fact=str(n.fact), otherwise=n.otherwise) for n in q.needed_when],
+                    fixed_when=[dict(fact=str(f.fact), because=f.because) for f in q.fixed_when],
                     bits=[
                         dict(
                             bit=b.bit,
@@ -89,6 +90,8 @@ def quirks(as_json: bool):
         click.echo("    evidence owners need it: " + ("; ".join(q.evidence) if q.evidence else "none (opt-in)"))
         for need in q.needed_when:
             click.echo(f"    needed only where {need.fact} (else left out: {need.otherwise})")
+        for fixed in q.fixed_when:
+            click.echo(f"    left out where {fixed.fact}: {fixed.because}")
         for v in q.variants:
             click.echo(f"    {v.id} (first seen in Linux {v.kernels}) when:")
             for fact in v.facts:

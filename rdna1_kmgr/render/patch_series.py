@@ -283,12 +283,8 @@ def render_series(
 
     steps = [(fix, "rdna1-kmgr: needed to build amdgpu outside the kernel tree") for fix in quirk_catalog.build_fixes()]
     core = quirk_catalog.core()
-    steps.append(
-        (
-            core,
-            f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}",
-        )
-    )
+    listed = f"rdna1-kmgr: quirks {' '.join(q.id for q in quirks)}; devices {' '.join(format_id(d) for d in devices)}"
+    steps.append((core, textwrap.fill(listed, 75, break_on_hyphens=False, break_long_words=False)))
     steps += [(q.edit_set(variants[q.id]), _variant_note(q, variants[q.id], version)) for q in quirks]
 
     patches = []

@@ -16,9 +16,14 @@ The schema (kmod/README.md says the same with an example):
               list of forms of a statement the hook reads the result of (say, a size computed just before);
               the anchor must come after every occurrence of it in the function, else render refuses in one
               line (the anchor found is not the statement the hook was written for).
-needed_when   (quirk.toml only) facts that say the kernel has what the quirk fixes; where one fails the quirk is
+needed_when   (quirk.toml only) facts that say the kernel has the code the quirk fixes (written against whole
+              files, so that a renamed function does not read as an old kernel); where one fails the quirk is
               left out with one line, never refused: "nothing to fix on this kernel", or the fact's own
-              `otherwise` (e.g. "upstream already accepts ROCm's size" where upstream moved). evidence: links;
+              `otherwise`.
+fixed_when    (quirk.toml only) facts that recognise upstream's own fix, each with `because` ("the kernel
+              already prints ..."); where one holds the quirk is left out with that line. Only a recognised
+              form counts: code in a form neither list knows keeps the quirk, whose variant facts then
+              decide (a refusal naming the fact when none fits, never a silent leaving out). evidence: links;
               changes: one line; scope: one line, where the quirk matters (on by default or not).
 [[variants]]  (quirk.toml only) id, edits (ids of [[edits]]), vars (for the templates), facts (a list of
               source facts, see source_facts.py: {file, function, contains|lacks|parameters}), kernels
@@ -53,6 +58,22 @@ class Need:
         raw = dict(raw)
         otherwise = raw.pop("otherwise", NOT_NEEDED)
         return cls(Fact.parse(raw, origin), otherwise)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A fact that recognises upstream's own fix for what a quirk fixes; where it holds, `because` says so."""
+
+    fact: Fact
+    because: str
+
+    @classmethod
+    def parse(cls, raw: dict, origin: str) -> "Fixed":
+        raw = dict(raw)
+        because = raw.pop("because", None)
+        if not because:
+            raise ValueError(f"{origin}: fact {raw}: a fixed_when fact says `because`")
+        return cls(Fact.parse(raw, origin), because)
 
 
 @dataclass(frozen=True)
@@ -122,6 +143,7 @@ class Quirk:
     variants: tuple[Variant, ...]
     bits: tuple[QuirkBit, ...]
     needed_when: tuple[Need, ...] = ()  # the kernel has what this quirk fixes
+    fixed_when: tuple[Fixed, ...] = ()  # upstream's own fix, recognised
     evidence: tuple[str, ...] = ()  # public sources showing owners need it (links)
     changes: str = ""  # what it changes, in one line
     scope: str = ""  # where it matters, in one line
@@ -132,11 +154,14 @@ class Quirk:
 
     def not_needed(self, read) -> str | None:
         """Why this kernel has nothing for the quirk to fix (its first needed_when fact that fails, after what
-        that means), or None."""
+        that means, or its first fixed_when fact that holds), or None."""
         for need in self.needed_when:
             why = need.fact.check(read)
             if why:
                 return f"{need.otherwise}: {why}"
+        for fixed in self.fixed_when:
+            if fixed.fact.check(read) is None:
+                return f"{fixed.because}: {fixed.fact}"
         return None
 
     @property
@@ -230,6 +255,7 @@ def load_quirks(root: Path | None = None) -> dict[str, Quirk]:
             variants=variants,
             bits=_bits(raw, meta),
             needed_when=tuple(Need.parse(f, f"{meta}: needed_when") for f in raw.get("needed_when", ())),
+            fixed_when=tuple(Fixed.parse(f, f"{meta}: fixed_when") for f in raw.get("fixed_when", ())),
             evidence=tuple(raw.get("evidence", ())),
             changes=raw.get("changes", ""),
             scope=raw.get("scope", ""),

@@ -310,7 +310,9 @@ def test_a_compile_error_prints_the_first_compiler_error_and_the_log(sandbox):
     # a 6.1-shaped tree: its KFD has no CWSR size check, so cwsr-size is left out in one line and the build goes on
     assert [line for line in err if "left out" in line] == [
         "rdna1-kmgr: quirk cwsr-size left out: nothing to fix on this kernel: "
-        "drivers/gpu/drm/amd/amdkfd/kfd_queue.c not found"
+        "drivers/gpu/drm/amd/amdkfd/kfd_queue.c not found",
+        "rdna1-kmgr: quirk topology-sizes left out: nothing to fix on this kernel: "
+        "drivers/gpu/drm/amd/amdkfd/kfd_queue.c not found",
     ]
     # and with it no bit is on by default: said in one line before the compile (issue 37)
     nothing = [line for line in err if "changes nothing" in line]
@@ -342,7 +344,8 @@ def test_dry_run_prints_the_exact_plan_and_changes_nothing(sandbox):
     # before the steps that do the work
     assert plan[1] == "devices 0x731F (no RDNA1 board found here: the RX 5600 XT's; --device names others)"
     assert plan[2].startswith("quirk cwsr-size left out: nothing to fix on this kernel: ")
-    assert plan[3] == NOTHING_ON_61.removeprefix("rdna1-kmgr: ")
+    assert plan[3].startswith("quirk topology-sizes left out: nothing to fix on this kernel: ")
+    assert plan[4] == NOTHING_ON_61.removeprefix("rdna1-kmgr: ")
     assert f"kernel {sandbox.kernel}" in text
     assert f"dkms add -m rdna1-amdgpu -v {sandbox.kernel_version}+p" in text
     assert f"-k {sandbox.kernel} -j" in text and f"--dkmstree={sandbox.trees.dkms}" in text

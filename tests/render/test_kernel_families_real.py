@@ -232,7 +232,7 @@ def test_debian_5_10_renders_and_applies(real_source_510, tmp_path):
         "crat-mem": "kgd",
         "coarse-mtype": "kfd-picks-mtype-no-uncached",
     }
-    assert [q.id for q in manifest.left_out] == ["cwsr-size"]
+    assert [q.id for q in manifest.left_out] == ["cwsr-size", "topology-sizes"]
     patched = patched_copy(real_source_510, out, tmp_path / "patched")
     pte = (patched / GPUVM).read_text()
     assert (

@@ -62,9 +62,10 @@ def test_series_applies_with_patch_and_puts_every_hook_in_place(tree, tmp_path):
     ]
     assert manifest["quirks_mask"] == 0 and manifest["all_bits_mask"] == 0xE
     assert manifest["active_by_default"] == []
-    assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size"]
-    assert manifest["left_out"][0]["why"].startswith("nothing to fix on this kernel: ")
-    assert "kfd_queue.c" in manifest["left_out"][0]["why"]
+    # nor the control stack's (topology-sizes)
+    assert [q["id"] for q in manifest["left_out"]] == ["cwsr-size", "topology-sizes"]
+    assert all(q["why"].startswith("nothing to fix on this kernel: ") for q in manifest["left_out"])
+    assert all("kfd_queue.c" in q["why"] for q in manifest["left_out"])
     assert manifest["asked_quirks"] is None
 
     apply_series(out, tree)
@@ -443,7 +444,7 @@ def test_an_opt_in_quirk_that_fits_no_variant_is_left_out_with_one_line_and_the_
     assert "gmc_v10_0_get_vm_pte() not found" in said[0]
     manifest = json.loads((out / "manifest.json").read_text())
     assert [q["id"] for q in manifest["quirks"]] == ["crat-mem"]
-    assert [q["id"] for q in manifest["left_out"]] == ["coarse-mtype", "cwsr-size"]
+    assert [q["id"] for q in manifest["left_out"]] == ["coarse-mtype", "cwsr-size", "topology-sizes"]
     apply_series(out, tree)
 
 
@@ -508,7 +509,7 @@ def test_rerender_replaces_an_earlier_render(tree, tmp_path):
 def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     result = run_cli("quirks", "--json")
     catalog = json.loads(result.stdout)
-    assert [q["id"] for q in catalog] == ["crat-mem", "coarse-mtype", "cwsr-size"]
+    assert [q["id"] for q in catalog] == ["crat-mem", "coarse-mtype", "cwsr-size", "topology-sizes"]
     bits = {b["id"]: b for q in catalog for b in q["bits"]}
     # on by default only where there is public evidence that owners need it (issue: the cwsr-size quirk)
     assert {i: (b["mask"], b["default"]) for i, b in bits.items()} == {
@@ -516,6 +517,7 @@ def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
         "coarse-mtype-vram": ("0x0004", False),
         "coarse-mtype-host": ("0x0008", False),
         "cwsr-size": ("0x0010", True),
+        "topology-sizes": ("0x0020", True),
     }
     assert all(b["risk"] for b in bits.values())
     evidence = {q["id"]: q["evidence"] for q in catalog}
@@ -527,14 +529,22 @@ def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     cwsr = catalog[2]
     for condition in ("6.12", "RHEL", "BO-backed", "SVM", "CONFIG_DEVICE_PRIVATE", "HSA_USE_SVM=0", "#6125"):
         assert condition in cwsr["scope"], condition
-    assert [n["otherwise"] for n in cwsr["needed_when"]] == [
-        "nothing to fix on this kernel",
-        "upstream already accepts ROCm's size",
-        "upstream already accepts ROCm's size",
+    assert cwsr["needed_when"] == [
+        {"fact": "kfd_queue.c contains `&properties->cwsr_bo`", "otherwise": "nothing to fix on this kernel"}
     ]
-    assert cwsr["needed_when"][1]["fact"] == (
-        "kfd_queue.c: kfd_queue_buffer_get() contains `user_addr + size - 1 != mapping->last`"
-    )
+    # only a recognised form of upstream's fix leaves it out (issue 48)
+    assert [f["fact"] for f in cwsr["fixed_when"]] == [
+        "kfd_queue.c: kfd_queue_buffer_get() contains `user_addr + size - 1 > mapping->last`",
+        "kfd_queue.c contains `props->simd_per_cu * props->max_waves_per_simd`",
+    ]
+    sizes = catalog[3]
+    assert sizes["id"] == "topology-sizes"
+    assert sizes["fixed_when"] == [
+        {
+            "fact": 'kfd_topology.c contains `"ctl_stack_size"`',
+            "because": "the kernel already prints cwsr_size and ctl_stack_size (upstream 8fc2796dea6f)",
+        }
+    ]
     assert all(v["facts"] for q in catalog for v in q["variants"])
     crat = {v["id"]: v["facts"] for v in catalog[0]["variants"]}
     assert crat["largebar-debug-mask"] == [

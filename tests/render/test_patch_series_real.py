@@ -49,7 +49,7 @@ def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_min
     # such check, so there is nothing to fix and the quirk is left out, not refused
     queue = (tree / AMD / "amdkfd/kfd_queue.c").read_text()
     if major_minor == "6.1":
-        assert [q.id for q in manifest.left_out] == ["cwsr-size"] and "rdna1" not in queue
+        assert [q.id for q in manifest.left_out] == ["cwsr-size", "topology-sizes"] and "rdna1" not in queue
     else:
         assert {q.id: q.variant for q in manifest.quirks}["cwsr-size"] == "exact-size"
         assert re.search(
@@ -232,12 +232,14 @@ def replaced(old: bytes, new: bytes):
         (
             b"user_addr + size - 1 != mapping->last",
             b"user_addr + size - 1 > mapping->last",
-            "kfd_queue.c: kfd_queue_buffer_get() does not contain `user_addr + size - 1 != mapping->last`",
+            "upstream already accepts ROCm's size (a BO mapping that covers KFD's): "
+            "kfd_queue.c: kfd_queue_buffer_get() contains `user_addr + size - 1 > mapping->last`",
         ),
         (
             b": cu_num * 32;",
             b": cu_num * props->simd_per_cu * props->max_waves_per_simd;",
-            "kfd_queue.c does not contain `cu_num * 32;`",
+            "upstream already sizes the debugger area as ROCm does: "
+            "kfd_queue.c contains `props->simd_per_cu * props->max_waves_per_simd`",
         ),
     ],
     ids=["covering-mapping", "sized-for-40-waves"],
@@ -251,7 +253,12 @@ def test_where_upstream_accepts_rocms_size_cwsr_size_is_left_out_in_one_line(rea
     result = CliRunner().invoke(main, ["render", "--source", str(tree), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.stderr
     left = [line for line in result.stdout.splitlines() if "left out" in line]
-    assert left == [f"quirk cwsr-size left out: upstream already accepts ROCm's size: {fact}"]
+    assert left == [
+        f"quirk cwsr-size left out: {fact}",
+        # Debian's 6.12 prints the two sizes (8fc2796dea6f): no control stack to fix either
+        "quirk topology-sizes left out: the kernel already prints cwsr_size and ctl_stack_size (upstream "
+        '8fc2796dea6f): kfd_topology.c contains `"ctl_stack_size"`',
+    ]
     manifest = Manifest.read(tmp_path / "out" / "manifest.json")
     assert manifest.quirk_ids == ["crat-mem", "coarse-mtype"]  # the rest renders (opt-in, carried)
     patched = patched_copy(tree, tmp_path / "out", tmp_path / "patched")
