@@ -143,9 +143,12 @@ class FakeSysroot:
         render_minor: int | None = None,
         heap_types: tuple[int, ...] = (),
         capability: int | None = None,
+        **more: int,
     ) -> "FakeSysroot":
         """A KFD topology node as /sys/class/kfd/kfd/topology/nodes/N shows it (0: a CPU node). `capability` is
-        printed as kfd_topology.c's node_show does (`capability %u`, decimal); None leaves the line out."""
+        printed as kfd_topology.c's node_show does (`capability %u`, decimal); None leaves the line out. `more`:
+        further `name value` lines (simd_per_cu, max_waves_per_simd, and the cwsr_size and ctl_stack_size of
+        kernels with upstream 8fc2796dea6f)."""
         node = f"sys/class/kfd/kfd/topology/nodes/{index}"
         props = {
             "cpu_cores_count": 0 if simd_count else 8,
@@ -157,6 +160,7 @@ class FakeSysroot:
         }
         if capability is not None:
             props["capability"] = capability
+        props.update(more)
         self._write(f"{node}/properties", "".join(f"{k} {v}\n" for k, v in props.items()))
         for bank, heap in enumerate(heap_types):
             self._write(f"{node}/mem_banks/{bank}/properties", f"heap_type {heap}\nsize_in_bytes 6425673728\n")

@@ -11,6 +11,7 @@ from pathlib import Path
 from rdna1_kmgr.doctor import (
     board,
     compute_hangs,
+    control_stack,
     gfx_override,
     kfd_access,
     kpack_settings,
@@ -83,9 +84,11 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
         facts.kernel_release,
         sysroot,
         board.quirk_mask(sysroot),
-        _runtimes(sysroot, sdks),
+        _runtimes(sysroot, sdks, builds),
         queue_cwsr.read_svm_facts(sysroot, facts.kernel_release),
         environment_files.assignments(sysroot, home, lambda name: name == queue_cwsr.USE_SVM, environ),
+        control_stack.read(nodes),
+        control_stack.kernel_prints(nodes),
     )
     own = sorted({str(i.lib_dir) for i in bundled})
     found += mixed_stacks.findings(
@@ -114,10 +117,18 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     )
 
 
-def _runtimes(sysroot: Path, sdks: list[therock_wheels.RocmSdk]) -> list[queue_cwsr.RocmRuntime]:
-    """Every ROCm user space whose libhsakmt may create the queues: TheRock's rocm-sdk-core wheels, AMD's
-    /opt/rocm* trees and the distribution's HSA runtime package."""
+def _runtimes(
+    sysroot: Path, sdks: list[therock_wheels.RocmSdk], builds: list[torch_builds.TorchBuild]
+) -> list[queue_cwsr.RocmRuntime]:
+    """Every ROCm user space whose libhsakmt may create the queues: TheRock's rocm-sdk-core wheels, the HIP
+    runtime a torch wheel carries in torch/lib (its version is torch.version.hip), AMD's /opt/rocm* trees and the
+    distribution's HSA runtime package."""
     found = [queue_cwsr.RocmRuntime(f"rocm-sdk-core in {s.site}", s.core_version) for s in sdks if s.core_version]
+    found += [
+        queue_cwsr.RocmRuntime(f"torch {b.version}'s own ROCm in {b.site / 'torch/lib'} (HIP)", b.hip)
+        for b in builds
+        if b.hip and any((b.site / "torch/lib").glob("libhsa-runtime64.so*"))
+    ]
     found += [
         queue_cwsr.RocmRuntime(path, version) for path, version in versions.opt_rocm(sysroot).items() if version != "?"
     ]

@@ -238,7 +238,16 @@ def test_doctor(tmp_path):
     }
     assert {tuple(sorted(f)) for f in findings} == {("check", "facts", "level", "seen", "todo", "why")}
     (queue,) = [f for f in findings if f["check"] == "queue"]
-    assert sorted(queue["facts"]) == ["how", "hsa_use_svm", "kernel", "rdna1_quirks", "runtimes", "svm", "validates"]
+    assert sorted(queue["facts"]) == [
+        "control_stack",
+        "how",
+        "hsa_use_svm",
+        "kernel",
+        "rdna1_quirks",
+        "runtimes",
+        "svm",
+        "validates",
+    ]
 
 
 def test_keys_status(tmp_path):

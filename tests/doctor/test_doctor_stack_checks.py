@@ -25,9 +25,16 @@ TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
 NO_SVM_CAPABILITY = 25728
 
 
+# The RX 5600 XT's node as Debian's 6.12.95 prints it: 36 CUs of 2 SIMDs (simd_count 72), 20 waves a SIMD, and
+# (upstream 8fc2796dea6f) KFD's own sizes, worked out by hand from kfd_queue.c's kfd_queue_ctx_save_restore_size
+# for 32 waves a CU: ctl_stack_size ALIGN(40 + 12 * 1152 + 8, 4096) = 16384, cwsr_size 16384 + 36 * 0x55000 =
+# 12550144.
+RX5600XT_PRINTED = dict(simd_per_cu=2, max_waves_per_simd=20, cwsr_size=12550144, ctl_stack_size=16384)
+
+
 def queue_root(tmp_path, kernel="6.12.95+deb12-amd64", rocm="7.13.0a20260601", mask=None):
     tree = board_root(tmp_path).kernel(kernel)
-    tree.kfd_node(1, 100100, 36, 128, (1,), capability=NO_SVM_CAPABILITY)
+    tree.kfd_node(1, 100100, 72, 128, (1,), capability=NO_SVM_CAPABILITY, **RX5600XT_PRINTED)
     if rocm:
         therock_venv(tmp_path / "root/home/owner/venv", rocm=rocm, torch="2.11.0+rocm" + rocm)
     if mask is not None:
@@ -68,9 +75,14 @@ def test_queue_forms(tmp_path, kernel, rocm, level, words):
 
 
 def test_an_opt_rocm_whose_version_does_not_say_is_a_warning(tmp_path):
+    # ROCm 7.2.x was released before rocm-systems #6125 merged (7.2.1 shipped by 2026-04-04): before (issue 48)
     tree = queue_root(tmp_path, rocm=None).file("opt/rocm-7.2.0/.info/version", "7.2.0-43\n")
     queue = by_check(run(tree), "queue")[0]
-    assert queue["level"] == "warn" and "/opt/rocm-7.2.0 7.2.0-43" in queue["seen"]
+    assert queue["level"] == "ok" and "before rocm-systems #6125 (/opt/rocm-7.2.0 7.2.0-43)" in queue["seen"]
+    # no 8.x or 9.x release is known: cannot be told
+    nine = queue_root(tmp_path / "nine", rocm=None).file("opt/rocm-9.1.0/.info/version", "9.1.0-12\n")
+    queue = by_check(run(nine), "queue")[0]
+    assert queue["level"] == "warn" and "/opt/rocm-9.1.0 9.1.0-12" in queue["seen"]
     ten = queue_root(tmp_path / "ten", rocm=None).file("opt/rocm-10.0.0/.info/version", "10.0.0\n")
     assert by_check(run(ten), "queue")[0]["level"] == "problem"
 
