@@ -24,6 +24,38 @@ def touched_objects(out: Path) -> list[str]:
     )
 
 
+def derived_tree(source: Path, dest: Path, changes: dict) -> Path:
+    """A hard-linked copy of a cached real source in which each file named in `changes` is replaced by a
+    file of its own holding changes[rel](its bytes): a variation of a real tree, built at test time."""
+    shutil.copytree(source, dest, copy_function=os.link)
+    for rel, change in changes.items():
+        path = dest / rel
+        data = change(path.read_bytes())
+        path.unlink()  # break the hard link before writing
+        path.write_bytes(data)
+    return dest
+
+
+# Upstream 8fc2796dea6f ("drm/amdkfd: Export the cwsr_size and ctl_stack_size to userspace", Linux 6.19, stable
+# 6.12.64 and 6.18.4) added these four lines to node_show() after num_cp_queues, read by hand in Debian's 6.12.
+# Taking them out of Debian's 6.12 makes the kernel 6.12.0-6.12.63 were: KFD checks the control stack exactly and
+# does not print it (issue 48).
+EXPORT_LINES = (
+    b'\tsysfs_show_32bit_prop(buffer, offs, "cwsr_size",\n'
+    b"\t\t\t      dev->node_props.cwsr_size);\n"
+    b'\tsysfs_show_32bit_prop(buffer, offs, "ctl_stack_size",\n'
+    b"\t\t\t      dev->node_props.ctl_stack_size);\n"
+)
+
+
+def without_export(data: bytes) -> bytes:
+    assert data.count(EXPORT_LINES) == 1, "kfd_topology.c does not carry 8fc2796dea6f's lines as written"
+    return data.replace(EXPORT_LINES, b"")
+
+
+WITHOUT_EXPORT = {f"{AMD}/amdkfd/kfd_topology.c": without_export}
+
+
 def patched_copy(source: Path, out: Path, dest: Path) -> Path:
     """A hard-linked copy of `source` with the series in `out` applied (GNU patch writes each file it changes
     anew, so the source itself, a cache, is never modified)."""

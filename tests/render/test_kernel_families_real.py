@@ -8,9 +8,8 @@ import re
 import subprocess
 
 import pytest
-from kernel_style import patched_copy, w1_warnings
+from kernel_style import WITHOUT_EXPORT, derived_tree, patched_copy, w1_warnings
 from test_kernel_style import checkpatch, checkpatch_of
-from test_patch_series_real import derived_tree
 
 from rdna1_kmgr.render.name_check import code_of
 from rdna1_kmgr.render.patch_series import render
@@ -142,6 +141,19 @@ FAMILIES = {
         [],
         {"crat-mem": "largebar-param", "coarse-mtype": "kfd-picks-mtype"},
     ),
+    # Debian's 6.12 with upstream 8fc2796dea6f taken out: what 6.12.0-6.12.63 were (issue 48)
+    "6.12.63-without-the-export": (
+        "real_source_612",
+        "headers_612",
+        WITHOUT_EXPORT,
+        [],
+        {
+            "crat-mem": "largebar-debug-mask",
+            "coarse-mtype": "gmc-picks-mtype",
+            "cwsr-size": "exact-size",
+            "topology-sizes": "node-show",
+        },
+    ),
     "6.12-never-spelling-ati": (
         "real_source_612",
         "headers_612",
@@ -184,6 +196,17 @@ def test_each_refused_family_renders_applies_and_passes_checkpatch(request, tmp_
         assert "KFD_IOC_ALLOC_MEM_FLAGS_EXT_COHERENT" not in code
         # what libhsakmt sends as EXT_COHERENT (bit 24) still keeps UC: a row of the self-test
         assert "RDNA1_KFD(VRAM) | RDNA1_KFD(COHERENT) | BIT(24)" in core
+    elif family == "6.12.63-without-the-export":
+        # the two lines come back in upstream's place, printed by the quirk core for listed boards
+        topology = (patched / AMD / "amdkfd/kfd_topology.c").read_text()
+        assert re.search(
+            r'"num_cp_queues",\n\t+ *dev->node_props.num_cp_queues\);\n\n'
+            r"\t/\* rdna1-kmgr: [^\n]*8fc2796dea6f \*/\n\toffs = amdgpu_rdna1_topology_sizes\(dev, buffer, offs\);\n\n"
+            r"\tif \(dev->gpu\) \{",
+            topology,
+        ), topology
+        assert '"%s %u\\n", "cwsr_size"' in core and '"%s %u\\n", "ctl_stack_size"' in core
+        assert manifest.bits_on == ("cwsr-size", "topology-sizes")
     else:
         assert not [p for p in (tree / AMD).rglob("*.[ch]") if b"PCI_VENDOR_ID_ATI" in p.read_bytes()]
         assert "pdev->vendor != PCI_VENDOR_ID_ATI" in core

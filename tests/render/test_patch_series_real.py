@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from kernel_style import patched_copy
+from kernel_style import derived_tree, patched_copy
 
 from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.patch_series import render
@@ -86,18 +86,6 @@ def test_real_source_without_get_vm_pte_is_refused(real_source_612, tmp_path):
     assert "gmc_v10_0.c" in result.stderr and "gmc_v10_0_get_vm_pte" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
-
-
-def derived_tree(source, dest, changes):
-    """A hard-linked copy of a cached real source in which each file named in `changes` is replaced by a
-    file of its own holding changes[rel](its bytes): a variation of a real tree, built at test time."""
-    shutil.copytree(source, dest, copy_function=os.link)
-    for rel, change in changes.items():
-        path = dest / rel
-        data = change(path.read_bytes())
-        path.unlink()  # break the hard link before writing
-        path.write_bytes(data)
-    return dest
 
 
 def apply_with_git(out, tree):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import persistent_cache_root
+from kernel_style import WITHOUT_EXPORT, derived_tree
 from test_engine import (  # noqa: F401 (fixtures)
     assert_nothing_left_running,
     guest_kernel_61,
@@ -78,16 +79,7 @@ def broken_build(built: dict, template: str, line: str, replacement: str, vm_env
     assert line in path.read_text()
     path.write_text(path.read_text().replace(line, replacement))
     monkeypatch.setattr(quirk_catalog, "kmod_root", lambda: kmod)
-    for name, folder in (("RDNA1_KMGR_DKMS_SOURCE_TREE", "usr-src"), ("RDNA1_KMGR_DKMS_TREE", "dkms")):
-        (tmp_path / folder).mkdir()
-        monkeypatch.setenv(name, str(tmp_path / folder))
-        vm_env[name] = str(tmp_path / folder)
-    monkeypatch.setenv("RDNA1_KMGR_CACHE", str(persistent_cache_root()))
-    monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
-
-    kernel = target_kernel.resolve_kernel(built["kernel"])
-    with progress.reporting_to(io.StringIO()):
-        broken = module_build.run(module_build.BuildRequest(kernel=kernel, yes=True))
+    broken = build_apart(built["kernel"], None, vm_env, tmp_path, monkeypatch)
     assert broken.sha256 != built["sha256"]
     # the shared kbuild tree: the changed core and what links it, not the whole driver again
     assert broken.compiled_objects <= 5, broken.compiled_objects
@@ -95,6 +87,21 @@ def broken_build(built: dict, template: str, line: str, replacement: str, vm_env
     out = json.loads(proc.stdout)
     assert proc.returncode == 5 and out["verdict"] == "fail", out.get("reason")
     return out
+
+
+def build_apart(release: str, source: Path | None, vm_env, tmp_path, monkeypatch) -> module_build.BuildResult:
+    """`release` built (from `source`, else Debian's) in the test's own DKMS trees and the session's kbuild tree
+    and ccache, so that only what differs from the session's build compiles again."""
+    for name, folder in (("RDNA1_KMGR_DKMS_SOURCE_TREE", "usr-src"), ("RDNA1_KMGR_DKMS_TREE", "dkms")):
+        (tmp_path / folder).mkdir()
+        monkeypatch.setenv(name, str(tmp_path / folder))
+        vm_env[name] = str(tmp_path / folder)
+    monkeypatch.setenv("RDNA1_KMGR_CACHE", str(persistent_cache_root()))
+    monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
+    kernel = target_kernel.resolve_kernel(release)
+    request = module_build.BuildRequest(kernel=kernel, source=str(source) if source else None, yes=True)
+    with progress.reporting_to(io.StringIO()):
+        return module_build.run(request)
 
 
 def assert_every_quirk_forced_off(out: dict, quirk: str) -> None:
@@ -175,4 +182,47 @@ def test_a_cwsr_size_without_the_wave_count_guard_fails_the_selftest_and_forces_
         monkeypatch,
     )
     assert_every_quirk_forced_off(out, "cwsr-size")
+    assert_nothing_left_running(vm_env)
+
+
+# What the self-test reads back from the lines topology-sizes prints, worked out by hand from Linux 6.12's
+# kfd_queue.c (kfd_queue_ctx_save_restore_size, gfx10 at 32 waves a CU): ctl_stack_size ALIGN(40 + 12 * 32 * CUs
+# + 8, 4096) and cwsr_size ctl_stack_size + CUs * 0x55000. 36 CUs: 13872 -> 16384, 16384 + 0xbf4000; 20 CUs:
+# 7728 -> 8192, 8192 + 0x6a4000; 22 CUs: 8496 -> 12288, 12288 + 0x74e000; 40 CUs: 15408 -> 16384, 16384 +
+# 0xd48000.
+SHOWN = {
+    "RX 5600 XT": (12550144, 16384),
+    "RX 5500": (6971392, 8192),
+    "RX 5500 XT": (7671808, 12288),
+    "Radeon Pro 5600M": (13942784, 16384),
+}
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_a_612_without_the_export_gets_topology_sizes_and_its_vm_selftest_shows_the_two_lines(
+    real_source_612, built_module_612, guest_kernel_612, vm_env, tmp_path, monkeypatch
+):
+    """Issue 48: Debian's archive carries only 6.12 kernels that print the sizes, so the kernel 6.12.0-6.12.63
+    were is made from Debian's own 6.12 source with upstream 8fc2796dea6f taken out, and given the whole path:
+    render, a DKMS build against the real headers, and the module's self-test in a VM of that kernel."""
+    tree = derived_tree(real_source_612, tmp_path / "linux", WITHOUT_EXPORT)
+    built = build_apart(built_module_612["kernel"], tree, vm_env, tmp_path, monkeypatch)
+    # only the objects the series changes beside the session's build: kfd_topology.o, the quirk core and the
+    # files that include its header
+    assert built.compiled_objects <= 20, built.compiled_objects
+    out, manifest = passing_vm_test({"module": built.module, "package_source": built.package_source}, vm_env)
+    assert [q["id"] for q in manifest["quirks"]][-1] == "topology-sizes"
+    load = selftest_load(out)
+    # on by default here, beside cwsr-size: bits 4 and 5
+    assert load["after"]["parameters"]["rdna1_quirks"] == str(manifest["quirks_mask"]) == str(0x30)
+    shown = {
+        m.group(1): (int(m.group(2)), int(m.group(3)))
+        for m in (
+            re.search(r"rdna1-kmgr topology-sizes: (.+) node shows cwsr_size (\d+) ctl_stack_size (\d+)$", line)
+            for line in load["log"]
+        )
+        if m
+    }
+    assert shown == SHOWN
     assert_nothing_left_running(vm_env)
