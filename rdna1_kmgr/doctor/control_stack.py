@@ -106,3 +106,15 @@ def kernel_prints(nodes: list[KfdNode]) -> bool | None:
     if not nodes:
         return None
     return any(all(key in n.properties for key in PRINTED) for n in nodes)
+
+
+def refusal(nodes: list[KfdNode], validates: bool) -> str | None:
+    """Why KFD refuses a post-#6125 queue on this machine's RDNA1 board, in words; None where it does not. For the
+    experiment: a cell that crashes or fails to create its queue here is this, not a crash of the workload."""
+    refused = [c for c in read(nodes) if c.refused]
+    if not validates or not refused:
+        return None
+    return (
+        "KFD refuses the queue's control stack (" + "; ".join(c.describe() for c in refused) + "): "
+        "`rdna1-kmgr doctor`'s queue finding names the fix"
+    )

@@ -58,6 +58,14 @@ def dead_end(detail: str) -> str:
     )
 
 
+def refused_queue(refusal: str) -> str:
+    """The experiment's stop when KFD refuses the board's queues: no user-space setting can change that."""
+    return (
+        f"stopped: {refusal}. Every cell would fail the same way: no profile or backend setting reaches KFD's "
+        "control-stack check"
+    )
+
+
 def host_row(result: HostResult) -> Row:
     return record_row(result.to_json())
 

@@ -9,16 +9,19 @@ says a GPU reset failed ends the experiment there: the record says so and what t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
 from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.doctor import control_stack, kfd_access, queue_cwsr
 from rdna1_kmgr.experiment import answer, cell_run, host_cells, owner_python
 from rdna1_kmgr.host import host_facts, kmsg
 from rdna1_kmgr.host.rdna1_boards import chip_of, format_id
 
+# What a refused queue looks like from the workload: ROCr's HSA_STATUS_ERROR_OUT_OF_RESOURCES, or PyTorch's segfault
+QUEUE_LIKE = ("queue-failed", "crash")
 RESET_FAILED_TODO = (
     "the GPU did not come back after a reset: the experiment stopped. Save what you can, shut the "
     "machine down and power it off (a reboot may not reset the board), then run the experiment again "
@@ -92,6 +95,12 @@ def run(request: Request) -> HostRun:
         f"experiment: {len(cells)} cell(s), torch {python.torch} (HIP {python.hip}) of {python.path}; results in "
         f"{folder}"
     )
+    # What doctor's queue finding reads first: KFD refusing the board's control stack makes a cell's crash or
+    # failed queue that, not a fault of the workload.
+    release = host_facts.detect(request.sysroot).kernel_release
+    refusal = control_stack.refusal(
+        kfd_access.read_nodes(request.sysroot), queue_cwsr.kernel_validates(request.sysroot, release)[0]
+    )
     results: list[cell_run.HostResult] = []
     stopped = dead_end = None
     for number, cell in enumerate(cells, 1):
@@ -107,8 +116,14 @@ def run(request: Request) -> HostRun:
             python.owner,
             "experiment-quick" if request.quick else "experiment",
         )
+        if refusal and result.outcome in QUEUE_LIKE:
+            result = replace(result, outcome="queue-failed", detail=f"{result.detail}; {refusal}")
         results.append(result)
         progress.say(f"[{number}/{len(cells)}] {cell.id}: {result.outcome} ({result.seconds:.1f} s) {result.detail}")
+        if refusal and result.outcome == "queue-failed":
+            dead_end = answer.refused_queue(refusal)
+            warn(dead_end)
+            break
         if result.reset_failed:
             stopped = RESET_FAILED_TODO
             warn(stopped)

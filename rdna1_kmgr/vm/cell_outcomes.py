@@ -35,7 +35,8 @@ OUTCOMES = (
     ),
     Outcome(
         "queue-failed",
-        "queue creation failed (HSA_STATUS_ERROR_OUT_OF_RESOURCES: on kernels >= 6.12, " "KFD's CWSR size check)",
+        "KFD refused the compute queue (HSA_STATUS_ERROR_OUT_OF_RESOURCES): on kernels >= 6.12 its control-stack "
+        "or CWSR size check; `rdna1-kmgr doctor`'s queue finding says which",
         "#d32f2f",
     ),
     Outcome("memory-fault", 'the GPU faulted on an address ("Memory access fault by GPU")', "#b71c1c"),
@@ -51,7 +52,9 @@ BY_NAME = {o.name: o for o in OUTCOMES}
 # Error text -> outcome, the most specific first (a fault's abort message may follow a HIP error).
 _TEXT = (
     ("memory-fault", re.compile(r"Memory access fault by GPU|memory access fault", re.I)),
-    ("queue-failed", re.compile(r"HSA_STATUS_ERROR_OUT_OF_RESOURCES")),
+    # ROCr's KfdDriver::CreateQueue turns any AMDKFD_IOC_CREATE_QUEUE failure into OUT_OF_RESOURCES; CLR logs
+    # "Device::acquireQueue: hsa_queue_create failed!" (rocdevice.cpp) when a stream's queue cannot be made
+    ("queue-failed", re.compile(r"HSA_STATUS_ERROR_OUT_OF_RESOURCES|hsa_queue_create failed")),
     (
         "kernel-image-invalid",
         re.compile(r"device kernel image is invalid|kpack_load_code_object|hipErrorInvalidImage", re.I),

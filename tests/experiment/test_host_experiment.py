@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sysfs_fixtures import no_gpu, rx5600xt
+from sysfs_fixtures import FakeSysroot, no_gpu, rx5600xt
 
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.experiment import cell_run
@@ -277,6 +277,31 @@ def test_a_torch_that_sees_no_gpu_stops_after_one_cell_with_the_reason_everywher
     assert "sees no GPU" in page and "rdna1-kmgr doctor" in page
     applied = CliRunner().invoke(main, ["experiment", "apply", "--dry-run"])
     assert applied.exit_code == 2 and "sees no GPU" in applied.stderr and "doctor" in applied.stderr
+
+
+def test_a_refused_control_stack_is_named_as_such_and_stops_the_experiment(bench, torch_python):
+    """Issue 48: on a kernel that checks the control stack and does not print it (6.17 here), a post-#6125 ROCm's
+    first kernel launch fails; PyTorch often just dies. The cell says it is KFD refusing the queue, with the
+    sizes, and points at doctor, instead of calling it a crash."""
+    tree = FakeSysroot(Path(bench["sysroot"]))
+    tree.kernel("6.17.0-14-generic")
+    # the RX 5600 XT's node: 36 CUs (72 SIMDs, 2 a CU, 20 waves a SIMD), no cwsr_size / ctl_stack_size lines
+    tree.kfd_node(1, 100100, 72, 128, (1,), simd_per_cu=2, max_waves_per_simd=20)
+    bench["script"](
+        {
+            cell: {"do": "abort", "at": "smoke", "message": "Segmentation fault"}
+            for cell in ("as-installed/miopen", "no-override/miopen")
+        }
+    )
+    args = ("--backend", "miopen", "--profile", "as-installed", "--profile", "no-override")
+    result = experiment(bench, torch_python, *args)
+    record = json.loads((bench["tmp"] / "state/experiments/host-latest.json").read_text())
+    assert [c["cell"] for c in record["cells"]] == ["as-installed/miopen"], result.output
+    cell = record["cells"][0]
+    assert cell["outcome"] == "queue-failed"
+    # KFD's 0x4000 against 0x5000 (ALIGN(40 + 12 * 32 * 36 + 8, 4096) and the same for 40 waves a CU, by hand)
+    assert "KFD checks 0x4000, ROCm after rocm-systems #6125 sends 0x5000" in cell["detail"]
+    assert "rdna1-kmgr doctor" in record["dead_end"] and "control-stack" in record["dead_end"]
 
 
 # These cells do not test the hang limit: a loaded machine takes over CASE_LIMIT for the batchnorm step's first
