@@ -25,6 +25,7 @@ from test_engine import (  # noqa: F401 (fixtures)
 )
 
 from rdna1_kmgr.core import progress
+from rdna1_kmgr.doctor import control_stack, kfd_access, queue_cwsr
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_build
 from rdna1_kmgr.render import quirk_catalog
@@ -226,3 +227,29 @@ def test_a_612_without_the_export_gets_topology_sizes_and_its_vm_selftest_shows_
     }
     assert shown == SHOWN
     assert_nothing_left_running(vm_env)
+    # doctor on this kernel's RX 5600 XT node, before (stock: no lines) and after (the lines the VM showed)
+    before, after = (
+        doctor_queue(tmp_path / name, lines, mask)
+        for name, lines, mask in (
+            ("before", {}, None),
+            ("after", dict(zip(("cwsr_size", "ctl_stack_size"), shown["RX 5600 XT"], strict=False)), 0x30),
+        )
+    )
+    assert before.level == "problem" and "KFD checks 0x4000, ROCm after rocm-systems #6125 sends 0x5000" in before.seen
+    assert after.level == "ok" and "prints ctl_stack_size 16384" in after.seen and "has cwsr-size" in after.seen
+
+
+def doctor_queue(root: Path, lines: dict, mask: int | None):
+    """doctor's queue finding for an RX 5600 XT (36 CUs) on Debian's 6.12 without SVM, with a 2026 ROCm."""
+    node = root / "sys/class/kfd/kfd/topology/nodes/1"
+    node.mkdir(parents=True)
+    props = {"simd_count": 72, "simd_per_cu": 2, "max_waves_per_simd": 20, "gfx_target_version": 100100}
+    props |= {"capability": 0x6480, **lines}
+    (node / "properties").write_text("".join(f"{k} {v}\n" for k, v in props.items()))
+    nodes = kfd_access.read_nodes(root)
+    svm = queue_cwsr.read_svm_facts(root, "6.12.63-amd64")
+    rocm = [queue_cwsr.RocmRuntime("rocm-sdk-core", "7.15.0a20260630")]
+    (found,) = queue_cwsr.findings(
+        True, "6.12.63-amd64", root, mask, rocm, svm, [], control_stack.read(nodes), control_stack.kernel_prints(nodes)
+    )
+    return found
