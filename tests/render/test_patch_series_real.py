@@ -61,6 +61,10 @@ def test_series_applies_to_the_real_source(request, tmp_path, fixture, major_min
         # the release path is not touched: it keeps KFD's size, as the SVM acquire does
         release = queue[queue.index("int kfd_queue_release_buffers(") :]
         assert "rdna1" not in release[: release.index("\n}\n")]
+        # Debian's 6.12 (from 6.12.64) and 7.x print cwsr_size and ctl_stack_size (8fc2796dea6f): upstream's fix
+        (sizes,) = [q for q in manifest.left_out if q.id == "topology-sizes"]
+        assert sizes.why.startswith("the kernel already prints cwsr_size and ctl_stack_size")
+        assert "rdna1" not in (tree / AMD / "amdkfd/kfd_topology.c").read_text()
     assert (tree / AMD / "amdgpu/amdgpu_rdna1.c").is_file()
     # the cache was not touched
     assert (source / AMD / "amdgpu/gmc_v10_0.c").read_bytes() == before
