@@ -55,6 +55,9 @@ tar -C "$here" --exclude=./.git --exclude=./build -cf - . | tar -C "$copy" -xf -
 spec=$copy
 [ "$with_tests" = yes ] && spec="$copy[test]"
 "$prefix/bin/pip" install -q --disable-pip-version-check --upgrade "$spec"
+# The command runs isolated, `python -I`: root never reads PYTHONPATH, PYTHONHOME or a user's site-packages, and
+# the hooks and units, which call this same file, neither (issue 49; docs/security.md).
+sed -i '1s|^\(#!.*/python[0-9.]*\)$|\1 -I|' "$prefix/bin/rdna1-kmgr"
 mkdir -p "$bindir"
 ln -sf "$prefix/bin/rdna1-kmgr" "$bindir/rdna1-kmgr"
 # Earlier releases put the command in /usr/local/sbin: that link goes, so one command answers to the name.

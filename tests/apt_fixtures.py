@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rdna1_kmgr.core import program_env
+
 
 def apt_config(
     tmp_path: Path, monkeypatch=None, sources_list: str = "", parts: dict[str, str] | None = None, extra: str = ""
@@ -28,6 +30,9 @@ def apt_config(
     )
     if monkeypatch is not None:
         monkeypatch.setenv("APT_CONFIG", str(conf))
+        # root's programs get APT_CONFIG from no caller's environment (core/program_env.py): this in-process
+        # test's apt reads the fixture's sources as though they were the system's
+        monkeypatch.setattr(program_env, "KEPT", program_env.KEPT | {"APT_CONFIG"})
     return conf
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from rdna1_kmgr.core import tool_env
 from rdna1_kmgr.modbuild import prerequisites
 from rdna1_kmgr.source import debian_archive, kernel_source
 
@@ -80,6 +81,19 @@ WARMER_OFF_ENV = "RDNA1_KMGR_TEST_NO_WARMER"
 WARMED_FIXTURES = {"wholesystem_image_61", "wholesystem_uefi_sb_image_61", "wholesystem_image_trixie"}
 
 
+MADE_MARKER = "_rdna1_kmgr_made_test_marker"
+
+
+def pytest_sessionstart(session):
+    """A test run root set up (core/tool_env.py): the tool honours its test switches (a crash point, the tests'
+    apt configuration) only while this root-owned marker exists; removed when the session ends."""
+    if os.geteuid() != 0 or tool_env.test_run():
+        return
+    tool_env.TEST_MARKER.write_text("rdna1-kmgr's test session: the tool honours its test switches\n")
+    tool_env.TEST_MARKER.chmod(0o644)
+    setattr(session.config, MADE_MARKER, True)
+
+
 def pytest_collection_finish(session):
     """Start the cache warmer when the session has whole-system tests (as root: they need it anyway)."""
     wanted = any(
@@ -115,7 +129,9 @@ def pytest_collection_finish(session):
 
 def pytest_sessionfinish(session):
     """The warmer is done when the Debian 13 tests ran; if the session ends first, it is stopped (SIGTERM unwinds
-    its mounts and its copy of the image)."""
+    its mounts and its copy of the image). The test-run marker goes with the session that made it."""
+    if getattr(session.config, MADE_MARKER, False):
+        tool_env.TEST_MARKER.unlink(missing_ok=True)
     warmer = getattr(session.config, WARMER, None)
     if warmer is None or warmer.poll() is not None:
         return

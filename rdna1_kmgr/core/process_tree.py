@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from rdna1_kmgr.core import keeper, keeper_link
+from rdna1_kmgr.core import keeper, keeper_link, program_env
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.owner import Owner
 from rdna1_kmgr.core.program_path import located
@@ -40,10 +40,14 @@ reporting_starts, stop_left_over = keeper.reporting_starts, keeper.stop_left_ove
 
 def start(argv: list[str], as_user: Owner | None = None, **popen) -> subprocess.Popen:
     """Popen in a session of its own, tied to this process's life: its parent death signal, the keeper, and
-    whoever `reporting_starts` asked. `as_user`: it runs as that user (`_as_owner`)."""
+    whoever `reporting_starts` asked. `env`: what the program needs beyond the allow-list of
+    core/program_env.py, the only variables of this process's it gets. `as_user`: it runs as that user
+    (`_as_owner`), and `env` is then its whole environment, made from program_env.for_owner()."""
     keeper_link.ensure(_start_keeper)  # before the program: a tool killed right after the fork still has its keeper
     if as_user is not None:
         popen.update(_as_owner(as_user, popen.get("env")))
+    else:  # root's programs: the allow-list and what the caller named for this one (core/program_env.py)
+        popen["env"] = program_env.for_program(popen.get("env"))
     argv = located(argv, popen.get("env"))
     proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=keeper.dies_with(os.getpid()), **popen)
     started = Started(proc.pid, keeper.start_time(proc.pid) or 0, keeper.boot_id(), tuple(argv))
@@ -129,9 +133,10 @@ _IDENTITY = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "MAIL", "XDG_RUNTIME_DI
 def _as_owner(owner: Owner, env: dict[str, str] | None) -> dict:
     """Popen's arguments that run a program as `owner`: their uid, gid and groups (set in the child before it
     runs anything; its parent death signal is set after, as a change of user clears it), and a clean
-    environment: the caller's `env` (never this process's own) less what names root, plus the owner's HOME,
+    environment: the caller's `env` (else program_env.for_owner()) less what names root, plus the owner's HOME,
     USER, LOGNAME and PATH. The one place the tool drops root."""
-    clean = {k: v for k, v in (env or {}).items() if k not in _IDENTITY and not k.startswith("SUDO_")}
+    given = program_env.for_owner() if env is None else env
+    clean = {k: v for k, v in given.items() if k not in _IDENTITY and not k.startswith("SUDO_")}
     clean.update(owner.environment())
     if os.geteuid() == owner.uid:
         return {"env": clean}

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, AnyStr, Generic, Literal, overload
 
-from rdna1_kmgr.core import process_tree
+from rdna1_kmgr.core import process_tree, program_env
 from rdna1_kmgr.core.errors import HostError, KmgrError
 from rdna1_kmgr.core.owner import Owner
 from rdna1_kmgr.core.program_path import located
@@ -174,7 +174,7 @@ def interactive(
     argv = [str(arg) for arg in argv]
     log.info("run (interactive): %s", shlex.join(argv))
     try:
-        code = subprocess.run(located(argv, None)).returncode
+        code = subprocess.run(located(argv, None), env=program_env.for_program()).returncode
     except OSError as err:
         raise error(f"{doing or argv[0]}: cannot run {argv[0]}: {err.strerror}", hint) from None
     log.info("exit %d: %s", code, argv[0])

@@ -8,12 +8,11 @@ says a GPU reset failed ends the experiment there: the record says so and what t
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from rdna1_kmgr.core import progress
+from rdna1_kmgr.core import program_env, progress
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.doctor import control_stack, kfd_access, queue_cwsr
 from rdna1_kmgr.experiment import answer, cell_run, host_cells, owner_python
@@ -78,7 +77,7 @@ class HostRun:
 
 def run(request: Request) -> HostRun:
     cells = host_cells.select(request.profiles, request.backends, request.pattern)
-    base_env = dict(os.environ)
+    base_env = program_env.for_owner()  # the owner's, never root's (core/program_env.py)
     python = owner_python.given(request.python, base_env)  # the input first, then the machine
     board = the_board(request.sysroot)
     python = owner_python.ready(python, request.sysroot, base_env)

@@ -17,13 +17,12 @@ experiment stays in /etc, /boot or grubenv once it has ended or been stopped.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rdna1_kmgr.core import owner as owners
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import program_env, runner
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import make_dirs, write_json
 from rdna1_kmgr.core.output import optional
@@ -171,19 +170,15 @@ def installed_build(root: TargetRoot) -> InstalledBuild | None:
 # where programs are, the home, the locale, and the ROCm and PyTorch stacks' own settings. Nothing else of the
 # environment `start` ran in (root's, through sudo: tokens, keys, passwords) goes into plan.json.
 # PYTHONPATH: what the owner's Python loads beside its venv, as the host cells get it; the cell runs as the owner.
-_KEPT_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "VIRTUAL_ENV", "PYTHONPATH")
-_KEPT_PREFIXES = ("LC_", "HSA_", "ROCM_", "MIOPEN_", "HIP_", "PYTORCH_", "TORCH_", "AMD_", "GPU_")
+# The allow-list is core/program_env.py's (owners_stack), the host cells' too.
 
 
 def owner_environment(env: dict[str, str]) -> dict[str, str]:
-    """The variables of `env` a cell needs (plan.json keeps these): the allow-list above and every name a
-    profile sets or unsets, less what belongs to the login session."""
+    """The variables of `env` a cell needs (plan.json keeps these): program_env's allow-list of the owner's stack
+    and every name a profile sets or unsets, less what belongs to the login session."""
     profile_names = {name for p in profiles.load().values() for name in (*p.set, *p.unset)}
-    return {
-        k: v
-        for k, v in env.items()
-        if k not in _SESSION and (k in _KEPT_NAMES or k.startswith(_KEPT_PREFIXES) or k in profile_names)
-    }
+    stack = program_env.owners_stack(env)
+    return {k: v for k, v in env.items() if k not in _SESSION and (k in stack or k in profile_names)}
 
 
 # --- state ------------------------------------------------------------------------------------------------------
@@ -314,7 +309,7 @@ def start(request: Request, dry_run: bool) -> Started:
         )
     hosts = chosen_host_cells(request.host_pattern)  # the input first, then the machine
     kernel_cells = select_kernel_cells(request.kernel_cells, installed_build(root))
-    env = dict(os.environ)
+    env = program_env.for_owner()
     python = owner_python.given(request.python, env)
     board = host_run.the_board(request.sysroot)
     why = boot_cells.unavailable(root)

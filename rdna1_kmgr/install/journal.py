@@ -43,15 +43,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import tool_env, user_input
 from rdna1_kmgr.core.errors import Exit, HostError, KmgrError
 from rdna1_kmgr.core.files import create_new, fsync_dir, make_dirs, move_into_place, sha256_file
 from rdna1_kmgr.core.paths import state_dir
+from rdna1_kmgr.core.trust import untrusted
 
 # Test-only: `RDNA1_KMGR_TEST_ABORT_AFTER=<step>` makes install or rollback die like `kill -9` (exit 137)
 # right after that step's record is on disk, so the tests can prove recovery from a crash at every step.
 # Not for users: it leaves the system half changed on purpose.
-ABORT_ENV = "RDNA1_KMGR_TEST_ABORT_AFTER"
+ABORT_ENV = tool_env.ABORT_AFTER
 
 
 class JournalError(KmgrError):
@@ -67,8 +68,8 @@ class Busy(KmgrError):
 
 
 def abort_point(step: str) -> None:
-    """Test-only crash switch (see ABORT_ENV)."""
-    if os.environ.get(ABORT_ENV) == step:
+    """Test-only crash switch (see ABORT_ENV), honoured in a test run root set up only (core/tool_env.py)."""
+    if tool_env.test_switch(ABORT_ENV) == step:
         os._exit(137)
 
 
@@ -375,6 +376,7 @@ class Journal:
         )
 
     def _backup(self, path: Path, name: str) -> dict:
+        refuse_untrusted_folder(path)
         entry = {"path": str(path), "backup": None}
         if path.is_symlink():
             return {**entry, "symlink": os.readlink(path)}
@@ -420,6 +422,7 @@ class Journal:
     def restore(self, entry: dict) -> str:
         """Put one backed-up path back as it was (idempotent); says what it did."""
         path = Path(entry["path"])
+        refuse_untrusted_folder(path)
         if "symlink" in entry:
             if path.is_symlink() and os.readlink(path) == entry["symlink"]:
                 return f"kept the link {path}"
@@ -457,6 +460,19 @@ class Journal:
         shutil.rmtree(self.dir, ignore_errors=True)
         fsync_dir(journal_root())
         return target
+
+
+def refuse_untrusted_folder(path: Path) -> None:
+    """Refuse, in one line, a path the journal writes or restores whose folder someone other than root could change
+    or swap: a folder or a link on the way that is not root's, or a folder others may write (core/trust.py). A link
+    root made in a folder of root's (/lib on a merged-/usr system) is followed; one a user planted, never
+    (issue 49: a folder link swapped between `profile install` and `profile remove`)."""
+    problem = untrusted(path.parent, frozenset({0, os.geteuid()}), links=True, missing_ok=True, folder=True)
+    if problem:
+        raise HostError(
+            f"refusing to write {path}: {problem}",
+            "nothing was changed there; make every folder on the way root's and not writable by others",
+        )
 
 
 def _remove(path: Path) -> None:

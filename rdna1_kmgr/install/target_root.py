@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdna1_kmgr.core import tool_env
 from rdna1_kmgr.core.errors import UsageError
 
 ROOT_ENV = "RDNA1_KMGR_ROOT"
@@ -25,13 +26,15 @@ class TargetRoot:
 
     @classmethod
     def from_env(cls) -> TargetRoot:
+        """`/`, or the folder RDNA1_KMGR_ROOT names once it passes the check of the tool's own roots (a tree a
+        user could change would let them aim root's restores: core/tool_env.py)."""
         value = os.environ.get(ROOT_ENV)
         if not value:
             return cls()
         path = Path(value)
         if not path.is_absolute() or not path.is_dir():
             raise UsageError(f"{ROOT_ENV}={value!r} is not an absolute directory", "unset it (it is for tests)")
-        return cls(path)
+        return cls(tool_env.moved_root(ROOT_ENV, "/"))
 
     @property
     def is_system(self) -> bool:

@@ -26,7 +26,7 @@ from pathlib import Path
 import jinja2
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import runner
+from rdna1_kmgr.core import runner, tool_env
 from rdna1_kmgr.core.errors import BuildError, HostError
 from rdna1_kmgr.core.files import make_dirs, publish_tree, write_atomic
 from rdna1_kmgr.core.paths import cache_dir
@@ -68,9 +68,11 @@ class Trees:
 
     @classmethod
     def from_env(cls) -> Trees:
+        """The trees, each moved only to a folder that passes the check of the tool's own roots: dkms sources
+        what it finds there as bash, and root signs what it builds (core/tool_env.py)."""
         return cls(
-            source=Path(os.environ.get("RDNA1_KMGR_DKMS_SOURCE_TREE", "/usr/src")),
-            dkms=Path(os.environ.get("RDNA1_KMGR_DKMS_TREE", "/var/lib/dkms")),
+            source=tool_env.moved_root(tool_env.DKMS_SOURCE_TREE, "/usr/src"),
+            dkms=tool_env.moved_root(tool_env.DKMS_TREE, "/var/lib/dkms"),
         )
 
     def cli_args(self) -> list[str]:
@@ -267,9 +269,7 @@ def remove_args(package: Package, kernel: str | None) -> list[str]:
 
 def _run(args: list[str], trees: Trees, env: dict[str, str] | None = None) -> runner.Result:
     require_dkms()
-    return runner.run(
-        command(args, trees), timeout=600, check=False, env={**os.environ, **(env or {})}, error=BuildError
-    )
+    return runner.run(command(args, trees), timeout=600, check=False, env=env, error=BuildError)
 
 
 @dataclass(frozen=True)
@@ -443,7 +443,7 @@ def build(
             timeout=BUILD_TIMEOUT,
             check=False,
             merge_stderr=True,
-            env={**os.environ, **(env or {})},
+            env=env,
             on_tick=on_tick,
             error=BuildError,
         )

@@ -208,7 +208,7 @@ class Apt(PackageManager):
         _require_root(plan)
         for path, text in plan.files.items():
             write_atomic(path, text.encode())  # a small system file, whole or not at all
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
         for command in plan.commands:
             # Wait for another apt or dpkg (an unattended upgrade, a second session) instead of failing at once.
             waiting = [command[0], "-o", f"DPkg::Lock::Timeout={LOCK_WAIT}", *command[1:]]

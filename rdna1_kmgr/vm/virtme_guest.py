@@ -81,9 +81,7 @@ class VirtmeNgGuest:
 
     def env(self) -> dict[str, str]:
         # vng runs virtme-run through PATH: the folder vng lives in (a venv's bin) must be on it.
-        env = dict(os.environ)
-        env["PATH"] = os.pathsep.join([str(Path(self.vng).parent), env.get("PATH", "/usr/bin:/bin")])
-        return env
+        return {"PATH": os.pathsep.join([str(Path(self.vng).parent), os.environ.get("PATH", "/usr/bin:/bin")])}
 
     def boot(self, request: GuestRequest) -> GuestRun:
         """Boot the kernel, run the request's command in the guest, and read the result.json it wrote."""

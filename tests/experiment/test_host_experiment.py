@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -86,7 +87,10 @@ def bench(tmp_path, monkeypatch):
     monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
     monkeypatch.setenv("RDNA1_KMGR_ROOT", str((tmp_path / "root").resolve()))
     (tmp_path / "root").mkdir()
-    monkeypatch.setenv("PYTHONPATH", str(STANDIN))
+    # A copy of the stand-in with its script beside it (standin.json): the cells get the owner's stack of this
+    # process's environment (PYTHONPATH), not a test's own variables (core/program_env.py)
+    shutil.copytree(STANDIN, tmp_path / "standin")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "standin"))
     (tmp_path / "scratch").mkdir()
     monkeypatch.setattr(cell_run, "SCRATCH", tmp_path / "scratch")  # the owner's cell folders
 
@@ -95,7 +99,6 @@ def bench(tmp_path, monkeypatch):
         path.write_text(
             json.dumps({"kmsg": str(tree.root / "dev/kmsg"), "log": str(tmp_path / "standin.log"), "cells": cells})
         )
-        monkeypatch.setenv("STANDIN_SCRIPT", str(path))
         return path
 
     def seen() -> list[dict]:
