@@ -44,8 +44,10 @@ def for_program(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """A program's environment under the tool: the allow-list of this process's, HOME of the user the tool runs
     as, and `extra`."""
     env = allowed(os.environ)
-    if tool_env.test_run():  # the tests' apt configuration, in a test run root set up only
-        env.update({k: v for k, v in os.environ.items() if k in tool_env.TEST_PASSED})
+    if tool_env.test_run():  # the tests' apt configuration and stand-ins, in a test run root set up only
+        env.update(
+            {k: v for k, v in os.environ.items() if k in tool_env.TEST_PASSED or k.startswith(tool_env.TEST_PREFIX)}
+        )
     try:
         env["HOME"] = pwd.getpwuid(os.geteuid()).pw_dir
     except KeyError:

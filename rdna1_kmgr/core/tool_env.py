@@ -8,11 +8,12 @@ Root's environment is the caller's (`su` keeps it whole, `sudo -E` nearly so), s
 | RDNA1_KMGR_DKMS_TREE, _DKMS_SOURCE_TREE | DKMS's trees (/var/lib/dkms, /usr/src) | the same check |
 | RDNA1_KMGR_ROOT | the file system install, rollback and status act on (/) | the same check, and a folder |
 | RDNA1_KMGR_TEST_ABORT_AFTER | nothing: a crash point for the killed-run tests | honoured in a test run only |
+| RDNA1_KMGR_TEST_* | the tests' stand-in programs (a slow or failing update-initramfs) | passed on in a test run only |
 | RDNA1_KMGR_CELL, RDNA1_KMGR_VFIO_RUN | set by the tool for its own children | never read from the caller |
 
 A test run is one root set up: TEST_MARKER exists, a regular file of root's that nobody else can write, in a
 folder of root's (tests/conftest.py makes it for the session and removes it after). Only then are the test
-switches honoured and the programs the tool starts given TEST_PASSED (the tests' apt configuration).
+switches honoured and the programs the tool starts given TEST_PASSED and TEST_PREFIX's variables.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ ABORT_AFTER = "RDNA1_KMGR_TEST_ABORT_AFTER"
 DKMS_TREE = "RDNA1_KMGR_DKMS_TREE"
 DKMS_SOURCE_TREE = "RDNA1_KMGR_DKMS_SOURCE_TREE"
 ROOT = "RDNA1_KMGR_ROOT"
-TEST_PASSED = frozenset({"APT_CONFIG"})
+# What the programs the tool starts get in a test run only: the tests' apt configuration, their own TMPDIR (a
+# user's TMPDIR would let them race root's temporary files), and their stand-ins' switches
+TEST_PASSED = frozenset({"APT_CONFIG", "TMPDIR"})
+TEST_PREFIX = "RDNA1_KMGR_TEST_"
 
 
 def test_run() -> bool:

@@ -89,7 +89,7 @@ FAKE_UPDATE_INITRAMFS = """\
 #!/bin/sh
 # Test double for initramfs-tools' update-initramfs -c -k KREL -b BOOTDIR on a scratch root (BOOTDIR's
 # parent). Like mkinitramfs it copies the modules and modprobe.d into a staging tree, runs depmod there and
-# packs it as a zstd cpio, which the real lsinitramfs and unmkinitramfs read. FAKE_INITRAMFS_STALE leaves
+# packs it as a zstd cpio, which the real lsinitramfs and unmkinitramfs read. RDNA1_KMGR_TEST_INITRAMFS_STALE leaves
 # updates/ out (an image whose index still gives the stock module).
 set -e
 while [ $# -gt 0 ]; do
@@ -97,14 +97,14 @@ while [ $# -gt 0 ]; do
     shift
 done
 root=$(dirname "$boot")
-[ -z "$FAKE_INITRAMFS_SLEEP" ] || sleep "$FAKE_INITRAMFS_SLEEP"
-if [ -n "$FAKE_INITRAMFS_FAIL" ]; then echo "E: the test asked this update-initramfs to fail" >&2; exit 1; fi
+[ -z "$RDNA1_KMGR_TEST_INITRAMFS_SLEEP" ] || sleep "$RDNA1_KMGR_TEST_INITRAMFS_SLEEP"
+if [ -n "$RDNA1_KMGR_TEST_INITRAMFS_FAIL" ]; then echo "E: the test asked this update-initramfs to fail" >&2; exit 1; fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/lib/modules" "$stage/etc"
 cp -a "$root/lib/modules/$krel" "$stage/lib/modules/"
 rm -f "$stage/lib/modules/$krel/build"
-[ -z "$FAKE_INITRAMFS_STALE" ] || rm -rf "$stage/lib/modules/$krel/updates"
+[ -z "$RDNA1_KMGR_TEST_INITRAMFS_STALE" ] || rm -rf "$stage/lib/modules/$krel/updates"
 cp -a "$root/etc/modprobe.d" "$stage/etc/"
 depmod -b "$stage" "$krel"
 (cd "$stage" && find . -mindepth 1 | sed 's|^\\./||' | LC_ALL=C sort | cpio -o -H newc --quiet --reproducible) \\
@@ -652,7 +652,7 @@ def test_install_killed_inside_a_step_is_rolled_back_exactly(system):
     """SIGKILL while update-initramfs runs: the step's intent is on disk, its `done` is not."""
     before = system.hash()
     proc = system.popen(
-        "install", "--kernel", system.kernel, "--yes", *system.cert_args, env={"FAKE_INITRAMFS_SLEEP": "30"}
+        "install", "--kernel", system.kernel, "--yes", *system.cert_args, env={"RDNA1_KMGR_TEST_INITRAMFS_SLEEP": "30"}
     )
     try:
         deadline = time.monotonic() + 60
@@ -698,7 +698,7 @@ def test_rollback_killed_mid_way_then_run_again_restores_everything(system, poin
 
 def test_two_concurrent_installs_one_refuses_naming_the_other(system):
     first = system.popen(
-        "install", "--kernel", system.kernel, "--yes", *system.cert_args, env={"FAKE_INITRAMFS_SLEEP": "4"}
+        "install", "--kernel", system.kernel, "--yes", *system.cert_args, env={"RDNA1_KMGR_TEST_INITRAMFS_SLEEP": "4"}
     )
     try:
         deadline = time.monotonic() + 60
@@ -720,7 +720,7 @@ def test_two_concurrent_installs_one_refuses_naming_the_other(system):
 
 def test_a_failing_step_is_rolled_back_at_once(system):
     before = system.hash()
-    proc = system.install(env={"FAKE_INITRAMFS_FAIL": "1"})
+    proc = system.install(env={"RDNA1_KMGR_TEST_INITRAMFS_FAIL": "1"})
     assert proc.returncode == 4, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert "install failed at initramfs" in last and "rolled back" in last
@@ -731,7 +731,7 @@ def test_a_failing_step_is_rolled_back_at_once(system):
 
 def test_an_initramfs_that_would_load_another_amdgpu_fails_verification_and_is_rolled_back(system):
     before = system.hash()
-    proc = system.install(env={"FAKE_INITRAMFS_STALE": "1"})
+    proc = system.install(env={"RDNA1_KMGR_TEST_INITRAMFS_STALE": "1"})
     assert proc.returncode == 5, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert "install failed at verify" in last
