@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import persistent_cache_root
-from kernel_style import WITHOUT_EXPORT, derived_tree
+from kernel_style import AMD, WITHOUT_EXPORT, derived_tree
 from test_engine import (  # noqa: F401 (fixtures)
     assert_nothing_left_running,
     guest_kernel_61,
@@ -237,6 +237,30 @@ def test_a_612_without_the_export_gets_topology_sizes_and_its_vm_selftest_shows_
     )
     assert before.level == "problem" and "KFD checks 0x4000, ROCm after rocm-systems #6125 sends 0x5000" in before.seen
     assert after.level == "ok" and "prints ctl_stack_size 16384" in after.seen and "has cwsr-size" in after.seen
+
+
+def sized_for_40_waves(data: bytes) -> bytes:
+    """kfd_queue_ctx_save_restore_size sizing gfx10 for simd_per_cu * max_waves_per_simd waves, as ROCm does,
+    written in an order the render's fixed_when does not know as upstream's fix."""
+    old = b": cu_num * 32;"
+    assert data.count(old) == 1
+    return data.replace(old, b": cu_num * props->max_waves_per_simd * props->simd_per_cu;")
+
+
+@pytest.mark.vm
+@pytest.mark.realbuild
+def test_a_kfd_sized_for_40_waves_in_a_form_render_does_not_know_keeps_cwsr_size_and_its_selftest_passes(
+    real_source_612, built_module_612, guest_kernel_612, vm_env, tmp_path, monkeypatch
+):
+    """Issue 48: a form of upstream's fix the render does not recognise keeps the quirk, and the self-test
+    tolerates a KFD that already sizes gfx10 as ROCm does (the sizes worked out by hand in its template) instead
+    of switching every quirk off."""
+    tree = derived_tree(real_source_612, tmp_path / "linux", {f"{AMD}/amdkfd/kfd_queue.c": sized_for_40_waves})
+    built = build_apart(built_module_612["kernel"], tree, vm_env, tmp_path, monkeypatch)
+    out, manifest = passing_vm_test({"module": built.module, "package_source": built.package_source}, vm_env)
+    assert "cwsr-size" in [q["id"] for q in manifest["quirks"]]
+    assert selftest_load(out)["after"]["parameters"]["rdna1_quirks"] == str(1 << 4)
+    assert_nothing_left_running(vm_env)
 
 
 def doctor_queue(root: Path, lines: dict, mask: int | None):
