@@ -28,6 +28,7 @@ size ...").
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from rdna1_kmgr.doctor.kfd_access import KfdNode
@@ -98,6 +99,24 @@ def of_node(node: KfdNode) -> ControlStack:
 def read(nodes: list[KfdNode]) -> list[ControlStack]:
     """The control stack of every RDNA1 GPU node."""
     return [of_node(n) for n in nodes if n.properties.get("gfx_target_version", 0) in RDNA1]
+
+
+# Upstream releases that print the two sizes (8fc2796dea6f): 6.12.64 on in 6.12, 6.18.4 on in 6.18, 6.19 and later.
+# A distribution may have backported it: only a read of the node says for sure.
+_PRINTING_FROM = {(6, 12): 64, (6, 18): 4}
+
+
+def prints_by_version(release: str) -> bool | None:
+    """Whether an upstream kernel of this release prints the two sizes; None: the release does not say."""
+    numbers = re.match(r"^(\d+)\.(\d+)\.(\d+)", release)
+    if not numbers:
+        return None
+    line, point = (int(numbers.group(1)), int(numbers.group(2))), int(numbers.group(3))
+    if line >= (6, 19):
+        return True
+    if line in _PRINTING_FROM:
+        return point >= _PRINTING_FROM[line]
+    return False if line >= (6, 12) else None
 
 
 def kernel_prints(nodes: list[KfdNode]) -> bool | None:

@@ -359,11 +359,16 @@ def _without_board(
         )
     else:
         seen = f"no RDNA1 board here; kernel {release}: KFD checks the CWSR size ({how}); {_UNTOLD}; {loaded}"
+    by_version = prints is None and control_stack.prints_by_version(release) is not None
+    if by_version:
+        prints = control_stack.prints_by_version(release)
     if validates and prints is not None:
+        how_known = " by its version (no KFD topology to read)" if by_version else ""
         seen += (
-            "; KFD prints cwsr_size and ctl_stack_size: no control stack to fix"
+            f"; KFD prints cwsr_size and ctl_stack_size{how_known}: no control stack to fix"
             if prints
-            else f"; KFD does not print cwsr_size and ctl_stack_size: an RX 5600 XT or RX 5500 needs {SIZES_QUIRK}"
+            else f"; KFD does not print cwsr_size and ctl_stack_size{how_known}: an RX 5600 XT or RX 5500 needs "
+            f"{SIZES_QUIRK}"
         )
     return _queue("info", seen, _NEEDS, "", facts)
 

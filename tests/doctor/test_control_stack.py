@@ -188,3 +188,20 @@ def test_hsa_use_svm_0_on_a_kernel_without_svm_names_both(tmp_path):
         and "HSA_USE_SVM=0 in /home/owner/.bashrc:1 too" in (found["seen"])
     )
     assert "remove HSA_USE_SVM=0" not in found["todo"]  # removing it changes nothing without the SVM API
+
+
+@pytest.mark.parametrize(
+    "release, prints",
+    [
+        ("6.12.63-amd64", False),  # the stable backport came with 6.12.64
+        ("6.12.64-amd64", True),
+        ("6.17.0-14-generic", False),  # 6.17.y never got it
+        ("6.18.3", False),
+        ("6.18.4-arch1-1", True),
+        ("6.19.0", True),
+        ("7.1.2", True),
+        ("6.1.0-56-amd64", None),  # no check at all: nothing to say
+    ],
+)
+def test_without_a_topology_the_release_says_whether_upstream_prints_the_sizes(release, prints):
+    assert control_stack.prints_by_version(release) is prints

@@ -147,11 +147,11 @@ def test_without_a_board_trixies_612_needs_cwsr_size_and_says_whether_the_loaded
     stock = without_board(tmp_path / "a", "6.12.118+deb13-amd64", NO_SVM_CONFIG, None)
     assert stock["level"] == "info" and "no RDNA1 board here; kernel 6.12.118+deb13-amd64" in stock["seen"]
     assert "offers no SVM API" in stock["seen"] and "an RDNA1 board needs cwsr-size" in stock["seen"]
-    assert stock["seen"].endswith("the loaded amdgpu is not an rdna1-kmgr build")
+    assert "the loaded amdgpu is not an rdna1-kmgr build" in stock["seen"]
     patched = without_board(tmp_path / "b", "6.12.118+deb13-amd64", NO_SVM_CONFIG, 0x1E)
-    assert patched["seen"].endswith("the loaded amdgpu carries cwsr-size, on (rdna1_quirks=0x1e)")
+    assert "the loaded amdgpu carries cwsr-size, on (rdna1_quirks=0x1e)" in patched["seen"]
     off = without_board(tmp_path / "c", "6.12.118+deb13-amd64", NO_SVM_CONFIG, 0x0E)
-    assert off["seen"].endswith("with cwsr-size off (rdna1_quirks=0xe)")
+    assert "with cwsr-size off (rdna1_quirks=0xe)" in off["seen"]
 
 
 def test_without_a_board_a_kernel_with_svm_or_without_the_check_is_not_affected(tmp_path):
