@@ -117,6 +117,24 @@ def test_e3_openssl_conf_loads_the_attackers_provider_in_no_program_of_roots(hos
     assert not marker.exists()
 
 
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_e3_openssl_conf_is_gone_before_the_tools_own_process_loads_openssl(tmp_path):
+    """Found as a newcomer would (issue 49): the tool's own Python loads libcrypto (hashlib), which read the
+    caller's OPENSSL_CONF and ran its provider as root before any program was started."""
+    marker = tmp_path / "ran"
+    conf = tmp_path / "openssl.cnf"
+    conf.write_text(
+        "openssl_conf = init\n[init]\nproviders = providers\n[providers]\nevil = evil\n"
+        f"[evil]\nmodule = {provider(tmp_path, marker)}\nactivate = 1\n"
+    )
+    env = {**os.environ, "OPENSSL_CONF": str(conf)}
+    subprocess.run([sys.executable, "-I", "-c", "import hashlib; hashlib.sha256()"], env=env)
+    assert marker.exists(), "the planted provider did not load: the test would prove nothing"
+    marker.unlink()
+    done = subprocess.run([sys.executable, "-I", "-c", "import rdna1_kmgr.cli, hashlib; hashlib.sha256()"], env=env)
+    assert done.returncode == 0 and not marker.exists()
+
+
 @pytest.mark.skipif(shutil.which("apt-config") is None, reason="needs apt")
 def test_e3_apt_config_and_modprobe_options_reach_neither_program(hostile, tmp_path, monkeypatch):
     conf = tmp_path / "apt.conf"
