@@ -58,11 +58,8 @@ def for_program(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def owners_stack(environ: Mapping[str, str]) -> dict[str, str]:
     """The allow-listed variables of `environ` and the owner's PyTorch and ROCm settings in it."""
-    return {
-        k: v
-        for k, v in environ.items()
-        if k in KEPT or k in OWNER_NAMES or k.startswith(KEPT_PREFIXES) or k.startswith(OWNER_PREFIXES)
-    }
+    stack = {k: v for k, v in environ.items() if k in OWNER_NAMES or k.startswith(OWNER_PREFIXES)}
+    return {**allowed(environ), **stack}
 
 
 def for_owner(extra: Mapping[str, str] | None = None) -> dict[str, str]:

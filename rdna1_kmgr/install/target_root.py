@@ -14,7 +14,7 @@ from pathlib import Path
 from rdna1_kmgr.core import tool_env
 from rdna1_kmgr.core.errors import UsageError
 
-ROOT_ENV = "RDNA1_KMGR_ROOT"
+ROOT_ENV = tool_env.ROOT  # listed, with its check, in core/tool_env.py
 # Where kmod reads modprobe configuration, most important first; a file name in an earlier folder hides
 # the same name in later ones (modprobe.d(5)).
 MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "lib/modprobe.d", "usr/lib/modprobe.d")
