@@ -9,22 +9,11 @@ import struct
 import zlib
 
 import pytest
+from doctor_checks import GFX1030, HOST, bundle
 
 from rdna1_kmgr.doctor import code_objects
 
 GFX1010 = "hipv4-amdgcn-amd-amdhsa--gfx1010"
-GFX1030 = "hipv4-amdgcn-amd-amdhsa--gfx1030"
-HOST = "host-x86_64-unknown-linux-gnu-"
-
-
-def bundle(*ids: str, payload: bytes = b"\0" * 64) -> bytes:
-    header_size = 32 + sum(24 + len(i) for i in ids)
-    out = bytearray(code_objects.BUNDLE_MAGIC + struct.pack("<Q", len(ids)))
-    for n, entry in enumerate(ids):
-        out += struct.pack("<QQQ", header_size + n * len(payload), len(payload), len(entry)) + entry.encode()
-    for _ in ids:
-        out += payload
-    return bytes(out)
 
 
 def compressed(inner: bytes, method: int, version: int) -> bytes:

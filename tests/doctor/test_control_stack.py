@@ -15,7 +15,7 @@ CWSR area then decides: SVM takes ROCm's larger area, a BO refuses it (cwsr-size
 """
 
 import pytest
-from test_doctor_fixtures import board_root, by_check, run
+from doctor_checks import board_root, by_check, run
 from therock_fixtures import therock_venv
 
 from rdna1_kmgr.doctor import control_stack, queue_cwsr

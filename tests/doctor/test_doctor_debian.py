@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from doctor_checks import by_check
 from rocm_fixtures import PACKAGES, link_tree, unpacked
 from sysfs_fixtures import rx5600xt
-from test_doctor_fixtures import by_check
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 

@@ -5,33 +5,11 @@ import os
 from pathlib import Path
 
 import pytest
-from sysfs_fixtures import rx5600xt
-from test_code_objects import GFX1030, HOST, bundle
+from doctor_checks import GFX1030, HOST, board_root, bundle, by_check, run
 
 from rdna1_kmgr.core.output import to_json
 from rdna1_kmgr.doctor import report
 from rdna1_kmgr.render import quirk_catalog
-
-OWNER_UID = 1000
-
-
-def board_root(tmp_path: Path, owner_groups=("render", "video")):
-    """An RX 5600 XT on amdgpu with its KFD node (gfx1010, render minor 128) and device nodes 0660 owned by
-    the group `render` (given this process's gid so the mode bits decide, as on a real system)."""
-    tree = rx5600xt(tmp_path / "root")
-    gid = os.getgid()
-    tree.users(("owner", OWNER_UID, list(owner_groups)), ("guest", 1001, []), groups={"render": gid, "video": 44})
-    tree.kfd_node(0).kfd_node(1, gfx_target_version=100100, simd_count=36, render_minor=128, heap_types=(1,))
-    tree.file("dev/kfd", "", 0o660).file("dev/dri/renderD128", "", 0o660)
-    return tree
-
-
-def by_check(result: dict, check: str) -> list[dict]:
-    return [f for f in result["findings"] if f["check"] == check]
-
-
-def run(tree, user="owner", pythons=()):
-    return to_json(report.run(tree.root, list(pythons), user))  # as --json gives it
 
 
 def test_kfd_node_and_access_for_a_user_in_render(tmp_path):

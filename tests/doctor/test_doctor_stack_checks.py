@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from doctor_checks import board_root, by_check, queue_root, run
 from sysfs_fixtures import no_gpu
-from test_doctor_fixtures import board_root, by_check, run
 from therock_fixtures import therock_venv
 
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
@@ -17,29 +17,6 @@ TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
 
 
 # --- the queue failure (rocm-systems #6125 x KFD's CWSR size check) ----------------------------------------
-
-
-# The RX 5600 XT's KFD node's capability without HSA_CAP_SVMAPI_SUPPORTED, as on Debian's 6.12 (no
-# CONFIG_DEVICE_PRIVATE): watch points (0x80, 4 of them: 0x400), doorbell type 2.0 (0x2000), AQL queue double
-# map (0x4000), bits of include/uapi/linux/kfd_sysfs.h: 0x6480.
-NO_SVM_CAPABILITY = 25728
-
-
-# The RX 5600 XT's node as Debian's 6.12.95 prints it: 36 CUs of 2 SIMDs (simd_count 72), 20 waves a SIMD, and
-# (upstream 8fc2796dea6f) KFD's own sizes, worked out by hand from kfd_queue.c's kfd_queue_ctx_save_restore_size
-# for 32 waves a CU: ctl_stack_size ALIGN(40 + 12 * 1152 + 8, 4096) = 16384, cwsr_size 16384 + 36 * 0x55000 =
-# 12550144.
-RX5600XT_PRINTED = dict(simd_per_cu=2, max_waves_per_simd=20, cwsr_size=12550144, ctl_stack_size=16384)
-
-
-def queue_root(tmp_path, kernel="6.12.95+deb12-amd64", rocm="7.13.0a20260601", mask=None):
-    tree = board_root(tmp_path).kernel(kernel)
-    tree.kfd_node(1, 100100, 72, 128, (1,), capability=NO_SVM_CAPABILITY, **RX5600XT_PRINTED)
-    if rocm:
-        therock_venv(tmp_path / "root/home/owner/venv", rocm=rocm, torch="2.11.0+rocm" + rocm)
-    if mask is not None:
-        tree.file("sys/module/amdgpu/parameters/rdna1_quirks", f"{mask}\n")
-    return tree
 
 
 def test_612_stock_amdgpu_and_a_rocm_after_6125_is_the_queue_problem(tmp_path):

@@ -6,7 +6,7 @@ import json
 import struct
 from pathlib import Path
 
-from test_doctor_fixtures import board_root, by_check, run
+from doctor_checks import board_root, by_check, run
 from therock_fixtures import (
     dist_info,
     elf_library,

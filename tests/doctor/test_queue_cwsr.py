@@ -5,8 +5,7 @@ queues.c (handle_concrete_asic), fmm.c (hsakmt_fmm_init_process_apertures) and o
 
 import gzip
 
-from test_doctor_fixtures import by_check, run
-from test_doctor_stack_checks import NO_SVM_CAPABILITY, RX5600XT_PRINTED, queue_root
+from doctor_checks import NO_SVM_CAPABILITY, RX5600XT_PRINTED, by_check, queue_root, run
 
 from rdna1_kmgr.doctor import queue_cwsr
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "doctor"))
-from test_doctor_stack_checks import NO_SVM_CAPABILITY  # noqa: E402
+from doctor_checks import NO_SVM_CAPABILITY  # noqa: E402
 from therock_fixtures import therock_venv  # noqa: E402
 
 from rdna1_kmgr.cli import main  # noqa: E402
