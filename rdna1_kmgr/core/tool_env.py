@@ -4,7 +4,7 @@ Root's environment is the caller's (`su` keeps it whole, `sudo -E` nearly so), s
 
 | variable | moves | check |
 |---|---|---|
-| RDNA1_KMGR_STATE, _CACHE, _LOG | the tool's own roots | core/paths.py: root's own, no link, no group or other write |
+| RDNA1_KMGR_STATE, _CACHE, _LOG | the tool's roots (core/paths.py) | trust.check_root: root's, no link or g/o write |
 | RDNA1_KMGR_DKMS_TREE, _DKMS_SOURCE_TREE | DKMS's trees (/var/lib/dkms, /usr/src) | the same check |
 | RDNA1_KMGR_ROOT | the file system install, rollback and status act on (/) | the same check, and a folder |
 | RDNA1_KMGR_TEST_ABORT_AFTER | nothing: a crash point for the killed-run tests | honoured in a test run only |
@@ -22,9 +22,12 @@ import os
 import stat
 from pathlib import Path
 
-from rdna1_kmgr.core import paths
+from rdna1_kmgr.core.trust import check_root
 
 TEST_MARKER = Path("/run/rdna1-kmgr-test-run")
+STATE = "RDNA1_KMGR_STATE"
+CACHE = "RDNA1_KMGR_CACHE"
+LOG = "RDNA1_KMGR_LOG"
 ABORT_AFTER = "RDNA1_KMGR_TEST_ABORT_AFTER"
 DKMS_TREE = "RDNA1_KMGR_DKMS_TREE"
 DKMS_SOURCE_TREE = "RDNA1_KMGR_DKMS_SOURCE_TREE"
@@ -56,12 +59,19 @@ def test_switch(name: str) -> str | None:
     return os.environ.get(name) if test_run() else None
 
 
-def moved_root(name: str, default: str) -> Path:
-    """A folder the tool writes under, moved by `name` when set: refused in one line unless it passes the check
-    of the tool's own roots (core/paths.py)."""
+_checked: set[tuple[str, int]] = set()
+
+
+def moved_root(name: str, default: str, check_default: bool = False) -> Path:
+    """A folder the tool works under, moved by `name` when set: refused in one line unless it passes the check of
+    the tool's own roots (core/trust.check_root), once a process and user; the default too with
+    `check_default` (the tool's own roots: M4 of issue 40)."""
     value = os.environ.get(name)
-    if not value:
+    if not value and not check_default:
         return Path(default)
-    path = Path(value)
-    paths.check_root(path, name)
+    path = Path(value or default)
+    key = (str(path), os.geteuid())
+    if key not in _checked:
+        check_root(path, name)
+        _checked.add(key)
     return path

@@ -121,3 +121,23 @@ def trusted_command(command: Path) -> Path:
             "install rdna1-kmgr with install.sh (root's /opt/rdna1-kmgr) and run `/usr/local/bin/rdna1-kmgr`",
         )
     return command
+
+
+def root_problem(path: Path) -> str | None:
+    """What makes `path` unsafe as a root the tool writes under, or None: untrusted(), trusting root and the
+    caller, refusing links, passing what the tool will make."""
+    if not path.is_absolute():
+        return "not an absolute path"
+    if ".." in path.parts:
+        return "it holds '..'"
+    return untrusted(path, frozenset({0, os.geteuid()}), links=False, missing_ok=True, folder=True)
+
+
+def check_root(path: Path, env: str) -> None:
+    """Refuse, in one line, a root folder someone other than root (or the caller) could change under the tool."""
+    problem = root_problem(path)
+    if problem:
+        raise HostError(
+            f"refusing {path} as a folder of the tool: {problem}",
+            f"make it and its parents root's and not writable by group or others, or unset {env}",
+        )

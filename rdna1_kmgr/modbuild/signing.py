@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.core import paths, runner
+from rdna1_kmgr.core import runner, trust
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.files import move_into_place
 from rdna1_kmgr.host import system_identity
@@ -82,7 +82,7 @@ def check_usable(pair: KeyPair) -> None:
             f"signing key {pair.key} is owned by uid {info.st_uid}, not by uid {os.geteuid()} which signs with it",
             f"run `chown root:root {pair.key}` if the key is yours, else make a new one",
         )
-    problem = paths.root_problem(pair.key.parent.absolute())
+    problem = trust.root_problem(pair.key.parent.absolute())
     if problem:
         raise HostError(f"signing key {pair.key} is in an unsafe folder: {problem}", "keep it in root's folders")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import SourceError, UsageError
-from rdna1_kmgr.core.paths import root_problem
+from rdna1_kmgr.core.trust import root_problem
 
 
 def signed_text(clearsigned: bytes, keyring: Path, what: str) -> str:
@@ -38,7 +38,7 @@ def signed_text(clearsigned: bytes, keyring: Path, what: str) -> str:
 
 def check_root_only(tree: Path) -> None:
     """Refuse (SourceError, one line) a source tree someone other than root could have changed since it was
-    checked: every folder above it must pass the roots' check (core/paths.root_problem) and every entry in it
+    checked: every folder above it must pass the roots' check (core/trust.root_problem) and every entry in it
     be owned by root (the user the tool runs as) and writable by no one else (a group other than root's
     included). Cheap, links not followed, and enough: what only root can change is what root unpacked and
     checked. Run right before a build that will be signed."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.core import paths
+from rdna1_kmgr.core import paths, trust
 from rdna1_kmgr.core.errors import HostError
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
@@ -18,27 +18,27 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives folders away: root
 
 def test_a_tmp_path_root_passes_and_the_sticky_tmp_above_it_is_accepted(tmp_path):
     assert Path("/tmp").stat().st_mode & 0o1777 == 0o1777  # what the rule is about
-    assert paths.root_problem(tmp_path / "state") is None
-    assert paths.root_problem(Path("/var/lib/rdna1-kmgr")) is None
+    assert trust.root_problem(tmp_path / "state") is None
+    assert trust.root_problem(Path("/var/lib/rdna1-kmgr")) is None
 
 
 def test_a_sticky_world_writable_folder_is_refused_as_the_root_itself(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
-    assert paths.root_problem(shared) == f"{shared} is writable by all users (mode 1777)"
-    assert paths.root_problem(shared / "state") is None  # a sticky root-owned ancestor, as /tmp
+    assert trust.root_problem(shared) == f"{shared} is writable by all users (mode 1777)"
+    assert trust.root_problem(shared / "state") is None  # a sticky root-owned ancestor, as /tmp
 
 
 def test_a_group_writable_ancestor_a_link_and_a_relative_path_are_refused(tmp_path):
     open_folder = tmp_path / "open"
     open_folder.mkdir()
     open_folder.chmod(0o775)
-    assert paths.root_problem(open_folder / "state") == f"{open_folder} is writable by its group (mode 0775)"
+    assert trust.root_problem(open_folder / "state") == f"{open_folder} is writable by its group (mode 0775)"
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    assert paths.root_problem(tmp_path / "link" / "state") == f"{tmp_path / 'link'} is a symbolic link"
-    assert paths.root_problem(Path("state")) == "not an absolute path"
+    assert trust.root_problem(tmp_path / "link" / "state") == f"{tmp_path / 'link'} is a symbolic link"
+    assert trust.root_problem(Path("state")) == "not an absolute path"
 
 
 @as_root
@@ -60,6 +60,6 @@ def test_the_user_the_tool_runs_as_may_own_its_roots_when_that_is_not_root(tmp_p
     mine = tmp_path / "mine"
     mine.mkdir()
     os.chown(mine, NOBODY, NOBODY)
-    assert paths.root_problem(mine) == f"{mine} is owned by nobody"
+    assert trust.root_problem(mine) == f"{mine} is owned by nobody"
     monkeypatch.setattr(os, "geteuid", lambda: NOBODY)  # the user's own run can only harm the user
-    assert paths.root_problem(mine) is None
+    assert trust.root_problem(mine) is None
