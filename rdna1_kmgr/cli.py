@@ -1,13 +1,15 @@
 """The command line: a thin click layer over the modules that do the work."""
 
+import difflib
 import importlib
+import shlex
 import sys
 
 import click
 
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import command_log, program_path
-from rdna1_kmgr.core.errors import HostError, KmgrError
+from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
 
 # Each command's module is imported when that command runs (or `--help` lists them all): the boot guard's
 # services run `boot-check` and `confirm` at every boot, and importing every command first cost each of them
@@ -47,6 +49,20 @@ class KmgrGroup(click.Group):
         module, attribute = COMMANDS[name].split(":")
         return getattr(importlib.import_module(f"rdna1_kmgr.commands.{module}"), attribute)
 
+    def parse_args(self, ctx, args):
+        ctx.meta["rdna1_kmgr.argv"] = list(args)  # the command line as typed, for a hint that repeats it
+        return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            close = difflib.get_close_matches(name, COMMANDS, n=1)
+            raise UsageError(
+                f"no command {name!r}",
+                (f"did you mean `{close[0]}`? " if close else "") + "`rdna1-kmgr --help` lists the commands",
+            )
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx):
         program_path.include_system_programs()
         command_log.start()
@@ -54,9 +70,10 @@ class KmgrGroup(click.Group):
             return super().invoke(ctx)
         except PermissionError as err:
             # Mostly root's own state, journal and logs (0700, root's alone) read by a command run as a user.
+            typed = shlex.join(ctx.meta.get("rdna1_kmgr.argv") or [ctx.invoked_subcommand or ""])
             denied = HostError(
                 f"{err.strerror.lower() if err.strerror else 'permission denied'}: {err.filename}",
-                f"rdna1-kmgr keeps its state and logs root's alone: run `sudo rdna1-kmgr {ctx.invoked_subcommand}`",
+                f"rdna1-kmgr keeps its state and logs root's alone: run `sudo rdna1-kmgr {typed}`",
             )
             click.echo(f"rdna1-kmgr: error: {denied.line()}", err=True)
             sys.exit(denied.exit_code)
