@@ -3,7 +3,9 @@
 import click
 
 from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.doctor.kfd_access import invoking_user
 from rdna1_kmgr.doctor.report import run, text_lines
 
 
@@ -33,7 +35,13 @@ def doctor(as_json, sysroot, pythons, user_name):
     """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION, gfx1010 code in PyTorch and ROCm (TheRock's
     split wheels too), the CWSR queue check, mixed stacks, MIOpen settings, PCIe atomics, hangs. Reads only."""
     sysroot = user_input.existing_dir(sysroot, "sysroot")
-    result = run(sysroot, list(pythons), user_input.user_name(user_name) if user_name else None)
+    if user_name:
+        user_name = user_input.user_name(user_name)
+        if invoking_user(sysroot, user_name) is None:
+            raise UsageError(
+                f"--user {user_name!r} is not a user of {sysroot}", "give a name `getent passwd` lists there"
+            )
+    result = run(sysroot, list(pythons), user_name)
     if as_json:
         emit_json(result)
     else:

@@ -19,7 +19,7 @@ def _profile_variable(name: str) -> bool:
     return name.startswith(profiles.SOLVER_PREFIX) or any(name in p.set for p in profiles.load().values())
 
 
-def findings(sysroot: Path, home: Path | None) -> list[Finding]:
+def findings(sysroot: Path, home: Path | None, board: bool = True) -> list[Finding]:
     on_host = sysroot.resolve() == Path("/")
     named = {
         f"/{rel}": user_profile.named_in(sysroot / rel) for rel in (user_profile.ENVIRONMENT_D, user_profile.PROFILE_D)
@@ -46,7 +46,9 @@ def findings(sysroot: Path, home: Path | None) -> list[Finding]:
                 "no rdna1-kmgr user-space profile installed",
                 "",
                 "find what your board needs with `rdna1-kmgr experiment` (on this desktop, no "
-                "reboot), then `rdna1-kmgr experiment apply`",
+                "reboot), then `rdna1-kmgr experiment apply`"
+                if board
+                else "",
                 facts,
             )
         )

@@ -46,6 +46,7 @@ class DoctorReport:
     rocm_loads: str  # the gfx code ROCm loads for it (another one under HSA_OVERRIDE_GFX_VERSION)
     summary: dict[str, int]  # findings per level
     findings: list[Finding]
+    next_step: str  # the one thing to do now, or "nothing to do here" and why
 
 
 def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: str | None = None) -> DoctorReport:
@@ -105,7 +106,7 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     found += compute_hangs.findings(records, bool(records))
     wheels = [f"TheRock's rocm-sdk-core {s.core_version} in {s.site}" for s in sdks if s.core_version]
     found += versions.findings(sysroot, facts.kernel_release, wheels)
-    found += profile_check.findings(sysroot, home)
+    found += profile_check.findings(sysroot, home, device is not None)
     return DoctorReport(
         sysroot=str(sysroot),
         user=user.name if user else None,
@@ -114,6 +115,22 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
         rocm_loads=loads,
         summary={level: sum(f.level == level for f in found) for level in LEVELS},
         findings=found,
+        next_step=next_step(found, device is not None),
+    )
+
+
+def next_step(found: list[Finding], board: bool) -> str:
+    """The single thing to do now: the first PROBLEM's fix (doctor lists them in the order to fix them), else the
+    first warning's, else the experiment on a machine with the board, else nothing, and why."""
+    for level in ("problem", "warn"):
+        first = next((f for f in found if f.level == level and f.todo), None)
+        if first is not None:
+            return f"{first.check}: {first.todo}"
+    if not board:
+        return "nothing to do here: no RDNA1 board on this machine (run doctor where the board is)"
+    return (
+        "nothing marked to fix; check that Conv2d is right on the board with `rdna1-kmgr experiment` "
+        "(on this desktop, no reboot, nothing changed)"
     )
 
 
@@ -169,4 +186,5 @@ def text_lines(result: DoctorReport) -> list[str]:
         f"{summary['problem']} problem(s), {summary['warn']} warning(s), {summary['ok']} ok, "
         f"{summary['info']} note(s)"
     )
+    lines.append(f"next: {result.next_step}")
     return lines

@@ -71,7 +71,7 @@ FAMILIES = (
         "HIP runtime",
         ("libamdhip64.so",),
         (),
-        "everything: it is the runtime every ROCm library and PyTorch calls",
+        "nothing that uses ROCm runs: it is the runtime every ROCm library and PyTorch calls",
         needed=True,
         prebuilt=False,
     ),
@@ -220,7 +220,7 @@ def findings(
                 Finding(
                     family.id,
                     "warn" if family.needed and rocm_torch else "info",
-                    f"{family.name}: not installed (looked in {', '.join(LIB_GLOBS)})",
+                    f"{family.name}: not installed (looked in {', '.join('/' + g for g in LIB_GLOBS)})",
                     f"without it {family.lacking}" if family.needed else "",
                     "nothing to do if PyTorch brings its own ROCm (TheRock's wheels do); install "
                     "ROCm's or the distribution's package only for programs that use the "

@@ -231,6 +231,7 @@ def test_doctor(tmp_path):
     assert shape(report) == {
         "board": STR,
         "board_processor": STR,
+        "next_step": STR,
         "rocm_loads": STR,
         "summary": {"info": INT, "ok": INT, "problem": INT, "warn": INT},
         "sysroot": STR,
