@@ -1,5 +1,6 @@
 """The reference that cannot drift: docs/reference.md's generated parts and the man page rdna1-kmgr(8), written
-from click's own definitions of the commands, core/errors.py's Exit and the quirk catalog (kmod/quirks/*/quirk.toml).
+from click's own definitions of the commands, core/errors.py's Exit, the quirk catalog (kmod/quirks/*/quirk.toml) and
+TheRock's package indexes (doctor/therock_indexes.py).
 
 Regenerate after changing a command, an exit code or a quirk (tests/commands/test_reference.py fails until then):
 
@@ -23,6 +24,7 @@ from rdna1_kmgr import __version__
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core import files
 from rdna1_kmgr.core.errors import Exit
+from rdna1_kmgr.doctor import therock_indexes
 from rdna1_kmgr.host.rdna1_boards import format_id
 from rdna1_kmgr.render import quirk_catalog
 
@@ -135,7 +137,16 @@ def quirks_markdown() -> str:
     return "\n".join(lines)
 
 
-GENERATED = {"commands": commands_markdown, "exit-codes": exit_codes_markdown, "quirks": quirks_markdown}
+def therock_indexes_markdown() -> str:
+    return "\n".join(therock_indexes.markdown_table()) + "\n"
+
+
+GENERATED = {
+    "commands": commands_markdown,
+    "exit-codes": exit_codes_markdown,
+    "quirks": quirks_markdown,
+    "therock-indexes": therock_indexes_markdown,
+}
 
 
 def _block(name: str) -> re.Pattern:

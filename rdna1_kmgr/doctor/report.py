@@ -74,7 +74,8 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     processors = tuple(sorted({processor, loads}))
     sites = torch_builds.sites_of(sysroot, home, pythons or [])
     builds = torch_builds.find(sites, processors)
-    found += torch_builds.findings(builds, sites, processor, loads, sysroot)
+    vendors = frozenset(d.vendor for d in facts.display_devices)
+    found += torch_builds.findings(builds, sites, processor, loads, sysroot, vendors if device else frozenset())
     bundled = [i for b in builds for i in b.bundled]
     installs = rocm_libraries.find_installs(rocm_libraries.lib_dirs(sysroot), processors)
     found += rocm_libraries.findings(installs, processor, loads, bundled, any(b.hip for b in builds))

@@ -2,8 +2,8 @@
 where their ROCm libraries live, and whether the device wheel for the board is there.
 
 From TheRock's RELEASES.md ("Installing multi-arch PyTorch Python packages") and
-docs/packaging/python_packaging.md (ROCm/TheRock): `pip install --index-url
-https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx1010]" "torchvision[device-gfx1010]"` pulls the
+docs/packaging/python_packaging.md (ROCm/TheRock): `pip install --index-url <the channel's index>
+"torch[device-gfx1010]" "torchvision[device-gfx1010]"` (the indexes: therock_indexes.py) pulls the
 host wheels (`torch`, `rocm-sdk-core`, `rocm-sdk-libraries`) and, for the extra, `amd-torch-device-gfx1010`
 and `rocm-sdk-device-gfx1010`. The host wheels carry host code only; the device wheels overlay `.kpack`
 archives and kernel databases (rocBLAS' Tensile files under `lib/rocblas/library/`) into the host packages'
@@ -17,7 +17,8 @@ docs/packaging/legacy_per_family_releases.md): a stable release is `X.Y.Z` (torc
 release index, a prerelease `X.Y.ZrcN` on the prerelease index, a nightly `X.Y.ZaYYYYMMDD` (optionally
 `+bkc.YYYYMMDD`) on the nightly index, a dev build `X.Y.Z.devN+<commit>` on the dev index. Legacy per-family
 releases (`rocm-sdk-libraries-<family>`, e.g. gfx110X-all) were served from a per-family index of their own and
-are no longer produced. A pip line pinned to a release but pointed at the nightly index cannot resolve.
+are no longer produced. A pip line pinned to a release but pointed at the nightly index cannot resolve, and one
+that asks a venv holding another torch for `torch[device-gfx1010]` installs nothing: pip_line says which.
 """
 
 from __future__ import annotations
@@ -27,22 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.core import user_files
-from rdna1_kmgr.doctor import kpack
+from rdna1_kmgr.doctor import kpack, therock_indexes
 from rdna1_kmgr.doctor.finding import Finding
 
-NIGHTLY_INDEX = "https://rocm.nightlies.amd.com/whl-multi-arch/"
-INDEXES = {
-    "release": "https://repo.amd.com/rocm/whl-multi-arch/",
-    "prerelease": "https://rocm.prereleases.amd.com/whl-multi-arch/",
-    "nightly": NIGHTLY_INDEX,
-    "dev": "https://rocm.devreleases.amd.com/whl-multi-arch/",
-}
+# Legacy per-family releases' index (TheRock's docs/packaging/legacy_per_family_releases.md lines 137 and 325)
 LEGACY_INDEX = "https://rocm.nightlies.amd.com/v2/{family}/"
+# Where a line that must not touch the owner's venv puts TheRock's torch: a new venv in their home
+NEW_VENV = "~/therock-venv"
 # A ROCm version as TheRock writes it, per channel (versioning.md's table).
 _CHANNEL_VERSIONS = (
     ("release", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")),
     ("prerelease", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+rc[0-9]+")),
-    ("nightly", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+a20[0-9]{6}(\+bkc\.20[0-9]{6})?")),
+    ("nightly", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+a20[0-9]{6}")),
+    ("bkc", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+a20[0-9]{6}[.+]bkc\.20[0-9]{6}")),
     ("dev", re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.dev[0-9]+(\+[0-9a-f]+)?")),
 )
 _TORCH_LOCAL = re.compile(r"[^+]+\+rocm(?P<rocm>[0-9].*)")
@@ -163,21 +161,41 @@ def channel_of(versions: dict[str, str]) -> Channel:
         rocm = local.group("rocm") if local else None
     for name, pattern in _CHANNEL_VERSIONS:
         if rocm is not None and pattern.fullmatch(rocm):
-            return Channel(name, rocm, INDEXES[name])
-    return Channel("unknown", rocm, NIGHTLY_INDEX)
+            return Channel(name, rocm, therock_indexes.indexes(name, rocm)[0])
+    return Channel("unknown", rocm, therock_indexes.indexes("nightly")[0])
 
 
-def pip_line(site: Path, sysroot: Path, processor: str, versions: dict[str, str]) -> str:
-    """The install command that brings the device wheels for `processor` at the installed host versions, for
-    the interpreter that owns `site`, on the index of the installed channel, with that channel named. A
-    legacy per-family install whose family lacks `processor` gets the multi-arch nightly line (per-family
-    releases ended); an unknown channel gets the nightly line and the release line beside it."""
+def pip_line(site: Path, sysroot: Path, processor: str, versions: dict[str, str], replace: bool = False) -> str:
+    """The install command that brings TheRock's code for `processor`, written to work as printed, with its
+    channel named.
+
+    Into the environment that owns `site` (a venv's or conda env's own python, never a bare `pip`) when that
+    holds TheRock's multi-arch install: its channel's index for the build's date, pinned to the installed host
+    versions, which declare the `device-<gfx>` extra. Otherwise into a new venv (NEW_VENV): where the
+    environment holds another torch (`replace`: pip answers "Requirement already satisfied ... does not provide
+    the extra" and installs nothing), a legacy per-family install (no device extras), or a system Python (the
+    distribution's, PEP 668)."""
     root = site.parents[2] if len(site.parents) > 2 else site
-    python = root / "bin/python"
-    runner = f"{_shown(python, sysroot)} -m pip" if (root / "pyvenv.cfg").is_file() else "pip"
+    own_env = (root / "pyvenv.cfg").is_file() or (root / "conda-meta").is_dir()
     channel = channel_of(versions)
+    why_new = (
+        "its torch is not TheRock's multi-arch build, and pip keeps an installed torch as it is"
+        if replace
+        else f"the legacy per-family {channel.family} wheels have no device extras"
+        if channel.name == "legacy"
+        else f"{_shown(site, sysroot)} is a system Python's, which pip must not change (PEP 668)"
+        if not own_env
+        else ""
+    )
 
-    def line(index: str, pinned: bool) -> str:
+    def line(name: str, pinned: bool) -> str:
+        urls = therock_indexes.indexes(name, channel.rocm if pinned else None)
+        where = f"--index-url {urls[0]}" + "".join(f" --extra-index-url {url}" for url in urls[1:])
+        if why_new:
+            return (
+                f"python3 -m venv {NEW_VENV} && {NEW_VENV}/bin/python -m pip install {where} "
+                f'"torch[device-{processor}]" "torchvision[device-{processor}]"'
+            )
         wanted = []
         for package in ("torch", "torchvision"):
             if package in versions:
@@ -186,28 +204,23 @@ def pip_line(site: Path, sysroot: Path, processor: str, versions: dict[str, str]
         if not wanted:
             core = versions.get("rocm-sdk-core") or versions.get("rocm")
             wanted.append(f'"rocm[libraries,device-{processor}]' + (f'=={core}"' if core and pinned else '"'))
-        return f"{runner} install --index-url {index} {' '.join(wanted)}"
+        return f"{_shown(root / 'bin/python', sysroot)} -m pip install {where} {' '.join(wanted)}"
 
-    if channel.name == "legacy":
-        if channel.covers(processor):
-            return (
-                f"`{line(channel.index, True)}` (legacy per-family {channel.family} channel, as installed, no "
-                f"longer published; TheRock's multi-arch nightly channel: `{line(NIGHTLY_INDEX, False)}`)"
-            )
+    if why_new:
         return (
-            f"`{line(NIGHTLY_INDEX, False)}` (TheRock's multi-arch nightly channel: the installed legacy "
-            f"per-family {channel.family} wheels carry no {processor} code, and per-family releases ended)"
+            f"`{line('nightly', False)}` (a new venv: {why_new}; TheRock's nightly channel, or its release "
+            f"channel: `{line('release', False)}`)"
         )
     if channel.name == "unknown":
         unsure = f"the installed ROCm version {channel.rocm} names no channel; " if channel.rocm else ""
         return (
-            f"`{line(NIGHTLY_INDEX, False)}` (nightly channel; {unsure}the stable release channel: "
-            f"`{line(INDEXES['release'], False)}`)"
+            f"`{line('nightly', False)}` (nightly channel; {unsure}the stable release channel: "
+            f"`{line('release', False)}`)"
         )
     other = "release" if channel.name != "release" else "nightly"
     return (
-        f"`{line(channel.index, True)}` ({channel.name} channel, ROCm {channel.rocm}, as installed; "
-        f"the {other} channel instead: `{line(INDEXES[other], False)}`)"
+        f"`{line(channel.name, True)}` ({channel.name} channel, ROCm {channel.rocm}, as installed; "
+        f"the {other} channel instead: `{line(other, False)}`)"
     )
 
 

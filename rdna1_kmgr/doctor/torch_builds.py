@@ -140,9 +140,19 @@ def _version_fields(text: str) -> dict[str, str | None]:
     return fields
 
 
+NVIDIA = 0x10DE
+
+
 def findings(
-    builds: list[TorchBuild], sites: list[Path], board: str, loads: str, sysroot: Path = Path("/")
+    builds: list[TorchBuild],
+    sites: list[Path],
+    board: str,
+    loads: str,
+    sysroot: Path = Path("/"),
+    gpu_vendors: frozenset[int] = frozenset(),
 ) -> list[Finding]:
+    """`gpu_vendors`: the PCI vendors of the machine's display devices. A CUDA or CPU-only torch is a PROBLEM
+    where the RDNA1 board is there and no NVIDIA GPU: nothing of it can use the board."""
     if not builds:
         return [
             Finding(
@@ -160,15 +170,17 @@ def findings(
         facts = build.to_json()
         if not build.hip:
             kind = f"a CUDA {build.cuda} build" if build.cuda else "a CPU-only build"
+            amd_only = bool(gpu_vendors) and NVIDIA not in gpu_vendors
             result.append(
                 Finding(
                     "torch",
-                    "warn",
+                    "problem" if amd_only else "warn",
                     f"{where}: {kind}, no HIP",
-                    "it cannot use an AMD GPU at all",
+                    "it cannot use an AMD GPU at all"
+                    + ("; this machine has no NVIDIA GPU, so it runs on the CPU or not at all" if amd_only else ""),
                     f"install a ROCm build of PyTorch that carries {board} code: pytorch.org's ROCm "
                     "wheels do not; TheRock's multi-arch wheels do: "
-                    + therock_wheels.pip_line(build.site, sysroot, board, {"torch": ""}),
+                    + therock_wheels.pip_line(build.site, sysroot, board, {"torch": ""}, replace=True),
                     facts,
                 )
             )
@@ -197,8 +209,8 @@ def findings(
             seen = f"{where} (HIP {build.hip}): libtorch_hip has NO {board} code (it has: {targets}){unread}"
             why = 'every GPU operator fails with "HIP error: invalid device function"'
             todo = (
-                f"install TheRock's multi-arch PyTorch, which carries {board} code (in a venv): "
-                + therock_wheels.pip_line(build.site, sysroot, board, _unpinned(build))
+                f"install TheRock's multi-arch PyTorch, which carries {board} code: "
+                + therock_wheels.pip_line(build.site, sysroot, board, _unpinned(build), replace=build.sdk is None)
                 + "; do not reach for HSA_OVERRIDE_GFX_VERSION"
             )
         result.append(Finding("torch", level, seen, why, todo, facts))

@@ -17,7 +17,13 @@ from therock_fixtures import (
 
 from rdna1_kmgr.doctor import kpack, msgpack_data
 
-INDEX = "https://rocm.nightlies.amd.com/whl-multi-arch/"  # TheRock's RELEASES.md
+# TheRock's indexes, read in ROCm/TheRock at 89553ce3: RELEASES.md line 107 (the multi-arch nightly index, where
+# the nightlies before 2026-08-22 stay), build_tools/setup_venv.py lines 57-59 (each channel's index since #7547)
+INDEX = "https://rocm.nightlies.amd.com/whl-multi-arch/"
+NIGHTLY_NOW = "https://nightly.repo.amd.com/rocm/whl-next/"
+RELEASE_INDEX = "https://stable.repo.amd.com/rocm/whl-next/"
+RELEASE_BEFORE = "https://repo.amd.com/rocm/whl-multi-arch/"  # #6550's, until the move
+NEW_VENV = "python3 -m venv ~/therock-venv && ~/therock-venv/bin/python -m pip install"
 
 
 def venv_root(tmp_path, **kwargs):
@@ -139,11 +145,6 @@ def test_an_archive_that_is_not_kpack_is_not_counted(tmp_path):
     assert torch["level"] == "problem" and "archives for: gfx1100" in torch["seen"]
 
 
-# TheRock's pip indexes per channel: docs/packaging/versioning.md (channels and version formats),
-# docs/development/s3_buckets.md (the whl-multi-arch index of each channel), legacy_per_family_releases.md.
-RELEASE_INDEX = "https://repo.amd.com/rocm/whl-multi-arch/"
-
-
 def test_under_the_override_the_wanted_wheel_is_the_boards_own_and_the_file_line_is_named(tmp_path):
     tree, _site = venv_root(tmp_path)
     tree.file("home/owner/.bashrc", "# forum advice\nexport HSA_OVERRIDE_GFX_VERSION=10.3.0\n")
@@ -182,12 +183,22 @@ def test_a_nightly_install_gets_the_nightly_index_and_says_so(tmp_path):
     assert f"--index-url {RELEASE_INDEX}" in todo  # the other channel, named after it
 
 
+def test_a_nightly_built_after_the_move_gets_the_new_nightly_index(tmp_path):
+    tree, _site = venv_root(tmp_path, device=None, rocm="10.2.0a20261120", torch="2.13.0+rocm10.2.0a20261120")
+    todo = by_check(run(tree), "torch")[0]["todo"]
+    assert f'--index-url {NIGHTLY_NOW} "torch[device-gfx1010]==2.13.0+rocm10.2.0a20261120"' in todo, todo
+    assert INDEX not in todo
+
+
 def test_a_release_install_gets_the_stable_index(tmp_path):
     tree, _site = venv_root(tmp_path, device=None, rocm="10.1.0", torch="2.12.0+rocm10.1.0")
     result = run(tree)
     for check in ("torch", "rocm-sdk"):
         todo = by_check(result, check)[0]["todo"]
-        pinned = f'--index-url {RELEASE_INDEX} "torch[device-gfx1010]==2.12.0+rocm10.1.0"'
+        # a release names no date: today's stable index, and the one before the move as an extra index
+        pinned = (
+            f'--index-url {RELEASE_INDEX} --extra-index-url {RELEASE_BEFORE} "torch[device-gfx1010]==2.12.0+rocm10.1.0"'
+        )
         assert pinned in todo and "(release channel, ROCm 10.1.0, as installed" in todo, todo
         assert f'--index-url {INDEX} "torch[device-gfx1010]==' not in todo  # a release pin on the nightly index
 
@@ -211,34 +222,27 @@ def legacy_site(root, family: str):
     return site
 
 
-def test_a_legacy_per_family_install_is_named_and_sent_to_the_multi_arch_index(tmp_path):
+def test_a_legacy_per_family_install_is_named_and_sent_to_a_new_venv(tmp_path):
     tree = board_root(tmp_path)
     legacy_site(tmp_path / "root/home/owner/venv", "gfx110X-all")
     result = run(tree)
     sdk = by_check(result, "rocm-sdk")[0]
     assert sdk["level"] == "problem" and "legacy per-family wheels for gfx110X-all" in sdk["seen"]
-    assert f'--index-url {INDEX} "torch[device-gfx1010]"' in sdk["todo"]
-    assert "per-family releases ended" in sdk["todo"]
+    # per-family wheels declare no device extras: asked of that venv, pip would install nothing
+    new = f'{NEW_VENV} --index-url {NIGHTLY_NOW} "torch[device-gfx1010]" "torchvision[device-gfx1010]"'
+    assert new in sdk["todo"] and "have no device extras" in sdk["todo"]
     torch = by_check(result, "torch")[0]
-    assert torch["level"] == "problem" and f'--index-url {INDEX} "torch[device-gfx1010]"' in torch["todo"]
+    assert torch["level"] == "problem" and new in torch["todo"]
 
 
-def test_a_legacy_install_of_the_boards_family_keeps_its_own_index(tmp_path):
-    from rdna1_kmgr.doctor import therock_wheels
-
-    versions = {"torch": "2.7.0a0+rocmsdk20250608", "rocm-sdk-libraries-gfx101x-dgpu": "6.5.0rc20250606"}
-    line = therock_wheels.pip_line(tmp_path, tmp_path, "gfx1010", versions)
-    assert line.startswith(
-        '`pip install --index-url https://rocm.nightlies.amd.com/v2/gfx101X-dgpu/ "torch[device-gfx1010]==2.7.0a0'
-    )
-    assert "legacy per-family gfx101X-dgpu channel" in line and INDEX in line
-
-
-def test_an_install_of_no_known_channel_gets_both_lines():
+def test_a_venv_holding_another_torch_or_a_system_python_gets_a_new_venv():
     from rdna1_kmgr.doctor import therock_wheels
 
     line = therock_wheels.pip_line(Path("/x/y/z/site"), Path("/"), "gfx1010", {"torch": ""})
-    assert f"--index-url {INDEX}" in line and f"--index-url {RELEASE_INDEX}" in line and "nightly channel" in line
+    assert line.startswith(f'`{NEW_VENV} --index-url {NIGHTLY_NOW} "torch[device-gfx1010]"')
+    assert f"--index-url {RELEASE_INDEX}" in line and "PEP 668" in line and "--break-system-packages" not in line
+    replaced = therock_wheels.pip_line(Path("/v/lib/python3.12/site-packages"), Path("/"), "gfx1010", {}, True)
+    assert replaced.startswith(f"`{NEW_VENV} ") and "pip keeps an installed torch as it is" in replaced
 
 
 def test_a_split_hipblaslt_without_archives_is_not_said_to_carry_no_gpu_code(tmp_path):
