@@ -39,6 +39,8 @@ def remedy(assignment: environment_files.Assignment, board: str) -> str:
     ~/.bashrc runs after /etc/profile.d in a login shell, and environment.d reaches only systemd user units."""
     if assignment.scope == "process":
         edit = "`unset` it in that shell, then remove the line that set it (doctor lists the files it read)"
+    elif assignment.path.name == "state" and assignment.path.parent.name == "conda-meta":
+        edit = f"run `conda env config vars unset {OVERRIDE} -p {assignment.path.parent.parent}` (it is set there)"
     else:
         edit = (
             f"edit {assignment.path} and delete (or comment out) line {assignment.line}; a profile cannot "

@@ -24,6 +24,7 @@ from rdna1_kmgr.doctor import (
     therock_wheels,
     torch_builds,
     versions,
+    visible_devices,
 )
 from rdna1_kmgr.doctor.finding import LEVELS, Finding
 from rdna1_kmgr.host import host_facts, kmsg
@@ -61,11 +62,7 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
 
     home = user.home if user is not None else None
     environ = dict(os.environ) if on_host else None
-    checked = (
-        ("this process's environment, " if on_host else "")
-        + "system files"
-        + (f" and {user.name}'s shell files" if user else "")
-    )
+    checked = environment_files.described(sysroot, home, user.name if user else None, on_host)
     override, loads = gfx_override.findings(
         environment_files.assignments(sysroot, home, lambda name: name == OVERRIDE, environ), processor, checked
     )
@@ -101,6 +98,14 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     )
     found += kpack_settings.findings(
         environment_files.assignments(sysroot, home, kpack_settings.wanted, environ), checked
+    )
+    gpu_nodes = [n for n in nodes if n.is_gpu]
+    rdna1 = [i for i, n in enumerate(gpu_nodes) if n.processor in CHIP_PROCESSOR.values()]
+    found += visible_devices.findings(
+        environment_files.assignments(sysroot, home, visible_devices.wanted, environ),
+        len(gpu_nodes),
+        rdna1[0] if rdna1 and device is not None else None,
+        checked,
     )
     records = kmsg.records(sysroot)
     found += pcie_atomics.findings(sysroot, [n for n in nodes if n.is_gpu], records, device is not None)
