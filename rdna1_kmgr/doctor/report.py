@@ -17,6 +17,7 @@ from rdna1_kmgr.doctor import (
     kpack_settings,
     miopen_settings,
     mixed_stacks,
+    page_faults,
     pcie_atomics,
     profile_check,
     queue_cwsr,
@@ -110,6 +111,7 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     records = kmsg.records(sysroot)
     found += pcie_atomics.findings(sysroot, [n for n in nodes if n.is_gpu], records, device is not None)
     found += compute_hangs.findings(records, bool(records))
+    found += page_faults.findings(records, bool(records))
     wheels = [f"TheRock's rocm-sdk-core {s.core_version} in {s.site}" for s in sdks if s.core_version]
     found += versions.findings(sysroot, facts.kernel_release, wheels)
     found += profile_check.findings(sysroot, home, device is not None)

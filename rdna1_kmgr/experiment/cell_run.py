@@ -34,7 +34,7 @@ from rdna1_kmgr.core.files import write_atomic
 from rdna1_kmgr.core.owner import Owner
 from rdna1_kmgr.doctor import compute_hangs
 from rdna1_kmgr.experiment.host_cells import HostCell
-from rdna1_kmgr.host import kmsg
+from rdna1_kmgr.host import gpu_faults, kmsg
 from rdna1_kmgr.vm import cell_outcomes
 
 EVENT = "@@rdna1-kmgr "  # the workload's event lines (qemu/guest/conv2d.py)
@@ -93,14 +93,14 @@ class HostResult:
 
 
 def kernel_log_reader(sysroot: Path) -> Callable[[], list[str]]:
-    """A function giving the GPU hang and reset lines the kernel logged since this call."""
+    """A function giving the GPU hang, reset and page-fault lines the kernel logged since this call."""
     start = kmsg.last_seq(sysroot)
 
     def read() -> list[str]:
         return [
             r.message
             for r in kmsg.since(start, sysroot)
-            if compute_hangs.is_hang(r.message) or RESET_FAILED.search(r.message)
+            if compute_hangs.is_hang(r.message) or RESET_FAILED.search(r.message) or gpu_faults.is_fault(r.message)
         ]
 
     return read
@@ -260,11 +260,13 @@ def classify(
         line = next(line for line in log_lines if RESET_FAILED.search(line))
         return "gpu-reset", f"the GPU did not come back: {line}", *where, worst
     rings = [line for line in log_lines if RING.search(line)]
-    if rings or log_lines:
-        kind = "ring-timeout" if rings else "gpu-reset"
+    hangs = [line for line in log_lines if not gpu_faults.is_fault(line)]
+    faults = [line for line in log_lines if gpu_faults.is_fault(line)]
+    if rings or hangs or faults:
+        kind = "ring-timeout" if rings else "gpu-reset" if hangs else "memory-fault"
         # A workload that went on to its end cannot say which case the GPU hung in; one that did not stopped there.
         at = (None, None) if report is not None and report.get("ok") else where
-        return kind, f"kernel log during the cell: {(rings or log_lines)[0]}", *at, worst
+        return kind, f"kernel log during the cell: {(rings or hangs or faults)[0]}", *at, worst
     if monitor.stopped == "hang" or ended.timed_out:
         limit = f"{limits.case:g} s without progress" if monitor.stopped == "hang" else f"the cell's {limits.cell:g} s"
         return (

@@ -17,6 +17,10 @@ from pathlib import Path
 class Record:
     seq: int
     message: str
+    usec: int = 0  # microseconds since boot, when the kernel logged it
+
+    def since_boot(self) -> str:
+        return f"{self.usec / 1e6:.1f} s after boot"
 
 
 def records(sysroot: Path = Path("/")) -> list[Record]:
@@ -53,7 +57,8 @@ def parse(text: str) -> list[Record]:
         fields = header.split(",")
         if not sep or len(fields) < 2 or not fields[1].isdigit():
             continue
-        found.append(Record(int(fields[1]), message))
+        usec = int(fields[2]) if len(fields) > 2 and fields[2].isdigit() else 0
+        found.append(Record(int(fields[1]), message, usec))
     return found
 
 

@@ -78,6 +78,8 @@ if SCRIPT and importlib.util.find_spec("torch") is not None:
         if do == "raise":
             raise RuntimeError(DOES["message"])
         if do == "abort":
+            for line in DOES.get("kmsg", []):  # what the kernel logged before the runtime gave up
+                kmsg(line)
             sys.stderr.write(DOES["message"] + "\n")
             sys.stderr.flush()
             os.abort()
