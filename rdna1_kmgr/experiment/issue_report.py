@@ -30,6 +30,10 @@ from rdna1_kmgr.host import host_facts, kmsg, private_values
 from rdna1_kmgr.vm.experiment import experiments_dir
 
 OUTPUT_NAME = re.compile(r"[^/\0]+\.md")
+# What a ROCm maintainer asks for first (`dmesg | grep -iE 'amdgpu|kfd'`), bounded: the last lines, each cut short
+KERNEL_LOG = re.compile(r"amdgpu|kfd", re.I)
+KERNEL_LOG_LINES = 60
+KERNEL_LOG_WIDTH = 240
 MARKS = {"ok": "ok", "info": "info", "warn": "WARN", "problem": "PROBLEM"}
 
 
@@ -67,8 +71,10 @@ def gather(sysroot: Path, pythons: list[str], user_name: str | None) -> dict:
         validates, how = queue_cwsr.kernel_validates(sysroot, facts.kernel_release)
         svm = queue_cwsr.read_svm_facts(sysroot, facts.kernel_release)
         queue = {"kernel": facts.kernel_release, "validates": validates, "how": how, "svm": svm.to_json()}
-    if kmsg.last_seq(sysroot) is None:
+    records = kmsg.records(sysroot)
+    if not records:
         unread.append("the kernel log (/dev/kmsg): probe errors, ring timeouts and resets are not in this report")
+    on_host = sysroot.resolve() == Path("/")
     return {
         "rdna1_kmgr": __version__,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -85,6 +91,11 @@ def gather(sysroot: Path, pythons: list[str], user_name: str | None) -> dict:
         "installed_build": _installed(unread),
         "doctor": doctor,
         "experiment": _experiment(unread),
+        # status and the experiment read the running host's state: with --sysroot they are not the tree's
+        "from_the_host": [] if on_host else ["installed_build", "experiment"],
+        "kernel_log": [r.message[:KERNEL_LOG_WIDTH] for r in records if KERNEL_LOG.search(r.message)][
+            -KERNEL_LOG_LINES:
+        ],
         "not_read": unread,
     }
 
@@ -132,7 +143,8 @@ def _experiment(unread: list[str]) -> dict:
     records: dict[str, dict | None] = {}
     for kind, name in (("host", answer.LATEST), ("kernel", KERNEL_LATEST)):
         path = folder / name
-        if path.exists() and not os.access(path, os.R_OK) or folder.exists() and not os.access(folder, os.X_OK):
+        # the folder first: a file in a folder the user cannot enter cannot even be asked whether it exists
+        if os.path.isdir(folder) and not os.access(folder, os.X_OK) or path.exists() and not os.access(path, os.R_OK):
             unread.append(f"the last {kind} experiment ({path}): not readable without root")
             records[kind] = None
             continue
@@ -189,7 +201,8 @@ def markdown(report: dict) -> str:
         )
     if not report["kfd_nodes"]:
         lines.append("| - | no KFD topology | | | | |")
-    lines += ["", "### Installed build"] + _installed_lines(report["installed_build"])
+    host = "" if not report["from_the_host"] else " (the running host's, not the system read)"
+    lines += ["", f"### Installed build{host}"] + _installed_lines(report["installed_build"])
     summary = doctor["summary"]
     lines += [
         "",
@@ -199,7 +212,9 @@ def markdown(report: dict) -> str:
         lines.append(f"- **{MARKS[f['level']]}** `{f['check']}`: {f['seen']}")
         if f["level"] in ("warn", "problem") and f["todo"]:
             lines.append(f"  - do: {f['todo']}")
-    lines += ["", "### Last experiment"] + _experiment_lines(report["experiment"])
+    lines += ["", f"### Last experiment{host}"] + _experiment_lines(report["experiment"])
+    lines += ["", "### Kernel log (amdgpu, KFD; the last lines)"]
+    lines += ["```", *report["kernel_log"], "```"] if report["kernel_log"] else ["- no amdgpu or KFD line"]
     if report["not_read"]:
         lines += ["", "### Not read (run as root to include)"] + [f"- {what}" for what in report["not_read"]]
     return "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@ uid 1000-65533, and their full names), the host name (socket.gethostname() on th
 the kernel's), DMI serial numbers and the product UUID (/sys/class/dmi/id, root's alone to read), the machine ids
 (/etc/machine-id, D-Bus's) and network addresses (/sys/class/net/*/address). A value is replaced only where it
 stands alone (not inside a longer word, name or path component), longest first, so /home/alice goes before alice
-and alice-desktop before either.
+and alice-desktop before either. A user's name (three letters or more) also goes wherever it stands inside a
+component of a path (`<home>/alice_sd/venv`, `/opt/alice-torch`): owners name their folders after themselves.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ PLACEHOLDERS = {
 NOT_HOSTS = {"localhost", "localhost.localdomain"}
 MAC = re.compile(r"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:])")
 _AROUND = "A-Za-z0-9_.-"  # a value is replaced only where none of these touches it
+PATH_LIKE = re.compile(r"(?:/[^\s/`'\"(),;:<>|]+)+/?")
 
 
 @dataclass(frozen=True)
 class PrivateValues:
     values: tuple[tuple[str, str], ...]  # (value, what replaces it), longest value first
     unreadable: tuple[str, ...] = ()  # files that may hold a private value and could not be read
+    user_names: tuple[str, ...] = ()  # replaced inside path components too, longest first
 
     def redact(self, text: str) -> str:
         """`text` without any of the values, and without anything shaped like a MAC address."""
@@ -50,6 +53,9 @@ class PrivateValues:
                 f"(?<![{_AROUND}])(" + "|".join(re.escape(v) for v, _ in self.values) + f")(?![{_AROUND}])"
             )
             text = pattern.sub(lambda m: replacement[m.group(1)], text)
+        if self.user_names:
+            inside = re.compile("|".join(re.escape(n) for n in self.user_names))
+            text = PATH_LIKE.sub(lambda m: inside.sub("<user>", m.group(0)), text)
         return MAC.sub("<mac>", text)
 
     def redact_value(self, value):
@@ -67,7 +73,10 @@ def collect(sysroot: Path = Path("/")) -> PrivateValues:
     on_host = sysroot.resolve() == Path("/")
     found: dict[str, str] = {}
     unreadable: list[str] = []
+    names = set()
     for name, gecos, home in _real_users(sysroot, on_host):
+        if len(name) >= 3:
+            names.add(name)
         found.setdefault(home, "<home>")
         if not on_host:
             found.setdefault(str(sysroot / home.lstrip("/")), "<home>")
@@ -92,7 +101,7 @@ def collect(sysroot: Path = Path("/")) -> PrivateValues:
         if address and address.strip("0:"):
             found.setdefault(address, "<mac>")
     ordered = tuple(sorted(found.items(), key=lambda item: (-len(item[0]), item[0])))
-    return PrivateValues(ordered, tuple(unreadable))
+    return PrivateValues(ordered, tuple(unreadable), tuple(sorted(names, key=lambda n: (-len(n), n))))
 
 
 def _real_users(sysroot: Path, on_host: bool) -> list[tuple[str, str, str]]:

@@ -119,3 +119,38 @@ def test_an_output_that_is_not_a_markdown_file_in_a_folder_is_refused(desktop, t
     result = CliRunner().invoke(main, ["report", "--sysroot", str(desktop.root), "--output", str(tmp_path / given)])
     assert result.exit_code == 2 and "invalid --output" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# A gfx10 page fault as Debian's 6.12 prints it (gmc_v10_0_process_interrupt), amid other lines of the log
+FAULT = (
+    "amdgpu 0000:0a:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32770)",
+    "amdgpu 0000:0a:00.0: amdgpu:  in process python3 pid 2512 thread python3 pid 2512",
+    "amdgpu 0000:0a:00.0: amdgpu:   in page starting at address 0x00007f0000000000 from client 0x1b (UTCL2)",
+)
+
+
+def test_the_kernel_log_excerpt_carries_the_fault_redacted_and_a_name_inside_a_folder_name_is_gone(desktop, tmp_path):
+    desktop.kmsg(
+        "usb 1-1: new high-speed USB device number 2 using xhci_hcd",
+        "amdgpu 0000:0a:00.0: amdgpu: SMU is initialized successfully!",
+        *FAULT,
+        "kfd kfd: amdgpu: added device 1002:731f on alice-desktop",
+    )
+    therock_venv(tmp_path / "root/home/alice/alice_sd/venv", rocm=ROCM, torch="2.11.0+rocm" + ROCM)
+    text, record, _ = report(desktop, tmp_path, "--html")
+    page = (tmp_path / "out/r.html").read_text()
+    whole = json.dumps(record)
+    assert FAULT[0] in text and record["kernel_log"][1] == FAULT[0]
+    assert "usb 1-1" not in whole  # amdgpu and KFD lines only
+    assert "kfd kfd: amdgpu: added device 1002:731f on <host>" in text
+    assert "**PROBLEM** `gpu-faults`" in text
+    for shown in (text, whole, page):
+        assert "alice" not in shown
+    assert "<home>/<user>_sd/venv" in text
+
+
+def test_with_a_sysroot_the_hosts_own_facts_are_marked_as_such(desktop, tmp_path):
+    text, record, _ = report(desktop, tmp_path)
+    assert record["from_the_host"] == ["installed_build", "experiment"]
+    assert "### Installed build (the running host's, not the system read)" in text
+    assert "### Last experiment (the running host's, not the system read)" in text

@@ -24,3 +24,11 @@ def test_values_are_collected_from_the_sysroot(tmp_path):
         "bob-laptop.lan": "<host>",
         "bob-laptop": "<host>",
     }  # sshd is a system user; the placeholder, "0" and the loopback's zero address are no one's
+
+
+def test_a_user_name_inside_a_folder_name_goes_and_a_word_that_holds_it_stays():
+    from rdna1_kmgr.host.private_values import PrivateValues
+
+    hidden = PrivateValues((("/home/alice", "<home>"), ("alice", "<user>")), (), ("alice",))
+    said = hidden.redact("torch in /home/alice/alice_sd/venv and /opt/alice-torch/lib; user alice; malice")
+    assert said == "torch in <home>/<user>_sd/venv and /opt/<user>-torch/lib; user <user>; malice"
