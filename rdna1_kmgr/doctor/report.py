@@ -113,6 +113,11 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
     found += compute_hangs.findings(records, bool(records))
     found += page_faults.findings(records, bool(records))
     wheels = [f"TheRock's rocm-sdk-core {s.core_version} in {s.site}" for s in sdks if s.core_version]
+    wheels += [
+        f"torch {b.version}'s own ROCm (HIP {b.hip}) in {b.site / 'torch/lib'}"
+        for b in builds
+        if b.hip and b.sdk is None and any((b.site / "torch/lib").glob("libamdhip64.so*"))
+    ]
     found += versions.findings(sysroot, facts.kernel_release, wheels)
     found += profile_check.findings(sysroot, home, device is not None)
     return DoctorReport(

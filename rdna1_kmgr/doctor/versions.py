@@ -1,7 +1,12 @@
 """ROCm's versions on this machine (AMD's /opt/rocm-* trees, the distribution's packages) against the kernel.
 
 Two ROCm stacks side by side is the usual source of a library of one version loading another's runtime;
-which one a program gets depends on LD_LIBRARY_PATH and ld.so.conf. The kernel's KFD is what every ROCm
+which one a program gets depends on LD_LIBRARY_PATH and ld.so.conf. Stacks are counted as an owner counts them:
+AMD's packages and the /opt/rocm-X.Y.Z tree they install are one (dpkg's file list says where a package's
+files went; AMD's versions also carry the release, 6.4.43484.60401 for 6.4.1), the distribution's own
+packages another, and a ROCm carried inside a Python environment (TheRock's rocm-sdk wheels, a torch wheel's
+own torch/lib) one of its own: that one is loaded by its PyTorch, and mixes with a system stack only when the
+system's libraries come first (LD_LIBRARY_PATH: see mixed-stacks). The kernel's KFD is what every ROCm
 release talks to; AMD's own amdgpu-dkms replaces it with an out-of-tree driver of its own.
 """
 
@@ -49,8 +54,25 @@ def opt_rocm(sysroot: Path) -> dict[str, str]:
     return found
 
 
+def tree_of(sysroot: Path, package: str, version: str, trees: dict[str, str]) -> str | None:
+    """The /opt/rocm-X.Y.Z tree a package installed into, or None (a distribution package)."""
+    info = sysroot / "var/lib/dpkg/info"
+    lists = [info / f"{package}.list", info / f"{package}:amd64.list"]
+    listed = next((p.read_text(errors="replace") for p in lists if p.is_file()), "")
+    for tree, release in trees.items():
+        if f"{tree}/" in listed:
+            return tree
+        parts = release.split("-")[0].split(".")
+        if len(parts) >= 3 and all(p.isdigit() for p in parts[:3]):
+            code = f"{int(parts[0])}{int(parts[1]):02d}{int(parts[2]):02d}"
+            if re.search(rf"(?<![0-9]){code}(?![0-9])", version):
+                return tree
+    return None
+
+
 def findings(sysroot: Path, kernel: str, wheels: Sequence[str] = ()) -> list[Finding]:
-    """`wheels`: TheRock's ROCm in Python environments (rocm-sdk-core and where), a ROCm runtime too."""
+    """`wheels`: each ROCm carried in a Python environment (TheRock's rocm-sdk-core, a torch wheel's own), said
+    with its version and where."""
     packages = installed_packages(sysroot)
     trees = opt_rocm(sysroot)
     out_of_tree = sorted(
@@ -63,10 +85,15 @@ def findings(sysroot: Path, kernel: str, wheels: Sequence[str] = ()) -> list[Fin
         "python_wheels": list(wheels),
         "updates_amdgpu": out_of_tree,
     }
-    stacks = [f"{path} {version}" for path, version in trees.items()]
     hip = {k: v for k, v in packages.items() if k.startswith(("libamdhip64", "hip-runtime-amd"))}
-    if hip:
-        stacks.append("distribution " + " ".join(f"{k} {v}" for k, v in sorted(hip.items())))
+    owned = {k: tree_of(sysroot, k, v, trees) for k, v in hip.items()}
+    stacks = [
+        f"{path} {version}" + "".join(f" (package {k} {hip[k]})" for k, t in sorted(owned.items()) if t == path)
+        for path, version in trees.items()
+    ]
+    distribution = {k: v for k, v in sorted(hip.items()) if owned[k] is None}
+    if distribution:
+        stacks.append("distribution " + " ".join(f"{k} {v}" for k, v in distribution.items()))
     result = []
     if not stacks and wheels:
         result.append(
@@ -91,18 +118,22 @@ def findings(sysroot: Path, kernel: str, wheels: Sequence[str] = ()) -> list[Fin
             )
         )
     else:
-        level = "warn" if len(stacks) > 1 else "info"
+        mixed = len(stacks) > 1 or bool(wheels)
+        named = stacks + [f"{w} (a Python environment's own)" for w in wheels]
         result.append(
             Finding(
                 "versions",
-                level,
-                f"ROCm: {'; '.join(stacks)} with kernel {kernel}",
+                "warn" if len(stacks) > 1 else "info",
+                f"ROCm: {len(named)} stack(s): {'; '.join(named)}; kernel {kernel}",
                 "more than one ROCm stack: a program may load a library of one and the runtime of "
-                "the other (LD_LIBRARY_PATH, ld.so.conf decide)"
-                if len(stacks) > 1
+                "another (LD_LIBRARY_PATH, ld.so.conf decide; a Python environment's own ROCm is loaded by its "
+                "PyTorch unless the system's comes first)"
+                if mixed
                 else "gfx1010 regressed in ROCm 5.3 (ROCm/legacy-rocm-build#2527); which libraries of "
                 "it carry gfx1010 code is read from the files (rocblas, miopen, hipblaslt, hip)",
-                "keep one stack, or pin LD_LIBRARY_PATH per program" if len(stacks) > 1 else "",
+                "keep one system stack, and no /opt/rocm* in LD_LIBRARY_PATH for a PyTorch that brings its own"
+                if mixed
+                else "",
                 facts,
             )
         )
