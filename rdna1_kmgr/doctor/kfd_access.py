@@ -266,7 +266,7 @@ def _access(sysroot: Path, gpus: list[KfdNode], user: User | None) -> list[Findi
                 f"user {user.name} ({groups}) cannot open {', '.join(blocked)}",
                 "ROCm then sees no GPU at all (hipErrorNoDevice, torch.cuda.is_available() False)",
                 f"add the user to the {' and '.join(missing or GPU_GROUPS)} group(s): "
-                f"`usermod -aG {','.join(missing or GPU_GROUPS)} {user.name}`, then log in again",
+                f"`sudo usermod -aG {','.join(missing or GPU_GROUPS)} {user.name}`, then log in again",
                 facts,
             )
         ]

@@ -198,24 +198,16 @@ def findings(
 ) -> list[Finding]:
     """One finding per installed family and place; `board` is the processor, `loads` the one ROCm loads
     code for (another one under HSA_OVERRIDE_GFX_VERSION). `bundled`: the copies Python packages bring
-    (PyTorch's torch/lib, TheRock's _rocm_sdk_* trees), reported with their PyTorch. `rocm_torch`: a ROCm
+    (PyTorch's torch/lib, TheRock's _rocm_sdk_* trees), reported with their PyTorch and not again here (each
+    library is listed once). `rocm_torch`: a ROCm
     PyTorch was found; without one a library that is not installed is a fact, not a fault."""
     result = []
     for family in FAMILIES:
         places = [i for i in installs if i.family is family]
         own = sorted({str(i.lib_dir) for i in bundled if i.family is family})
         if not places and own:
-            result.append(
-                Finding(
-                    family.id,
-                    "info",
-                    f"{family.name}: not installed system-wide; PyTorch brings "
-                    f"its own ({', '.join(own)}), reported with it",
-                    "",
-                    "",
-                )
-            )
-        elif not places:
+            continue  # PyTorch's own copy has its finding already, with the PyTorch that brings it
+        if not places:
             result.append(
                 Finding(
                     family.id,

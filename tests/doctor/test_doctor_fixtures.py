@@ -26,7 +26,7 @@ def test_a_user_outside_render_is_told_to_join_it(tmp_path):
     result = run(board_root(tmp_path), user="guest")
     access = by_check(result, "access")[0]
     assert access["level"] == "problem"
-    assert "usermod -aG render,video guest" in access["todo"]
+    assert "`sudo usermod -aG render,video guest`" in access["todo"]
     assert access["facts"]["devices"][str(tmp_path / "root/dev/kfd")]["read_write"] is False
 
 
