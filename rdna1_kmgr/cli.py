@@ -2,13 +2,12 @@
 
 import difflib
 import importlib
-import shlex
 import sys
 
 import click
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import command_log, program_path
+from rdna1_kmgr.core import command_log, program_path, root_only
 from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
 
 # Each command's module is imported when that command runs (or `--help` lists them all): the boot guard's
@@ -50,7 +49,7 @@ class KmgrGroup(click.Group):
         return getattr(importlib.import_module(f"rdna1_kmgr.commands.{module}"), attribute)
 
     def parse_args(self, ctx, args):
-        ctx.meta["rdna1_kmgr.argv"] = list(args)  # the command line as typed, for a hint that repeats it
+        ctx.meta[root_only.ARGV_KEY] = list(args)  # the command line as typed, for a hint that repeats it
         return super().parse_args(ctx, args)
 
     def resolve_command(self, ctx, args):
@@ -70,10 +69,10 @@ class KmgrGroup(click.Group):
             return super().invoke(ctx)
         except PermissionError as err:
             # Mostly root's own state, journal and logs (0700, root's alone) read by a command run as a user.
-            typed = shlex.join(ctx.meta.get("rdna1_kmgr.argv") or [ctx.invoked_subcommand or ""])
             denied = HostError(
                 f"{err.strerror.lower() if err.strerror else 'permission denied'}: {err.filename}",
-                f"rdna1-kmgr keeps its state and logs root's alone: run `sudo rdna1-kmgr {typed}`",
+                "rdna1-kmgr keeps its state and logs root's alone: "
+                f"run `sudo rdna1-kmgr {root_only.typed(ctx.invoked_subcommand or '')}`",
             )
             click.echo(f"rdna1-kmgr: error: {denied.line()}", err=True)
             sys.exit(denied.exit_code)

@@ -4,6 +4,7 @@ import sys
 
 import click
 
+from rdna1_kmgr.core import root_only
 from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.module_install import InstallRequest, run
@@ -61,6 +62,8 @@ def confirm_plan(question: str):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm_target, yes, as_json):
     """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
+    if not dry_run:
+        root_only.required("install")
     mask = QuirkMask.parse(quirks) if quirks is not None else None  # bad input first, before any lookup
     request = InstallRequest(
         kernel=kernel_to_install(kernel, dry_run),
