@@ -85,3 +85,5 @@ install -d -m 0700 /var/log/rdna1-kmgr && chmod 0700 /var/log/rdna1-kmgr  # root
 echo "install.sh: placing the kernel hooks"
 "$prefix/bin/rdna1-kmgr" hooks install
 echo "install.sh: done: $("$bindir/rdna1-kmgr" --version) ($bindir/rdna1-kmgr)"
+# The README's one path: `build` says first whether this kernel needs a change, then doctor reads the stack
+echo "next: \`rdna1-kmgr build\` (it says first whether your kernel needs a change), then \`rdna1-kmgr doctor\` as yourself"

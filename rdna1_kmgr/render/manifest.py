@@ -110,6 +110,11 @@ class Manifest:
             for q in self.kept_quirks
         ]
         note = self.nothing_on_note()
+        if self.bits_on:
+            note = (
+                f"kernel change needed here: {' '.join(self.bits_on)} on by default (mask {self.quirks_mask}), "
+                "from this kernel's own source; whether your board and ROCm hit it: `rdna1-kmgr doctor`'s queue finding"
+            )
         return lines + ([note] if note else [])
 
     def to_json(self) -> dict:

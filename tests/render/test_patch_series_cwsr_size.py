@@ -8,6 +8,8 @@ import pytest
 from fake_kernel import AMD, NAMES_HEADER, make_tree, names_header, series_names
 from test_patch_series import apply_series, assert_refused, function_body, run_cli
 
+from rdna1_kmgr.render.patch_series import render
+
 QUEUE = f"{AMD}/amdkfd/kfd_queue.c"
 TOPOLOGY = f"{AMD}/amdkfd/kfd_topology.h"
 
@@ -199,3 +201,10 @@ def test_a_hook_anchor_that_is_not_after_the_size_is_refused_in_one_line(tmp_pat
     tree = kfd_612_tree(tmp_path / "linux", tail)
     out = tmp_path / "out"
     assert_refused(run_cli("render", "--source", tree, "--out", out), out, "cannot render: ", QUEUE, *words)
+
+
+def test_a_kernel_that_needs_a_change_says_so_and_which_quirk(tmp_path):
+    manifest = render(kfd_612_tree(tmp_path / "linux"), tmp_path / "out", None)
+    assert "cwsr-size" in manifest.bits_on
+    (said,) = [n for n in manifest.notes() if n.startswith("kernel change needed here: ")]
+    assert f"on by default (mask {manifest.quirks_mask})" in said and "cwsr-size" in said
