@@ -32,8 +32,10 @@ from rdna1_kmgr.doctor.report import run, text_lines
     help="Check device access and shell files for this user (default: SUDO_USER, else you).",
 )
 def doctor(as_json, sysroot, pythons, user_name):
-    """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION, gfx1010 code in PyTorch and ROCm (TheRock's
-    split wheels too), the CWSR queue check, mixed stacks, MIOpen settings, PCIe atomics, hangs. Reads only."""
+    """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION and the *_VISIBLE_DEVICES variables wherever
+    they are set, gfx1010 code in PyTorch and ROCm (TheRock's split wheels too, with a pip line that works), the
+    queue's control-stack and CWSR checks, ROCm stacks, MIOpen settings, PCIe atomics, hangs and GPU page faults.
+    Reads only; ends with the one command to run next."""
     sysroot = user_input.existing_dir(sysroot, "sysroot")
     if user_name:
         user_name = user_input.user_name(user_name)

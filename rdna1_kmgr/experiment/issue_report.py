@@ -143,8 +143,11 @@ def _experiment(unread: list[str]) -> dict:
     records: dict[str, dict | None] = {}
     for kind, name in (("host", answer.LATEST), ("kernel", KERNEL_LATEST)):
         path = folder / name
-        # the folder first: a file in a folder the user cannot enter cannot even be asked whether it exists
-        if os.path.isdir(folder) and not os.access(folder, os.X_OK) or path.exists() and not os.access(path, os.R_OK):
+        try:  # a file in a folder the user cannot enter cannot even be asked whether it exists
+            readable = not path.exists() or os.access(path, os.R_OK)
+        except PermissionError:
+            readable = False
+        if not readable:
             unread.append(f"the last {kind} experiment ({path}): not readable without root")
             records[kind] = None
             continue
