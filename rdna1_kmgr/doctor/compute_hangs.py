@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from rdna1_kmgr.doctor.finding import Finding
+from rdna1_kmgr.host import gpu_faults
 from rdna1_kmgr.host.kmsg import Record
 
 COMPUTE = re.compile(r"ring (comp_\S+) timeout|Failed to evict (?:process )?queues", re.I)
@@ -35,16 +36,20 @@ def findings(records: list[Record], readable: bool) -> list[Finding]:
                 "run `sudo rdna1-kmgr doctor` to check them",
             )
         ]
-    compute = [r.message for r in records if COMPUTE.search(r.message)]
+    at = [n for n, r in enumerate(records) if COMPUTE.search(r.message)]
+    compute = [records[n].message for n in at]
     other = [r.message for r in records if not COMPUTE.search(r.message) and OTHER.search(r.message)]
     facts = {"compute": compute[-20:], "other": other[-20:]}
     if compute:
+        named = gpu_faults.process_after(records, at[-1])
+        who = f"process {named[0]} (pid {named[1]}), " if named else ""
         return [
             Finding(
                 "compute-hangs",
                 "problem",
-                f"{len(compute)} compute hang line(s) in the kernel log, "
-                f"last: {compute[-1]}" + (f" (and {len(other)} reset or ring line(s))" if other else ""),
+                f"{len(compute)} compute hang line(s) in the kernel log, last: {compute[-1]} "
+                f"({who}{records[at[-1]].since_boot()})"
+                + (f" (and {len(other)} reset or ring line(s))" if other else ""),
                 "a compute queue stopped making progress: the GPU was reset or the process's queues "
                 "could not be stopped; ROCm work on the board then fails or hangs",
                 "note what ran then (`journalctl -k -b -1` for the boot before); check the queue "

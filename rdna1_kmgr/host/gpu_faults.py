@@ -1,5 +1,5 @@
 """GPU page faults in the kernel log: one reader for doctor's `gpu-faults` finding and the experiment's
-memory-fault outcome.
+memory-fault outcome; and the process a fault or a ring timeout names (`process_after`).
 
 amdgpu's GMC interrupt handler logs a fault as, on gfx10 (gmc_v10_0_process_interrupt, read in Debian's 6.1 and
 6.12): `[gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32770)`, then ` in process python3 pid 2512 thread
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from rdna1_kmgr.host.kmsg import Record
 
 _FAULT = re.compile(r"\[(?P<hub>gfxhub|mmhub)\d*\] (?:retry |VMC )?page fault")
-_PROCESS = re.compile(r"(?:(?:for|in) process|Process) (?P<process>\S+) pid (?P<pid>\d+)")
+_PROCESS = re.compile(r"(?:(?:for|in) process|Process information: process|Process) (?P<process>\S+) pid (?P<pid>\d+)")
 _ADDRESS = re.compile(r"in page starting at address (?P<address>0x[0-9a-fA-F]+)")
 
 
@@ -39,6 +39,15 @@ class Fault:
 
 def is_fault(message: str) -> bool:
     return _FAULT.search(message) is not None
+
+
+def process_after(records: list[Record], index: int) -> tuple[str, int] | None:
+    """(process, pid) that the record at `index` or the two after it name."""
+    for record in records[index : index + 3]:
+        match = _PROCESS.search(record.message)
+        if match:
+            return match["process"], int(match["pid"])
+    return None
 
 
 def faults(records: list[Record]) -> list[Fault]:

@@ -26,3 +26,15 @@ def test_a_clean_log_is_ok(tmp_path):
     tree = board_root(tmp_path).kmsg("amdgpu 0000:0a:00.0: amdgpu: SMU is initialized successfully!")
     (found,) = by_check(run(tree), "gpu-faults")
     assert found["level"] == "ok" and "1 records" in found["seen"]
+
+
+def test_a_compute_ring_timeout_names_its_process_and_time(tmp_path):
+    """amdgpu_job_timedout (Debian's 6.12): `ring %s timeout, signaled seq=%u, emitted seq=%u`, then `Process
+    information: process %s pid %d thread %s pid %d`."""
+    tree = board_root(tmp_path).kmsg(
+        "amdgpu 0000:0a:00.0: amdgpu: SMU is initialized successfully!",
+        "amdgpu 0000:0a:00.0: amdgpu: ring comp_1.0.0 timeout, signaled seq=1234, emitted seq=1236",
+        "amdgpu 0000:0a:00.0: amdgpu: Process information: process python3 pid 2512 thread python3 pid 2513",
+    )
+    (found,) = by_check(run(tree), "compute-hangs")
+    assert found["level"] == "problem" and "(process python3 (pid 2512), 0.0 s after boot)" in found["seen"]
