@@ -53,6 +53,8 @@ class Stopwatch:
     """Wall time, and the CPU time (user + system) of the child processes that ran meanwhile: on a shared
     machine the wall time moves with the others' load, the CPU time much less."""
 
+    size: dict  # what the measured build left on disk (tree_size), where the caller records it
+
     def __enter__(self):
         self.wall = time.monotonic()
         self.cpu = self._children_cpu()

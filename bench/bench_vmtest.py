@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rdna1_kmgr.modbuild import built_module
 from rdna1_kmgr.source.target_kernel import resolve_kernel
@@ -48,7 +49,7 @@ def main() -> int:
         built = built_module.for_path(Path(args.module))
     else:
         built = built_module.for_kernel(args.kernel or resolve_kernel(None).release)
-    runs = []
+    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-bench-") as scratch:
         os.environ["RDNA1_KMGR_STATE"] = str(Path(scratch) / "state")
         os.environ["RDNA1_KMGR_LOG"] = str(Path(scratch) / "log")
@@ -56,7 +57,7 @@ def main() -> int:
             print(f"run {n}/{args.runs}, load {load()}", file=sys.stderr, flush=True)
             started = time.monotonic()
             record = engine.validate_module(
-                built.path, args.kernel, accel="tcg", selftest_required=built.selftest_cases, report=lambda line: None
+                built.path, args.kernel, accel="tcg", selftest_required=built.selftest_cases
             )
             runs.append(
                 {
@@ -73,7 +74,7 @@ def main() -> int:
                 flush=True,
             )
     median = statistics.median(r["seconds"] for r in runs)
-    summary = {
+    summary: dict[str, Any] = {
         "module": str(built.path),
         "kernel": record.kernel,
         "runs": runs,

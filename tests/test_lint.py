@@ -1,5 +1,5 @@
 """ruff, as pyproject.toml configures it (lint, and the formatter at line length 120), over the whole checkout,
-and mypy over rdna1_kmgr/.
+and mypy over rdna1_kmgr/ and bench/.
 The README's test command runs it, so CI does: a change that is not formatted or not lint-clean fails here,
 with ruff's own lines saying where."""
 
@@ -29,8 +29,8 @@ def test_ruff_format_is_clean():
 MYPY = Path(sys.executable).parent / "mypy"  # the venv's, pinned in pyproject's test extra beside ruff
 
 
-def test_mypy_finds_no_type_error_in_the_package():
-    # pyproject's [tool.mypy] names what it checks (rdna1_kmgr/) and the error kinds each listed module still has
+def test_mypy_finds_no_type_error_in_the_package_or_the_benchmarks():
+    # pyproject's [tool.mypy] names what it checks (rdna1_kmgr/, bench/) and the error kinds each listed module has
     assert MYPY.is_file(), f"{MYPY} is missing: install the test extra (`./install.sh --test`)"
     result = subprocess.run(
         [str(MYPY), "--no-incremental", "--config-file", str(ROOT / "pyproject.toml")],

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol
 
 # kbuild's quiet-mode line for one compiled C or assembler object.
 _COMPILED = re.compile(r"^\s+(?:CC|AS)(?: \[M\])?\s+\S+\.o$")
@@ -27,16 +27,26 @@ _COMPILED = re.compile(r"^\s+(?:CC|AS)(?: \[M\])?\s+\S+\.o$")
 _MAKEFILE_OBJECT = re.compile(r"([A-Za-z0-9_\-]+)\.o\b")
 
 
-_STREAM: ContextVar[TextIO | None] = ContextVar("rdna1_kmgr_progress_stream", default=None)
+class Stream(Protocol):
+    """Where progress lines go: a terminal, a pipe, or a writer of the caller's (the follow's story)."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def isatty(self) -> bool: ...
 
 
-def current_stream() -> TextIO:
+_STREAM: ContextVar[Stream | None] = ContextVar("rdna1_kmgr_progress_stream", default=None)
+
+
+def current_stream() -> Stream:
     """Where progress goes now: the innermost reporting_to's stream, or stderr."""
     return _STREAM.get() or sys.stderr
 
 
 @contextmanager
-def reporting_to(stream: TextIO) -> Iterator[TextIO]:
+def reporting_to(stream: Stream) -> Iterator[Stream]:
     """Send every line of progress said inside (this thread's) to `stream`."""
     token = _STREAM.set(stream)
     try:
@@ -96,7 +106,7 @@ class Progress:
         label: str,
         total: int | None = None,
         unit: str = "objects",
-        stream: TextIO | None = None,
+        stream: Stream | None = None,
         live: bool | None = None,
         plain_interval: float = 60.0,
         clock=time.monotonic,

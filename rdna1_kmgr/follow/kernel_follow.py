@@ -257,7 +257,7 @@ def follow(kernel: str, source: str | None = None) -> FollowRecord | NotOptedIn:
                 package_version=built.package_version,
                 module_sha256=built.sha256,
                 verdict=record.verdict,
-                verdict_record=str(verdict.record_path(record.module_sha256)),
+                verdict_record=str(verdict.record_path(built.sha256)),
                 quirks=tuple(built.quirks),
             )
         )
@@ -305,7 +305,7 @@ class VmVerdictStage:
         kernel = ctx.kernel.release
         module = built_module.for_kernel(kernel)
         record = verdict.passing_record(module.path, kernel)
-        if record is not None:
+        if record is not None and record.module_sha256:  # a passing record is always of one module
             progress.say(f"rdna1-kmgr: reusing the passing VM verdict {verdict.record_path(record.module_sha256)}")
         else:
             record = engine.validate_module(

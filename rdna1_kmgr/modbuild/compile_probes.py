@@ -13,6 +13,7 @@ Leaves: nothing (the probe is built in a temporary folder).
 
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from rdna1_kmgr.core import runner
@@ -22,7 +23,7 @@ PROBE = "rdna1_kmgr_probe"
 TIMEOUT = 300  # seconds; a single object, normally a few
 
 
-def probe_source(kernel_names: dict[str, str]) -> str:
+def probe_source(kernel_names: Mapping[str, str]) -> str:
     """The probe's C: each macro's header included, an #error for each macro not defined."""
     headers = sorted(set(kernel_names.values()))
     lines = [
@@ -40,7 +41,7 @@ def headers_dir(release: str) -> Path:
     return Path("/lib/modules") / release / "build"
 
 
-def confirm(release: str, kernel_names: dict[str, str]) -> bool:
+def confirm(release: str, kernel_names: Mapping[str, str]) -> bool:
     """Compile the probe against KREL's headers; False when there are no headers to probe (nothing is
     claimed then), BuildError naming the first failed macro or header."""
     build = headers_dir(release)

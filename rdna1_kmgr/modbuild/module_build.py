@@ -78,7 +78,7 @@ def devices_for(request: BuildRequest, root: Path = Path("/")) -> tuple[list[int
 
 def package_for(manifest: Manifest, debug_info: bool) -> dkms.Package:
     """The DKMS package a rendered series goes into."""
-    version = dkms.package_version(manifest.kernel_version, manifest.patchset_sha256, debug_info)
+    version = dkms.package_version(*manifest.rendered(), debug_info)
     return dkms.Package(dkms.PACKAGE_NAME, version, debug_info=debug_info)
 
 
@@ -249,7 +249,7 @@ class RenderStage:
         ctx.applies_to = check_applies(ctx.tree, ctx.series)
         ctx.notes = ctx.manifest.notes()
         return [
-            f"render {len(ctx.manifest.patches)} patches (patch set {ctx.manifest.patchset_sha256[:12]}) "
+            f"render {len(ctx.manifest.patches)} patches (patch set {ctx.manifest.rendered()[1][:12]}) "
             f"for devices {' '.join(ctx.manifest.devices)}; they apply with patch -p1 ({len(ctx.applies_to)} files)"
         ]
 
@@ -258,7 +258,7 @@ class RenderStage:
         assert ctx.manifest is not None
         progress.say(
             f"rdna1-kmgr: rendered {len(ctx.manifest.patches)} patches "
-            f"(patch set {ctx.manifest.patchset_sha256[:12]})"
+            f"(patch set {ctx.manifest.rendered()[1][:12]})"
         )
         for line in ctx.manifest.notes():  # before the long compile: what the build will and will not change
             progress.say(f"rdna1-kmgr: {line}")
@@ -360,7 +360,7 @@ class VerifyStage:
         cert = signing.certificate_info(keys.cert)
         ctx.result = BuildResult(
             kernel=kernel.release,
-            kernel_version=manifest.kernel_version,
+            kernel_version=manifest.rendered()[0],
             kernel_package_version=kernel.package_version,
             note=kernel.note,
             source=str(ctx.tree),
@@ -380,7 +380,7 @@ class VerifyStage:
             devices=tuple(format_id(int(d, 16)) for d in manifest.devices),
             quirks_on=manifest.bits_on,
             quirks_off=tuple(b.id for b in manifest.bits_off),
-            patchset_sha256=manifest.patchset_sha256,
+            patchset_sha256=manifest.rendered()[1],
             reused=built.reused,
             compiled_objects=built.compiled,
             log=str(built.log) if built.log else None,
@@ -417,9 +417,9 @@ def plan(request: BuildRequest, pipeline: Pipeline = BUILD) -> BuildPlan:
     if manifest is not None and package is not None:
         assert manifest.kernel_version is not None and manifest.patchset_sha256 is not None  # a render sets them
         rendered = RenderPlan(
-            kernel_version=manifest.kernel_version,
+            kernel_version=manifest.rendered()[0],
             patches=len(manifest.patches),
-            patchset_sha256=manifest.patchset_sha256,
+            patchset_sha256=manifest.rendered()[1],
             devices=tuple(manifest.devices),
             quirks_on=tuple(manifest.bits_on),
             quirks_off=tuple(b.id for b in manifest.bits_off),

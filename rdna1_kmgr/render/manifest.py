@@ -90,6 +90,13 @@ class Manifest:
         """The bits the build carries that stay off until rdna1_quirks switches them on."""
         return tuple(b for b in self.bits if b.id not in self.bits_on)
 
+    def rendered(self) -> tuple[str, str]:
+        """(kernel_version, patchset_sha256) of a rendered series; a manifest without them was not written by a
+        render and is refused in one line."""
+        if not self.kernel_version or not self.patchset_sha256:
+            raise UsageError("the render manifest names no kernel version or patch set", "render the series again")
+        return self.kernel_version, self.patchset_sha256
+
     def nothing_on_note(self) -> str | None:
         """One line when the module, loaded as built, behaves as the stock one (no bit on by default for this
         kernel); None when some bit is on."""
