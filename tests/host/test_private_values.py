@@ -32,3 +32,16 @@ def test_a_user_name_inside_a_folder_name_goes_and_a_word_that_holds_it_stays():
     hidden = PrivateValues((("/home/alice", "<home>"), ("alice", "<user>")), (), ("alice",))
     said = hidden.redact("torch in /home/alice/alice_sd/venv and /opt/alice-torch/lib; user alice; malice")
     assert said == "torch in <home>/<user>_sd/venv and /opt/<user>-torch/lib; user <user>; malice"
+
+
+def test_full_names_and_dict_keys_are_redacted_too(tmp_path):
+    tree = FakeSysroot(tmp_path / "root").users(("carol", 1000, []))
+    passwd = (
+        (tree.root / "etc/passwd")
+        .read_text()
+        .replace("carol:x:1000:1000:carol:", "carol:x:1000:1000:Carol Danvers,,,:")
+    )
+    (tree.root / "etc/passwd").write_text(passwd)
+    hidden = private_values.collect(tree.root)
+    assert hidden.redact("signed off by Carol Danvers") == "signed off by <user>"
+    assert hidden.redact_value({"/home/carol/venv": ["carol"]}) == {"<home>/venv": ["<user>"]}

@@ -80,6 +80,8 @@ def _forged_intent(journal: jr.Journal, root: Path, forge: str) -> None:
     elif forge == "unknown kind":
         journal.append("exec", argv=["sh", "-c", "touch /tmp/owned"])
         return
+    elif forge == "a JSON true as the owner":  # Python's bool is an int: True would pass for uid 1
+        entry["uid"] = True
     journal.append("intent", step="initramfs", command=None, backups=[entry], dirs=[], undo=None)
 
 
@@ -90,6 +92,7 @@ def _forged_intent(journal: jr.Journal, root: Path, forge: str) -> None:
         ("../ backup name", "names the backup '../../../../etc/shadow'"),
         ("target outside the step's paths", "etc/cron.d/rdna1, which its step never writes"),
         ("unknown kind", "record 4 (exec) is of a kind rdna1-kmgr never writes"),
+        ("a JSON true as the owner", "has no valid uid for "),
     ],
 )
 def test_a_forged_record_is_refused_in_one_line_and_nothing_is_undone(system, forge, why):
@@ -218,3 +221,15 @@ def test_the_experiments_journal_restores_only_its_boot_files(system):
     )
     with pytest.raises(journal_checks.RecordRefused, match=r"record 3 \(intent\) would restore /etc/passwd"):
         journal_checks.check(journal, root)
+
+
+def test_a_json_true_is_no_session_and_no_start_time():
+    """JSON's true reads as Python's True, an int: a program record must not take it for a process."""
+    from rdna1_kmgr.install import journal_checks
+
+    genuine = {"argv": ["update-initramfs", "-u"], "session": 4242, "start_time": 99, "boot_id": ""}
+    assert journal_checks.program_problem(genuine) is None
+    assert (
+        journal_checks.program_problem({**genuine, "session": True}) == "names the session True, which is no program's"
+    )
+    assert journal_checks.program_problem({**genuine, "start_time": True}) == "has no start time for session 4242"
