@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from rdna1_kmgr.doctor.finding import Finding
+from rdna1_kmgr.doctor.finding import Finding, log_not_read
 from rdna1_kmgr.host import gpu_faults
 from rdna1_kmgr.host.kmsg import Record
 
@@ -24,18 +24,8 @@ def is_hang(message: str) -> bool:
 
 
 def findings(records: list[Record], readable: bool) -> list[Finding]:
-    if not readable:
-        # Said here too, not only by probe-errors (a board's check): hangs are read from the log even where no
-        # board is found, and a log an owner cannot read (kernel.dmesg_restrict=1) must not pass for a clean one.
-        return [
-            Finding(
-                "compute-hangs",
-                "info",
-                "GPU hangs not checked: the kernel log could not be read (kernel.dmesg_restrict=1 keeps it root's)",
-                "",
-                "run `sudo rdna1-kmgr doctor` to check them",
-            )
-        ]
+    if not readable:  # said here too, not only by probe-errors (a board's check): hangs are read without a board
+        return [log_not_read("compute-hangs", "GPU hangs")]
     at = [n for n, r in enumerate(records) if COMPUTE.search(r.message)]
     compute = [records[n].message for n in at]
     other = [r.message for r in records if not COMPUTE.search(r.message) and OTHER.search(r.message)]

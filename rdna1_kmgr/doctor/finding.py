@@ -31,3 +31,15 @@ class Finding:
             "todo": self.todo,
             "facts": self.facts,
         }
+
+
+def log_not_read(check: str, what: str) -> Finding:
+    """What a kernel-log check says when the log cannot be read: a log an owner may not read
+    (kernel.dmesg_restrict=1) must not pass for a clean one."""
+    return Finding(
+        check,
+        "info",
+        f"{what} not checked: the kernel log could not be read (kernel.dmesg_restrict=1 keeps it root's)",
+        "",
+        "run `sudo rdna1-kmgr doctor` to check them",
+    )

@@ -7,23 +7,14 @@ the process with "Memory access fault by GPU"; the experiment names such a cell 
 
 from __future__ import annotations
 
-from rdna1_kmgr.doctor.finding import Finding
+from rdna1_kmgr.doctor.finding import Finding, log_not_read
 from rdna1_kmgr.host import gpu_faults
 from rdna1_kmgr.host.kmsg import Record
 
 
 def findings(records: list[Record], readable: bool) -> list[Finding]:
     if not readable:
-        return [
-            Finding(
-                "gpu-faults",
-                "info",
-                "GPU page faults not checked: the kernel log could not be read (kernel.dmesg_restrict=1 keeps it "
-                "root's)",
-                "",
-                "run `sudo rdna1-kmgr doctor` to check them",
-            )
-        ]
+        return [log_not_read("gpu-faults", "GPU page faults")]
     found = gpu_faults.faults(records)
     facts = {"faults": [f.record.message for f in found[-20:]]}
     if not found:
