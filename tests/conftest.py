@@ -26,9 +26,22 @@ from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.core import tool_env
-from rdna1_kmgr.modbuild import prerequisites
-from rdna1_kmgr.source import debian_archive, kernel_source
+# The helper modules the test modules share (never another test module): their asserts get pytest's messages too
+pytest.register_assert_rewrite(
+    "doctor_checks",
+    "install_checks",
+    "install_system",
+    "kernel_plans",
+    "kernel_style",
+    "layout_facts",
+    "series_checks",
+    "source_fixtures",
+    "vm_fixtures",
+)
+
+from rdna1_kmgr.core import tool_env  # noqa: E402
+from rdna1_kmgr.modbuild import prerequisites  # noqa: E402
+from rdna1_kmgr.source import debian_archive, kernel_source  # noqa: E402
 
 # built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
 pytest_plugins = ["build_fixtures", "rocm_fixtures", "torch_fixtures", "wholesystem"]

@@ -24,14 +24,15 @@ def report(output, with_html, sysroot, pythons, user_name):
     without root (says what it could not read). Changes nothing but the files it writes."""
     path = issue_report.checked_output(output)
     root = user_input.existing_dir(sysroot, "sysroot")
-    gathered = issue_report.gather(root, list(pythons), user_name)
-    written = issue_report.write(gathered, path, with_html, _invoking_owner())
+    written = issue_report.write(
+        issue_report.gather(root, list(pythons), user_name), path, with_html, _invoking_owner()
+    )
     for made in (written.markdown, written.json, written.html):
         if made is not None:
             click.echo(str(made))
-    if gathered["not_read"] and os.geteuid() != 0:
+    if written.not_read and os.geteuid() != 0:
         click.echo(
-            f"not read without root: {len(gathered['not_read'])} part(s), listed at the end of the report; "
+            f"not read without root: {len(written.not_read)} part(s), listed at the end of the report; "
             "`sudo rdna1-kmgr report` includes them"
         )
     click.echo(

@@ -42,6 +42,7 @@ class Written:
     markdown: Path
     json: Path
     html: Path | None
+    not_read: tuple[str, ...] = ()  # what the report says it could not read (listed at its end)
 
 
 def default_output() -> Path:
@@ -274,4 +275,4 @@ def write(report: dict, output: Path, with_html: bool, owner: tuple[int, int] | 
         page = output.with_suffix(".html")
         html = answer.html_page(experiment_rows(report["experiment"]), "rdna1-kmgr report", text.splitlines())
         write_atomic(page, hidden.redact(html).encode(), owner=owner)
-    return Written(output, json_path, page)
+    return Written(output, json_path, page, tuple(report["not_read"]))

@@ -5,7 +5,7 @@ import ast
 import re
 from pathlib import Path
 
-from test_layout import PACKAGE, modules
+from layout_facts import PACKAGE, modules
 
 from rdna1_kmgr.core.errors import Exit
 

@@ -4,9 +4,8 @@ no module grows past what a reader takes in at once."""
 import ast
 from pathlib import Path
 
-import rdna1_kmgr
+from layout_facts import PACKAGE, modules
 
-PACKAGE = Path(rdna1_kmgr.__file__).parent
 # The flow, earliest first (userspace: the user-space profiles as data, beside the quirk catalog). commands/
 # and cli.py sit on top of every stage.
 STAGES = [
@@ -24,12 +23,6 @@ STAGES = [
     "commands",
 ]
 MAX_LINES = 550  # lines as `ruff format` lays them out (issues 21 and 41: modules are cut by concept, not by this cap)
-
-
-def modules():
-    return sorted(
-        p for p in PACKAGE.rglob("*.py") if not {"kmod", "dkms", "qemu", "hooks"} & set(p.relative_to(PACKAGE).parts)
-    )
 
 
 def imported_modules(path: Path) -> set[str]:

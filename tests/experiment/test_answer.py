@@ -2,7 +2,7 @@
 is the evidence that the bit fixes the BO case, not a change the owner should make; the same for the host
 cells, the kernel cells and the VFIO matrix."""
 
-from test_kernel_cells import kernel_plan
+from kernel_plans import kernel_plan
 
 from rdna1_kmgr.experiment import answer, kernel_cells
 from rdna1_kmgr.experiment.cell_run import HostResult

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from kernel_plans import kernel_plan
 from sysfs_fixtures import no_gpu, rx5600xt
 
 from rdna1_kmgr.cli import main
@@ -21,22 +22,6 @@ from rdna1_kmgr.render.manifest import Manifest
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
-
-
-def kernel_plan(folder: Path, cells, host_cells: tuple[str, ...]) -> kernel_run.Plan:
-    """A kernel-cells plan as `experiment kernel` records it, run as root, for tests that read a finished run."""
-    return kernel_run.Plan(
-        str(folder),
-        tuple(cells),
-        host_cells,
-        sys.executable,
-        "/",
-        {},
-        kernel_run.cell_run.Limits(),
-        True,
-        False,
-        {"name": "root", "uid": 0, "gid": 0},
-    )
 
 
 def test_stock_cells_are_one_amdgpu_word_each():

@@ -17,8 +17,9 @@ from pathlib import Path
 import distro
 import pytest
 from conftest import persistent_cache_root
+from install_checks import verdict_record
+from install_system import AMD_TREE, CLI, pristine  # noqa: F401 (pristine: a fixture)
 from sysfs_fixtures import FakeSysroot
-from test_module_install import AMD_TREE, CLI, pristine, verdict_record  # noqa: F401 (pristine: a fixture)
 
 from rdna1_kmgr.install import initramfs, stock_loader
 from rdna1_kmgr.install import journal as jr

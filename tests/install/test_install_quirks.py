@@ -3,8 +3,8 @@ journaled like every install, replaced by another mask, undone by rollback; a ma
 refused with nothing changed. The scratch systems and their real dkms/depmod/initramfs come from
 test_module_install."""
 
-from test_module_install import (  # noqa: F401  (fixtures)
-    assert_same_system,
+from install_checks import assert_same_system
+from install_system import (  # noqa: F401  (fixtures)
     fake_tools,
     one_error_line,
     pristine,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from install_checks import ensure_image_installed, purge_image, tree_digest
-from test_module_install import _new_system, fake_tools, pristine  # noqa: F401 (fixtures)
+from install_system import _new_system, fake_tools, pristine  # noqa: F401 (fixtures)
 
 # real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
 pytestmark = pytest.mark.system

@@ -8,8 +8,7 @@ import re
 import subprocess
 
 import pytest
-from kernel_style import WITHOUT_EXPORT, derived_tree, patched_copy, w1_warnings
-from test_kernel_style import checkpatch, checkpatch_of
+from kernel_style import WITHOUT_EXPORT, checkpatch, checkpatch_of, derived_tree, patched_copy, w1_warnings
 
 from rdna1_kmgr.render.name_check import code_of
 from rdna1_kmgr.render.patch_series import render

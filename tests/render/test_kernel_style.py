@@ -6,74 +6,13 @@ is taken once from the very linux-source .deb the subset came from (fetched agai
 it has unpacked the subset), into the persistent test cache.
 """
 
-import re
-import subprocess
-from pathlib import Path
-
 import pytest
-from conftest import _using_test_cache, persistent_cache_root
-from kernel_style import touched_objects, w1_new_warnings
+from kernel_style import checkpatch, checkpatch_of, touched_objects, w1_new_warnings
 
-from rdna1_kmgr.core import cache_entry
 from rdna1_kmgr.render.patch_series import render
-from rdna1_kmgr.source import kernel_source
-from rdna1_kmgr.source.debian_archive import PrivateArchive
 
 AMD = "drivers/gpu/drm/amd"
-CHECKPATCH_FILES = ("checkpatch.pl", "spelling.txt", "const_structs.checkpatch")
 pytestmark = pytest.mark.realsource
-
-
-def checkpatch_of(source: Path) -> Path:
-    """scripts/checkpatch.pl of the kernel `source` was unpacked from (extracted once per source package)."""
-    archive = (kernel_source.source_origin(source) or {}).get("archive")
-    if not archive:
-        pytest.fail(f"{source} records no archive it came from")
-    deb = persistent_cache_root() / "debs" / archive
-    dest = persistent_cache_root() / "checkpatch" / archive.removesuffix(".deb")
-    if (dest / "scripts/checkpatch.pl").is_file():
-        return dest / "scripts/checkpatch.pl"
-    with cache_entry.exclusive(dest.parent, dest.name), cache_entry.staging(dest.parent, dest.name) as staging:
-        if not (dest / "scripts/checkpatch.pl").is_file():
-            if not deb.is_file():  # the tool deletes a source .deb once it is unpacked (issue 27): fetch it again
-                with _using_test_cache():
-                    found = kernel_source.debian_source_for(kernel_source.source_origin(source)["debian_version"])
-                    deb = PrivateArchive(found.suite).download(found.package, found.version)
-            inner = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
-            tarball = next(
-                n
-                for n in subprocess.run(["tar", "-t"], input=inner, capture_output=True, check=True)
-                .stdout.decode()
-                .split()
-                if re.fullmatch(r"\./usr/src/linux-source-[\d.]+\.tar\.xz", n)
-            )
-            top = tarball.rsplit("/", 1)[1].removesuffix(".tar.xz")
-            xz = subprocess.run(["tar", "-xO", tarball], input=inner, capture_output=True, check=True).stdout
-            subprocess.run(
-                [
-                    "tar",
-                    "-xJ",
-                    "-C",
-                    str(staging),
-                    "--strip-components=1",
-                    *[f"{top}/scripts/{name}" for name in CHECKPATCH_FILES],
-                ],
-                input=xz,
-                check=True,
-            )
-            cache_entry.publish(staging, dest)
-            deb.unlink(missing_ok=True)  # checkpatch is kept; the 140 MB .deb is not
-    return dest / "scripts/checkpatch.pl"
-
-
-def checkpatch(script: Path, patch: Path, *options: str) -> list[str]:
-    """The ERROR/WARNING/CHECK lines checkpatch reports for one patch."""
-    done = subprocess.run(
-        ["perl", str(script), "--no-tree", "--terse", "--show-types", *options, str(patch)],
-        capture_output=True,
-        text=True,
-    )
-    return [line for line in done.stdout.splitlines() if re.search(r": (ERROR|WARNING|CHECK):", line)]
 
 
 @pytest.mark.parametrize("fixture", ["real_source_61", "real_source_612", "real_source_7x"])

@@ -7,32 +7,13 @@ import shutil
 import subprocess
 
 import pytest
-from click.testing import CliRunner
 from fake_kernel import AMD, make_tree
+from series_checks import apply_series, assert_refused, function_body, run_cli
 
-from rdna1_kmgr.cli import main
 from rdna1_kmgr.render import quirk_catalog
 from rdna1_kmgr.render.patch_series import count_selftest_cases
 
 GMC = f"{AMD}/amdgpu/gmc_v10_0.c"
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def apply_series(out, tree):
-    for name in (out / "series").read_text().split():
-        done = subprocess.run(
-            ["patch", "-p1", "--batch", "-d", str(tree), "-i", str(out / name)], capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "fuzz" not in done.stdout, done.stdout
-
-
-def function_body(text, name):
-    start = text.index(f"{name}(")
-    return text[start : text.index("\n}\n", start) + 3]
 
 
 @pytest.fixture
@@ -411,16 +392,6 @@ def test_several_devices(tree, tmp_path):
     assert re.search(
         r"amdgpu_rdna1_ids\[\] = \{\n\t0x731F,\n\t0x7340,\n\};", (tree / AMD / "amdgpu/amdgpu_rdna1.c").read_text()
     )
-
-
-def assert_refused(result, out, *words):
-    assert result.exit_code != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0]
-    assert not out.exists()
-    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "staging left behind"
 
 
 def test_source_without_the_hooked_function_is_refused_with_nothing_written(tmp_path):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 from fake_kernel import AMD, NAMES_HEADER, make_tree, names_header, series_names
-from test_patch_series import apply_series, assert_refused, function_body, run_cli
+from series_checks import apply_series, assert_refused, function_body, run_cli
 
 from rdna1_kmgr.render.patch_series import render
 

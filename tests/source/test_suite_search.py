@@ -17,7 +17,7 @@ from apt_fixtures import (
     debian_sysroot,
     trixie_sources,
 )
-from test_kernel_source import make_deb
+from source_fixtures import make_deb
 
 from rdna1_kmgr.core.errors import SourceError
 from rdna1_kmgr.host import system_identity

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
-from test_kernel_source import (
+from source_fixtures import (
     AMD,
     cache,  # noqa: F401  (the fixture its tests name)
     leftovers,

@@ -8,80 +8,39 @@ init WARNs. Rules are tested on them and on variations of them; the boots prove 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import io
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import fakeamdgpu
 import pytest
 from click.testing import CliRunner
-from conftest import _using_test_cache, persistent_cache_root
+from conftest import _using_test_cache
+from vm_fixtures import (
+    CANNED_KERNEL,
+    assert_nothing_left_running,
+    canned,
+    dpkg_status,
+    fake_modules_61,  # noqa: F401  (a session fixture)
+    guest_kernel_61,  # noqa: F401  (a session fixture)
+    guest_kernel_612,  # noqa: F401  (a session fixture, asked for by name)
+    patched_module,
+    patched_result,
+    processes_mentioning,
+    rdna1_kmgr,
+    stock_module,
+    vm_env,  # noqa: F401  (a fixture)
+)
 
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import engine, guest, guest_kernel, guest_view, hostroot_guest, verdict, virtme_guest
-
-DATA = Path(__file__).parent / "data"
-CANNED_KERNEL = "6.1.0-56-amd64"
-DEPENDS = (
-    "ttm",
-    "drm",
-    "drm_display_helper",
-    "drm_kms_helper",
-    "drm_buddy",
-    "i2c-algo-bit",
-    "gpu-sched",
-    "video",
-    "drm_ttm_helper",
-)
-
-
-def canned(name: str) -> dict:
-    return json.loads((DATA / f"result-{name}.json").read_text())
-
-
-def stock_module(**changes) -> module_elf.ModuleFile:
-    """The facts of the unpatched amdgpu.ko the canned stock result comes from."""
-    facts = dict(
-        path=Path("/tmp/rdna1-kmgr-vm-RUN/amdgpu.ko"),
-        sha256="2" * 64,
-        name="amdgpu",
-        vermagic=f"{CANNED_KERNEL} SMP preempt mod_unload modversions ",
-        depends=DEPENDS,
-        parameters=("vramlimit", "debug_largebar"),
-        build_id="eec37b5c70e650cc32ad77d9f54a69a2ff1c8ec6",
-        srcversion=None,
-        signed=False,
-        texts=frozenset(verdict.INIT_MESSAGES),
-    )
-    facts.update(changes)
-    return module_elf.ModuleFile(**facts)
-
-
-def patched_module(**changes) -> module_elf.ModuleFile:
-    return stock_module(parameters=("rdna1_quirks", "rdna1_selftest", "vramlimit"), **changes)
-
-
-def patched_result(passed: int = 7, failed: int = 0) -> dict:
-    """The stock run as the patched module gives it: the selftest line, and the parameters readable."""
-    result = copy.deepcopy(canned("6.1-amdgpu-stock"))
-    for step in result["steps"]:
-        if step["name"] == "insmod selftest":
-            step["argv"].append("rdna1_selftest=1")
-            step["log"].insert(-1, f"[   63.655000] amdgpu: rdna1-kmgr selftest: {passed} passed, {failed} failed")
-            step["after"]["parameters"] = {"rdna1_selftest": "Y", "rdna1_quirks": "3"}
-        if step["name"] == "insmod stock":
-            step["argv"].append("rdna1_quirks=0")
-            step["after"]["parameters"] = {"rdna1_selftest": "N", "rdna1_quirks": "0"}
-    return result
 
 
 def step(result: dict, name: str) -> dict:
@@ -485,13 +444,6 @@ def test_a_cached_kernel_tree_is_used_and_a_host_kernel_preferred(tmp_path, monk
     assert guest_kernel.locate("6.1.0-99-amd64").origin == "host"
 
 
-def dpkg_status(package: str) -> str:
-    proc = subprocess.run(
-        ["dpkg-query", "--show", "--showformat=${db:Status-Abbrev}", package], capture_output=True, text=True
-    )
-    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
-
-
 @pytest.mark.realbuild  # the built module names the dependencies a guest loads
 def test_fetching_a_kernel_unpacks_its_image_package_into_the_cache(
     tmp_path, monkeypatch, headers_61, persistent_cache, built_module_61
@@ -586,71 +538,6 @@ def test_passthrough_without_an_rdna1_gpu_is_refused_clearly(isolated_state):
 
 
 # --- real boots ------------------------------------------------------------------------------------------------
-
-
-def rdna1_kmgr(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
-    # the installed package under test, not whichever install /usr/local/bin/rdna1-kmgr points to
-    script = str(Path(sys.executable).parent / "rdna1-kmgr")
-    if not Path(script).is_file():
-        script = shutil.which("rdna1-kmgr") or script
-    return subprocess.run([script, *args], capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that contain `text` (our run folder is in QEMU's)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(cmdline)
-    return found
-
-
-def unpacked_guest_kernel(release: str) -> str:
-    """The Debian kernel `release`, unpacked into the persistent test cache (fetched once)."""
-    with _using_test_cache():
-        guest_kernel.locate(release, fetch=True)
-    return release
-
-
-@pytest.fixture(scope="session")
-def guest_kernel_61(headers_61) -> str:
-    return unpacked_guest_kernel(headers_61)
-
-
-@pytest.fixture(scope="session")
-def guest_kernel_612(headers_612) -> str:
-    return unpacked_guest_kernel(headers_612)
-
-
-@pytest.fixture(scope="session")
-def fake_modules_61(guest_kernel_61, tmp_path_factory) -> dict[str, Path]:
-    workdir = tmp_path_factory.mktemp("fake-amdgpu")
-    return {variant: fakeamdgpu.build(guest_kernel_61, variant, workdir) for variant in fakeamdgpu.VARIANTS}
-
-
-@pytest.fixture
-def vm_env(tmp_path) -> dict[str, str]:
-    """Environment of one CLI run: its own state, logs and temporary folder; the shared kernel cache."""
-    env = dict(os.environ)
-    env.update(
-        RDNA1_KMGR_STATE=str(tmp_path / "state"),
-        RDNA1_KMGR_LOG=str(tmp_path / "log"),
-        RDNA1_KMGR_CACHE=str(persistent_cache_root()),
-        TMPDIR=str(tmp_path / "tmp"),
-    )
-    (tmp_path / "tmp").mkdir()
-    return env
-
-
-def assert_nothing_left_running(env: dict[str, str]) -> None:
-    assert processes_mentioning(env["TMPDIR"]) == []
 
 
 @pytest.mark.vm

@@ -253,7 +253,7 @@ def test_the_board_experiment_refuses_a_module_no_kernel_is_known_for(tmp_path, 
 
 # --- the cell runner in real emulated VMs --------------------------------------------------------------------
 
-from test_engine import fake_modules_61, guest_kernel_61, vm_env  # noqa: E402,F401  (session fixtures)
+from vm_fixtures import fake_modules_61, guest_kernel_61, vm_env  # noqa: E402,F401  (session fixtures)
 
 
 def guest_sees(python: str) -> tuple[Path, ...]:

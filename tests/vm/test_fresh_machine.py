@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TEST_CACHE_ENV
-from test_engine import (  # noqa: F401
+from vm_fixtures import (  # noqa: F401
     assert_nothing_left_running,
     dpkg_status,
     fake_modules_61,

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_engine import CANNED_KERNEL, patched_module, patched_result
+from vm_fixtures import CANNED_KERNEL, patched_module, patched_result
 
 from rdna1_kmgr.vm import (
     engine,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import persistent_cache_root
 from kernel_style import AMD, WITHOUT_EXPORT, derived_tree
-from test_engine import (  # noqa: F401 (fixtures)
+from vm_fixtures import (  # noqa: F401 (fixtures)
     assert_nothing_left_running,
     guest_kernel_61,
     guest_kernel_612,
