@@ -30,7 +30,14 @@ def test_a_removed_kernels_backup_goes_to_the_later_install_and_rollback_returns
     install_writing(LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
     plan = kernel_removal.plan(REMOVED)
     assert f"  hand the backup of {rule} to {LATER}'s later install, which wrote it again" in plan
-    kernel_removal.forget(REMOVED)
+    said = kernel_removal.forget(REMOVED)
+    # what `follow removed` says it did, in the order it did it
+    conf = journal_root / "etc/modprobe.d/rdna1-kmgr.conf"
+    assert said[:2] == [
+        f"handed the backup of {rule} to {LATER}'s later install",
+        f"rewrote {conf} for the kernels still installed",
+    ]
+    assert len(said) == 3 and said[2].startswith(f"journal of {REMOVED} moved to ") and "/history/" in said[2]
     assert rule.read_text() == "follow's rule\n"  # the 7.x install relies on it: untouched
     assert jr.Journal.kernels() == [LATER]
     rollback.run(None)
