@@ -14,7 +14,8 @@ RELEASES.md (the multi-arch index, line 107; `pip install --index-url ... "torch
 - A nightly's version carries its date (`X.Y.ZaYYYYMMDD`, torch `2.11.0+rocm7.13.0a20260601`, a BKC build
   `...a20260811.bkc.20260813`), so its index is known exactly. A release, prerelease or dev version carries none:
   its line names the index of today first and the one before the move as an extra index, so that pip finds the
-  build on either (#7547 left stable's promotion to its new index, #7351, for later).
+  build on either (#7547 left stable's promotion to its new index, #7351, for later); a line for a new install
+  of those channels does the same.
 - BKC builds got a stream of their own with the move; where they were published before it TheRock's docs do not
   say, so a line for one names today's BKC index.
 
@@ -81,8 +82,9 @@ def built_on(version: str | None) -> date | None:
 
 def indexes(channel: str, version: str | None = None) -> tuple[str, ...]:
     """The index URLs a pip line for `channel` names, the first as --index-url and the rest as
-    --extra-index-url: the one that held a dated build; else (a new install, or a version without a date) the
-    current one, then the one before the move."""
+    --extra-index-url: the one that held a dated build; for a new nightly, today's; for the channels whose
+    versions carry no date (release, prerelease, dev), today's and then the one before the move, where a build
+    may still be and where TheRock promoted to until then."""
     rows = [i for i in TABLE if i.channel == channel]
     built = built_on(version) if version else None
     if built is not None:
@@ -90,7 +92,8 @@ def indexes(channel: str, version: str | None = None) -> tuple[str, ...]:
         if held:
             return tuple(held)
     current = [i.url for i in rows if i.until is None]
-    return tuple(current + [i.url for i in rows if i.until is not None and version])
+    dated = channel in ("nightly", "bkc")
+    return tuple(current + ([] if dated else [i.url for i in rows if i.until is not None]))
 
 
 def markdown_table() -> list[str]:

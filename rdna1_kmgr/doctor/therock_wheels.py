@@ -188,10 +188,10 @@ def pip_line(site: Path, sysroot: Path, processor: str, versions: dict[str, str]
         else ""
     )
 
-    def line(name: str, pinned: bool) -> str:
+    def line(name: str, pinned: bool, new: bool) -> str:
         urls = therock_indexes.indexes(name, channel.rocm if pinned else None)
         where = f"--index-url {urls[0]}" + "".join(f" --extra-index-url {url}" for url in urls[1:])
-        if why_new:
+        if new:
             return (
                 f"python3 -m venv {NEW_VENV} && {NEW_VENV}/bin/python -m pip install {where} "
                 f'"torch[device-{processor}]" "torchvision[device-{processor}]"'
@@ -206,21 +206,22 @@ def pip_line(site: Path, sysroot: Path, processor: str, versions: dict[str, str]
             wanted.append(f'"rocm[libraries,device-{processor}]' + (f'=={core}"' if core and pinned else '"'))
         return f"{_shown(root / 'bin/python', sysroot)} -m pip install {where} {' '.join(wanted)}"
 
+    if channel.name == "unknown" and not why_new:
+        why_new = (
+            f"the installed ROCm version {channel.rocm} names no channel TheRock publishes"
+            if channel.rocm
+            else "the installed ROCm names no channel"
+        )
     if why_new:
         return (
-            f"`{line('nightly', False)}` (a new venv: {why_new}; TheRock's nightly channel, or its release "
-            f"channel: `{line('release', False)}`)"
+            f"`{line('nightly', False, True)}` (a new venv: {why_new}; TheRock's nightly channel, or its release "
+            f"channel: `{line('release', False, True)}`)"
         )
-    if channel.name == "unknown":
-        unsure = f"the installed ROCm version {channel.rocm} names no channel; " if channel.rocm else ""
-        return (
-            f"`{line('nightly', False)}` (nightly channel; {unsure}the stable release channel: "
-            f"`{line('release', False)}`)"
-        )
+    # Another channel needs a new venv too: pip keeps the installed torch, whichever index the line names
     other = "release" if channel.name != "release" else "nightly"
     return (
-        f"`{line(channel.name, True)}` ({channel.name} channel, ROCm {channel.rocm}, as installed; "
-        f"the {other} channel instead: `{line(other, False)}`)"
+        f"`{line(channel.name, True, False)}` ({channel.name} channel, ROCm {channel.rocm}, as installed; "
+        f"the {other} channel instead, in a new venv: `{line(other, False, True)}`)"
     )
 
 

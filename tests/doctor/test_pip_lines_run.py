@@ -80,8 +80,13 @@ def other_torch(scratch: Path, version: str, hip: str | None, cuda: str | None, 
 
 def printed_line(result: dict, check: str = "torch") -> str:
     """The first command of the first finding of `check` that has a fix: what an owner would copy."""
+    return printed_lines(result, check)[0]
+
+
+def printed_lines(result: dict, check: str = "torch") -> list[str]:
+    """Every command of that finding: the fix and the other channel's."""
     todo = next(f["todo"] for f in by_check(result, check) if f["level"] in ("problem", "warn") and f["todo"])
-    return re.search(r"`([^`]+)`", todo).group(1)
+    return re.findall(r"`([^`]+)`", todo)
 
 
 def run_line(line: str, tree, mirror: Path) -> subprocess.CompletedProcess[str]:
@@ -107,10 +112,17 @@ def test_therock_nightly_without_its_device_wheel_gets_it_in_the_same_venv_from_
     venv = make_venv(home / "venv", wheels, home)
     line = printed_line(run(tree))
     assert line.startswith(f"/home/owner/venv/bin/python -m pip install --index-url {OLD_NIGHTLY} "), line
+    first = run(tree)
     done = run_line(line, tree, mirror)
     assert done.returncode == 0, done.stdout + done.stderr
     assert carries_gfx1010(venv)
     assert torch_of(run(tree), venv)["level"] == "ok"
+    # the release channel instead: a new venv (the nightly's venv would keep its torch)
+    (other,) = printed_lines(first)[1:]
+    assert other.startswith("python3 -m venv ~/therock-venv && "), other
+    done = run_line(other, tree, mirror)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert carries_gfx1010(home / "therock-venv")
 
 
 def test_a_venv_holding_another_torch_gets_a_new_venv_that_carries_the_boards_code(tmp_path, mirror):
@@ -135,6 +147,12 @@ def test_a_venv_holding_another_torch_gets_a_new_venv_that_carries_the_boards_co
         assert carries_gfx1010(home / "therock-venv")
         assert sorted(p.name for p in venv.glob("lib/python3*/site-packages/*")) == before
         assert torch_of(run(tree), home / "therock-venv")["level"] == "ok"
+        # the release channel's line beside it works too (a release on the index it was promoted to)
+        (other,) = printed_lines(first)[1:]
+        shutil.rmtree(home / "therock-venv")
+        done = run_line(other, tree, mirror)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert carries_gfx1010(home / "therock-venv")
 
 
 def test_a_cuda_torch_on_an_amd_only_machine_is_a_problem_whose_line_works(tmp_path, mirror):

@@ -20,7 +20,12 @@ from rdna1_kmgr.doctor import therock_indexes
             "10.1.0",
             ("https://stable.repo.amd.com/rocm/whl-next/", "https://repo.amd.com/rocm/whl-multi-arch/"),
         ),
-        ("release", None, ("https://stable.repo.amd.com/rocm/whl-next/",)),
+        # a new release install: today's index, and the one releases were promoted to until the move (#7351)
+        (
+            "release",
+            None,
+            ("https://stable.repo.amd.com/rocm/whl-next/", "https://repo.amd.com/rocm/whl-multi-arch/"),
+        ),
         (
             "prerelease",
             "10.1.0rc2",
