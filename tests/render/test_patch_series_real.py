@@ -265,7 +265,9 @@ def test_asking_for_one_quirk_on_6_12_keeps_cwsr_size_and_says_so(real_source_61
     assert manifest.quirk_ids == ["crat-mem", "cwsr-size"]
     assert manifest.bits_on == ("cwsr-size",) and manifest.asked_quirks == ("crat-mem",)
     assert manifest.notes() == [
-        "quirk cwsr-size kept: on by default and needed on this kernel (leave it out with --no-quirk cwsr-size)"
+        "quirk cwsr-size kept: on by default and needed on this kernel (leave it out with --no-quirk cwsr-size)",
+        "kernel change needed here: cwsr-size on by default (mask 0x10), from this kernel's own source; whether "
+        "your board and ROCm hit it: `rdna1-kmgr doctor`'s queue finding",
     ]
     # leaving it out takes --no-quirk, and says so
     manifest = render(real_source_612, tmp_path / "out2", ["crat-mem"], without=["cwsr-size"])
