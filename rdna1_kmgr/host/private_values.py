@@ -36,6 +36,10 @@ PLACEHOLDERS = {
 NOT_HOSTS = {"localhost", "localhost.localdomain"}
 MAC = re.compile(r"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:])")
 _AROUND = "A-Za-z0-9_.-"  # a value is replaced only where none of these touches it
+# Secrets a log line may carry whatever the machine: a URL's user and password (a pip index with credentials), and
+# the value of a variable named as a secret (HF_TOKEN=..., GITHUB_TOKEN, *_PASSWORD, *_API_KEY)
+URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s@:]+(?::[^/\s@]*)?@")
+SECRET_VALUE = re.compile(r"\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)[A-Za-z0-9_]*)=(\S+)", re.I)
 PATH_LIKE = re.compile(r"(?:/[^\s/`'\"(),;:<>|]+)+/?")
 
 
@@ -46,7 +50,8 @@ class PrivateValues:
     user_names: tuple[str, ...] = ()  # replaced inside path components too, longest first
 
     def redact(self, text: str) -> str:
-        """`text` without any of the values, and without anything shaped like a MAC address."""
+        """`text` without any of the values, and without anything shaped like a MAC address, a URL's credentials or
+        a secret variable's value."""
         if self.values:
             replacement = dict(self.values)
             pattern = re.compile(
@@ -56,6 +61,8 @@ class PrivateValues:
         if self.user_names:
             inside = re.compile("|".join(re.escape(n) for n in self.user_names))
             text = PATH_LIKE.sub(lambda m: inside.sub("<user>", m.group(0)), text)
+        text = URL_CREDENTIALS.sub("<credentials>@", text)
+        text = SECRET_VALUE.sub(lambda m: f"{m.group(1)}=<secret>", text)
         return MAC.sub("<mac>", text)
 
     def redact_value(self, value):

@@ -24,6 +24,8 @@ SERIAL = "PF3KX92A0117"  # a board serial as DMI shows it
 PRODUCT_UUID = "4c4c4544-0042-3510-8052-b4c04f4b3132"
 MACHINE_ID = "5f1c0d9e2a7b4c3d8e9f0a1b2c3d4e5f"
 MAC = "2c:f0:5d:8a:11:7e"
+TOKEN = "hf_Qw3rTy8uIoP1aSdFgHjKlZxCvBnM"  # a Hugging Face token as owners paste them into scripts
+PIP_PASSWORD = "s3cr3t-pip-pass"  # a private index's credentials in a pip line
 
 
 @pytest.fixture
@@ -54,7 +56,8 @@ def desktop(tmp_path, monkeypatch):
         "outcome": "wrong",
         # Owners' logs carry such words (a prompt, dmesg's board line, a network name): the report must not.
         "detail": f"1 of 40 off, first conv2d k=3 12x12 forward (error 1) in {tmp_path}/root/home/alice/venv "
-        f"on alice-desktop, board {SERIAL}, link {MAC}",
+        f"on alice-desktop, board {SERIAL}, link {MAC}; HF_TOKEN={TOKEN}; Looking in indexes: "
+        f"https://bob:{PIP_PASSWORD}@pypi.corp.example/simple",
         "stage": "conv2d",
         "case": "conv2d k=3 12x12 forward",
         "max_error": 1.0,
@@ -81,11 +84,22 @@ def test_the_report_holds_nothing_private(desktop, tmp_path):
     text, record, _ = report(desktop, tmp_path, "--html")
     page = (tmp_path / "out/r.html").read_text()
     whole = json.dumps(record)
-    for private in ("alice", "/home/alice", "alice-desktop", SERIAL, PRODUCT_UUID, MACHINE_ID, MAC):
+    for private in (
+        "alice",
+        "/home/alice",
+        "alice-desktop",
+        SERIAL,
+        PRODUCT_UUID,
+        MACHINE_ID,
+        MAC,
+        TOKEN,
+        PIP_PASSWORD,
+    ):
         assert private not in text and private not in whole and private not in page, private
     # What stood there is said, so the reader knows a value was there.
     assert "<home>/.bashrc" in text and "<home>/venv" in text and "<user>" in whole
     assert "on <host>, board <serial>, link <mac>" in page and "<host>" in whole
+    assert "HF_TOKEN=<secret>" in whole and "https://<credentials>@pypi.corp.example/simple" in page
 
 
 def test_the_report_holds_what_an_issue_tracker_asks_for(desktop, tmp_path):
