@@ -455,7 +455,8 @@ def test_a_board_back_on_amdgpu_that_does_not_work_is_not_given_back(monkeypatch
 
 def test_kernel_log_records_and_continuations():
     text = "6,5,100,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:0a:00.0\n4,6,200,c;second; with semicolon\nnoise\n"
-    assert kmsg.parse(text) == [kmsg.Record(5, "first"), kmsg.Record(6, "second; with semicolon")]
+    # prio,seq,usec,flags;message (the kernel's Documentation/ABI/testing/dev-kmsg)
+    assert kmsg.parse(text) == [kmsg.Record(5, "first", 100), kmsg.Record(6, "second; with semicolon", 200)]
 
 
 def test_the_real_kernel_log_reads_with_increasing_numbers():
