@@ -54,7 +54,8 @@ class KmgrGroup(click.Group):
 
     def resolve_command(self, ctx, args):
         name = args[0] if args else ""
-        if name and not name.startswith("-") and name not in COMMANDS:
+        # shell completion parses resiliently: click's own answer there, never an error line
+        if name and not name.startswith("-") and name not in COMMANDS and not ctx.resilient_parsing:
             close = difflib.get_close_matches(name, COMMANDS, n=1)
             raise UsageError(
                 f"no command {name!r}",
