@@ -109,7 +109,7 @@ def run(sysroot: Path = Path("/"), pythons: list[str] | None = None, user_name: 
         checked,
     )
     records = kmsg.records(sysroot)
-    found += pcie_atomics.findings(sysroot, [n for n in nodes if n.is_gpu], records, device is not None)
+    found += pcie_atomics.findings(sysroot, gpu_nodes, records, device is not None)
     found += compute_hangs.findings(records, bool(records))
     found += page_faults.findings(records, bool(records))
     wheels = [f"TheRock's rocm-sdk-core {s.core_version} in {s.site}" for s in sdks if s.core_version]

@@ -11,6 +11,7 @@ leaves out the board's index, hides the board.
 from __future__ import annotations
 
 from rdna1_kmgr.doctor.finding import Finding
+from rdna1_kmgr.doctor.gfx_override import effective
 from rdna1_kmgr.userspace import environment_files
 
 ROCR = "ROCR_VISIBLE_DEVICES"
@@ -23,11 +24,8 @@ def wanted(name: str) -> bool:
 
 
 def in_force(found: list[environment_files.Assignment], name: str) -> environment_files.Assignment | None:
-    """The assignment of `name` in force: the process's own, else the last file line read (login order)."""
-    mine = [a for a in found if a.name == name]
-    process = [a for a in mine if a.scope == "process"]
-    last = process[-1] if process else (mine[-1] if mine else None)
-    return last if last is not None and last.value is not None else None
+    """The assignment of `name` in force, as for every other variable doctor reads (gfx_override.effective)."""
+    return effective([a for a in found if a.name == name])
 
 
 def chosen(value: str, among: list[int]) -> list[int] | None:

@@ -358,9 +358,10 @@ class VerifyStage:
         manifest, package, built, kernel, keys = ctx.manifest, ctx.package, ctx.built, ctx.kernel, ctx.keys
         assert manifest is not None and package is not None and built is not None and ctx.tree is not None
         cert = signing.certificate_info(keys.cert)
+        kernel_version, patchset = manifest.rendered()
         ctx.result = BuildResult(
             kernel=kernel.release,
-            kernel_version=manifest.rendered()[0],
+            kernel_version=kernel_version,
             kernel_package_version=kernel.package_version,
             note=kernel.note,
             source=str(ctx.tree),
@@ -380,7 +381,7 @@ class VerifyStage:
             devices=tuple(format_id(int(d, 16)) for d in manifest.devices),
             quirks_on=manifest.bits_on,
             quirks_off=tuple(b.id for b in manifest.bits_off),
-            patchset_sha256=manifest.rendered()[1],
+            patchset_sha256=patchset,
             reused=built.reused,
             compiled_objects=built.compiled,
             log=str(built.log) if built.log else None,
@@ -415,11 +416,11 @@ def plan(request: BuildRequest, pipeline: Pipeline = BUILD) -> BuildPlan:
     manifest, package = ctx.manifest, ctx.package
     rendered = None
     if manifest is not None and package is not None:
-        assert manifest.kernel_version is not None and manifest.patchset_sha256 is not None  # a render sets them
+        kernel_version, patchset = manifest.rendered()
         rendered = RenderPlan(
-            kernel_version=manifest.rendered()[0],
+            kernel_version=kernel_version,
             patches=len(manifest.patches),
-            patchset_sha256=manifest.rendered()[1],
+            patchset_sha256=patchset,
             devices=tuple(manifest.devices),
             quirks_on=tuple(manifest.bits_on),
             quirks_off=tuple(b.id for b in manifest.bits_off),
