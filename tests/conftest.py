@@ -20,11 +20,13 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import second_lane
 
 # The helper modules the test modules share (never another test module): their asserts get pytest's messages too
 pytest.register_assert_rewrite(
@@ -76,7 +78,8 @@ def pytest_collection_modifyitems(config, items):
         if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.realsource)
     # The Debian 13 tests run after all the others (RUN_LAST too: they share nothing with it): by then
-    # tests/cache_warmer.py, started when the session begins, has filled their caches in the background.
+    # tests/cache_warmer.py, started when the session begins, has filled their caches in the background. A root
+    # session that holds other tests too hands them to a second pytest beside it instead (tests/second_lane.py).
     items.sort(
         key=lambda item: (
             item.originalname not in RUN_FIRST,
@@ -84,8 +87,14 @@ def pytest_collection_modifyitems(config, items):
             item.originalname in RUN_LAST,
         )
     )
+    moved = second_lane.moved_items(config, items)
+    if moved:
+        items[:] = [item for item in items if item not in moved]
+        setattr(config, LANE_ITEMS, moved)
 
 
+LANE_ITEMS = "_rdna1_kmgr_lane_items"
+LANE = "_rdna1_kmgr_lane"
 WARMER = "_rdna1_kmgr_cache_warmer"
 WARMER_OFF_ENV = "RDNA1_KMGR_TEST_NO_WARMER"
 
@@ -108,10 +117,27 @@ def pytest_sessionstart(session):
 
 
 def pytest_collection_finish(session):
-    """Start the cache warmer when the session has whole-system tests (as root: they need it anyway)."""
+    """Start the cache warmer when the session has whole-system tests (as root: they need it anyway), then the
+    second lane (tests/second_lane.py) when this session handed it the Debian 13 tests."""
+    _start_cache_warmer(session)
+    moved = getattr(session.config, LANE_ITEMS, [])
+    if moved:
+        lane = second_lane.start(session.config, moved, Path(tempfile.mkdtemp(prefix="rdna1-kmgr-tests-")))
+        setattr(session.config, LANE, lane)
+        _say(session.config, f"{lane.tests} Debian 13 tests: a second pytest beside this one (log: {lane.log})")
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+
+
+def _start_cache_warmer(session: pytest.Session) -> None:
+    items = session.items + getattr(session.config, LANE_ITEMS, [])
     wanted = any(
         item.get_closest_marker("debian13") or WARMED_FIXTURES & set(getattr(item, "fixturenames", ()))
-        for item in session.items
+        for item in items
     )
     if not wanted or os.geteuid() != 0 or os.environ.get(WARMER_OFF_ENV) or session.config.option.collectonly:
         return
@@ -135,14 +161,18 @@ def pytest_collection_finish(session):
         warmer.wait()
         raise pytest.UsageError(f"the cache warmer did not start (exit status {warmer.returncode}); see {log}")
     setattr(session.config, WARMER, warmer)
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"whole-system images and trixie builds: filled in the background (log: {log})")
+    _say(session.config, f"whole-system images and trixie builds: filled in the background (log: {log})")
 
 
-def pytest_sessionfinish(session):
-    """The warmer is done when the Debian 13 tests ran; if the session ends first, it is stopped (SIGTERM unwinds
-    its mounts and its copy of the image). The test-run marker goes with the session that made it."""
+def pytest_sessionfinish(session, exitstatus):
+    """The second lane is waited for (stopped when this session was interrupted) and its failure is this
+    session's. The warmer is done when the Debian 13 tests ran; if the session ends first, it is stopped (SIGTERM
+    unwinds its mounts and its copy of the image). The test-run marker goes with the session that made it."""
+    lane = getattr(session.config, LANE, None)
+    if lane is not None:
+        status = second_lane.finish(lane, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        if status != 0 and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if getattr(session.config, MADE_MARKER, False):
         tool_env.TEST_MARKER.unlink(missing_ok=True)
     warmer = getattr(session.config, WARMER, None)
@@ -154,6 +184,17 @@ def pytest_sessionfinish(session):
     except subprocess.TimeoutExpired:
         os.killpg(warmer.pid, signal.SIGKILL)
         warmer.wait()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The second lane's whole report, after this session's."""
+    lane = getattr(config, LANE, None)
+    if lane is not None:
+        terminalreporter.section(f"the Debian 13 tests' lane (exit status {lane.process.returncode}, {lane.log})")
+        terminalreporter.write(lane.log.read_text())
+        # the closing line counts the lane's tests too, under names of their own
+        for word, number in second_lane.counts(lane.log).items():
+            terminalreporter.stats.setdefault(f"{word} in the Debian 13 lane", []).extend([lane] * number)
 
 
 def persistent_cache_root() -> Path:

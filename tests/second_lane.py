@@ -1,0 +1,84 @@
+"""The Debian 13 tests, run by a second pytest beside the first.
+
+The suite is mostly one-core work (QEMU's TCG, Python) on a two-core machine, and the Debian 13 tests share
+nothing on the host with the others: they work in their own images and chroots, and their caches are the cache
+warmer's (tests/cache_warmer.py), under its locks. So when a root session holds both kinds, conftest hands the
+Debian 13 tests to a child pytest started as the collection ends, and the first session runs the rest. The child
+is an ordinary session of the same checkout (its own base temp folder, `-p no:cacheprovider`) that finds the
+warmer's locks held and waits on them as any second session does; the first waits for it at its end, shows its
+report and fails when it failed. `RDNA1_KMGR_TEST_ONE_LANE=1` keeps everything in one session.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Set in the child: it runs what it was given and starts no lane of its own
+CHILD_ENV = "RDNA1_KMGR_TEST_LANE"
+ONE_LANE_ENV = "RDNA1_KMGR_TEST_ONE_LANE"
+
+
+@dataclass(frozen=True)
+class Lane:
+    process: subprocess.Popen
+    log: Path
+    tests: int
+
+
+def moved_items(config: pytest.Config, items: list[pytest.Item]) -> list[pytest.Item]:
+    """The Debian 13 items this session hands to a second lane (none when it should run them itself)."""
+    if os.geteuid() != 0 or os.environ.get(CHILD_ENV) or os.environ.get(ONE_LANE_ENV) or config.option.collectonly:
+        return []
+    debian13 = [item for item in items if item.get_closest_marker("debian13")]
+    return debian13 if 0 < len(debian13) < len(items) else []
+
+
+def start(config: pytest.Config, items: list[pytest.Item], basetemp: Path) -> Lane:
+    """The child pytest for `items`, writing its report to a log in this session's temp folder."""
+    log = basetemp / "debian13-lane.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-ra",
+                "-p",
+                "no:cacheprovider",
+                f"--basetemp={basetemp / 'debian13-lane'}",
+                *(item.nodeid for item in items),
+            ],
+            cwd=config.rootpath,
+            env={**os.environ, CHILD_ENV: "1"},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: an interrupted session stops all of it
+        )
+    return Lane(process, log, len(items))
+
+
+def finish(lane: Lane, interrupted: bool) -> int:
+    """Waits for the child (stopping it like Ctrl-C when this session was interrupted); its exit status."""
+    if interrupted and lane.process.poll() is None:
+        os.killpg(lane.process.pid, signal.SIGINT)  # pytest unwinds its fixtures: guests stopped, mounts undone
+        try:
+            return lane.process.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(lane.process.pid, signal.SIGKILL)
+    return lane.process.wait()
+
+
+def counts(log: Path) -> dict[str, int]:
+    """The child's closing line as counts ("3 passed, 1 failed in 9.1s" -> {"passed": 3, "failed": 1})."""
+    lines = log.read_text().strip().splitlines()
+    last = lines[-1] if lines else ""
+    return {word: int(number) for number, word in re.findall(r"(\d+) ([a-z]+)", last.split(" in ")[0])}
