@@ -73,6 +73,7 @@ RUN_FIRST = ("test_vm_test_yes_passes_for_a_kernel_whose_image_is_not_installed"
 RUN_LAST = ("test_apt_installing_a_new_kernel_patches_it_and_purging_it_cleans_up",)
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k deselected theirs: the second lane takes only what is left
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
@@ -109,6 +110,8 @@ MADE_MARKER = "_rdna1_kmgr_made_test_marker"
 def pytest_sessionstart(session):
     """A test run root set up (core/tool_env.py): the tool honours its test switches (a crash point, the tests'
     apt configuration) only while this root-owned marker exists; removed when the session ends."""
+    if os.environ.get(second_lane.CHILD_ENV):
+        second_lane.follow_the_first_session()
     if os.geteuid() != 0 or tool_env.test_run():
         return
     tool_env.TEST_MARKER.write_text("rdna1-kmgr's test session: the tool honours its test switches\n")

@@ -16,12 +16,14 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-# Set in the child: it runs what it was given and starts no lane of its own
+# Set in the child, to the first session's pid: it runs what it was given and starts no lane of its own
 CHILD_ENV = "RDNA1_KMGR_TEST_LANE"
 ONE_LANE_ENV = "RDNA1_KMGR_TEST_ONE_LANE"
 
@@ -48,6 +50,7 @@ def start(config: pytest.Config, items: list[pytest.Item], basetemp: Path) -> La
         process = subprocess.Popen(
             [
                 sys.executable,
+                "-P",  # not the checkout's package from the current folder: the one this session tests
                 "-m",
                 "pytest",
                 "-ra",
@@ -57,7 +60,7 @@ def start(config: pytest.Config, items: list[pytest.Item], basetemp: Path) -> La
                 *(item.nodeid for item in items),
             ],
             cwd=config.rootpath,
-            env={**os.environ, CHILD_ENV: "1"},
+            env={**os.environ, CHILD_ENV: str(os.getpid())},
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -82,3 +85,21 @@ def counts(log: Path) -> dict[str, int]:
     lines = log.read_text().strip().splitlines()
     last = lines[-1] if lines else ""
     return {word: int(number) for number, word in re.findall(r"(\d+) ([a-z]+)", last.split(" in ")[0])}
+
+
+def follow_the_first_session() -> None:
+    """In the child: stop like Ctrl-C when the first session stops it, or when the first session is gone however
+    it died (SIGKILL, a timeout's SIGTERM), so that no guest or mount outlives the run."""
+    # A run started in the background by a shell ignores SIGINT, and its children inherit that: Ctrl-C's unwinding
+    # is this lane's way to stop, so it is taken back
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    first = int(os.environ.get(CHILD_ENV, "0") or 0)
+    if first <= 1:
+        return
+
+    def watch() -> None:
+        while os.getppid() == first:
+            time.sleep(2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, name="second-lane-watch", daemon=True).start()
