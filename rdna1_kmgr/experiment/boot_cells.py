@@ -31,6 +31,7 @@ from rdna1_kmgr.experiment.kernel_cells import KernelCell
 from rdna1_kmgr.install import boot_guard, journal_checks
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.install.undo import Writer, regenerate
 
 STATE = "rdna1_kmgr_cell"
 NAME = "rdna1_kmgr_cell_name"
@@ -94,8 +95,8 @@ WantedBy=multi-user.target
 def journal_rules(root: TargetRoot) -> dict[str, journal_checks.StepRule]:
     """What the experiment's journal may record: its one step, these files, their undo (journal_checks)."""
     paths = [*files(root), root.path / UNIT_LINK]
-    undo = {"kind": "experiment-boots", "after": undo_commands(root)}
-    return {STEP: journal_checks.StepRule(frozenset(paths).__contains__, [None], undo)}
+    undone = regenerate(Writer.EXPERIMENT_BOOTS, undo_commands(root))
+    return {STEP: journal_checks.StepRule(frozenset(paths).__contains__, [None], undone)}
 
 
 journal_checks.register(ExperimentJournal.NAME, journal_rules)
@@ -127,7 +128,7 @@ def install(root: TargetRoot, journal: ExperimentJournal, first: KernelCell) -> 
     paths = [*files(root), root.path / UNIT_LINK]
     parents = sorted({p.parent for p in paths if not p.parent.exists()}, key=lambda d: len(d.parts))
     journal.record_intent(
-        STEP, None, replaces=paths, dirs=parents, undo={"kind": "experiment-boots", "after": undo_commands(root)}
+        STEP, None, replaces=paths, dirs=parents, undo=regenerate(Writer.EXPERIMENT_BOOTS, undo_commands(root))
     )
     for path, (text, mode) in files(root).items():
         make_dirs(path.parent)

@@ -4,6 +4,7 @@ journal_checks against what a journal says."""
 from __future__ import annotations
 
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.install.undo import DkmsUninstall, dkms_uninstall
 from rdna1_kmgr.modbuild import dkms_package as dkms
 
 
@@ -11,13 +12,7 @@ def install_command(package: dkms.Package, kernel: str, trees: dkms.Trees, root:
     return [*dkms.command(dkms.install_args(package, kernel), trees), *root.dkms_options()]
 
 
-def uninstall_undo(package: dkms.Package, kernel: str, trees: dkms.Trees, root: TargetRoot) -> dict:
-    """The dkms-install step's undo as its intent records it (rollback runs `command` from it)."""
-    return {
-        "kind": "dkms-uninstall",
-        "package": package.name,
-        "version": package.version,
-        "kernel": kernel,
-        "command": [*dkms.command(dkms.uninstall_args(package, kernel), trees), *root.dkms_options()],
-        "trees": {"source": str(trees.source), "dkms": str(trees.dkms)},
-    }
+def uninstall_undo(package: dkms.Package, kernel: str, trees: dkms.Trees, root: TargetRoot) -> DkmsUninstall:
+    """The dkms-install step's undo (rollback runs its command)."""
+    command = [*dkms.command(dkms.uninstall_args(package, kernel), trees), *root.dkms_options()]
+    return dkms_uninstall(package, kernel, command, trees)

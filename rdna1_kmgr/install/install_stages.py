@@ -37,6 +37,7 @@ from rdna1_kmgr.install.install_gate import Candidate, installed_path
 from rdna1_kmgr.install.install_result import Verified
 from rdna1_kmgr.install.journal import Journal, JournalError, abort_point
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.install.undo import RewriteModprobeConf, Undo, Writer, regenerate
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.modbuild import module_checks
 
@@ -63,7 +64,7 @@ class Change:
     command: list[str] | None
     replaces: list[Path]  # files created or replaced: backed up (or recorded absent) first
     dirs: list[Path]  # directories it may create
-    undo: dict | None = None  # how rollback undoes it, beyond restoring the files (None: restoring is all)
+    undo: Undo | None = None  # how rollback undoes it, beyond restoring the files (None: restoring is all)
     text: list[str] = field(default_factory=list)  # more lines for the plan
 
 
@@ -240,7 +241,7 @@ class ModprobeConfStage(JournaledStage):
             None,
             [conf],
             _parents_to_create(conf.parent),
-            undo={"kind": "modprobe-conf", "path": str(conf), "kernel": ctx.kernel},
+            undo=RewriteModprobeConf(conf, ctx.kernel),
             text=[f"    {line}" for line in text.splitlines() if not line.startswith("#")],
         )
 
@@ -316,7 +317,7 @@ class BootGuardStage(JournaledStage):
             None,
             written,
             _folders_to_create(written),
-            undo={"kind": "boot-guard", "after": boot_guard.undo_commands(root)},
+            undo=regenerate(Writer.BOOT_GUARD, boot_guard.undo_commands(root)),
             text=[f"    {' '.join(c)}" for c in boot_guard.arm_commands(root, guard)]
             + [
                 f"    the first boot is a trial with {guard.mask.parameter}; it confirms itself after "

@@ -36,6 +36,8 @@ from rdna1_kmgr.install.profile_journal import (
     ProfileJournal,
 )
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.install.undo import NotAnUndo, RewriteModprobeConf, Undo, Writer, regenerate
+from rdna1_kmgr.install.undo import from_json as undo_from_json
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
@@ -82,7 +84,7 @@ class StepRule:
 
     files: Callable[[Path], bool]
     command: list[list[str] | None]
-    undo: dict | None = None
+    undo: Undo | None = None
 
 
 def check(journal: Journal, root: TargetRoot | None = None) -> None:
@@ -162,7 +164,11 @@ def _begin_problem(journal: Journal, root: TargetRoot, begin: dict) -> str | Non
 def _intent_problem(intent: dict, rule: StepRule, root: TargetRoot) -> str | None:
     if intent.get("command") not in rule.command:
         return f"records the command {intent.get('command')!r}, which its step does not run"
-    if intent.get("undo") != rule.undo:
+    try:
+        recorded = undo_from_json(intent.get("undo"))
+    except NotAnUndo as err:
+        return f"records an undo rdna1-kmgr never writes ({err})"
+    if recorded != rule.undo:
         return f"records the undo {intent.get('undo')!r}, which is not its step's"
     backups = intent.get("backups")
     if not isinstance(backups, list):
@@ -262,7 +268,7 @@ def _rules(journal: Journal, root: TargetRoot, begin: dict | None) -> dict[str, 
         return {f"write {path}": StepRule(_exactly([path]), [None]) for path in paths}
     if isinstance(journal, ParameterJournal):
         path = root.path / PARAMETER_DEFAULTS
-        return {f"write {path}": StepRule(_exactly([path]), [None], {"kind": "files", "after": [["update-grub"]]})}
+        return {f"write {path}": StepRule(_exactly([path]), [None], regenerate(Writer.FILES, [["update-grub"]]))}
     if isinstance(journal, NamedJournal):
         later = _LATER_STAGES.get(journal.NAME)
         return later(root) if later else {}
@@ -274,16 +280,14 @@ def _rules(journal: Journal, root: TargetRoot, begin: dict | None) -> dict[str, 
     guard_files = [*boot_guard.files(root, settings), *boot_guard.links(root), *boot_guard.runtime_files(root)]
     rules = {
         "depmod": StepRule(_below(modules, "modules.*"), [None, root.depmod_command(kernel)]),
-        "modprobe-conf": StepRule(
-            _exactly([conf]), [None], {"kind": "modprobe-conf", "path": str(conf), "kernel": kernel}
-        ),
+        "modprobe-conf": StepRule(_exactly([conf]), [None], RewriteModprobeConf(conf, kernel)),
         "stock-loader": StepRule(_exactly(p for tool in tools for p in stock_loader.files(root, tool)), [None]),
         "initramfs": StepRule(
             _exactly(p for tool in tools for p in tool.outputs(kernel)),
             [None, *(tool.regenerate_command(kernel) for tool in tools)],
         ),
         "boot-guard": StepRule(
-            _exactly(guard_files), [None], {"kind": "boot-guard", "after": boot_guard.undo_commands(root)}
+            _exactly(guard_files), [None], regenerate(Writer.BOOT_GUARD, boot_guard.undo_commands(root))
         ),
     }
     begin = begin or {}

@@ -18,6 +18,7 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.install.journal import Journal, journal_root
+from rdna1_kmgr.install.undo import Writer, regenerate
 
 # The files the profile's and the parameter's journals write (install/user_profile.py,
 # install/kernel_parameters.py), relative to the target root; here, so journal_checks knows them too.
@@ -69,7 +70,7 @@ def write_files(journal: Journal, files: dict[Path, bytes], after: list[list[str
             None,
             replaces=[path],
             dirs=missing_parents(path),
-            undo={"kind": "files", "after": after or []} if after else None,
+            undo=regenerate(Writer.FILES, after) if after else None,
         )
         make_dirs(path.parent)
         write_atomic(path, data, 0o644)

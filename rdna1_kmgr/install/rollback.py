@@ -1,17 +1,21 @@
 """`rdna1-kmgr rollback`: replay a kernel's journal backwards, exactly, as often as it takes.
 
-For each step of the install, newest first, that is not undone yet: reverse what is not a file (`dkms
-uninstall` when DKMS still lists the module installed), put every backed-up file back byte for byte (or remove
-it when it was absent before), remove the directories the step created, run what regenerates from the
-restored files (the boot guard's `update-grub`), and record `undone`. Every action
-looks at the current state first, so a rollback killed anywhere, or an install killed anywhere (even inside a
-step), is finished by running rollback again.
+A rollback is one list of stages (`stages`): its plan (the dry run, and install's "first undo the install now
+in place") is each stage's `plan`, its replay each stage's `run`.
 
-Then: the install's DKMS package is removed for that kernel (its source too when no other kernel uses it)
-unless --keep-build; when the module index was touched (and existed before), depmod runs once more (the result
-equals the
-restored index, unless other modules were added meanwhile, which a plain restore would hide); `rolled-back`
-is recorded and the journal moves to history/.
+    UndoStep       for each step of the install, newest first, not undone yet: its undo's first part (`dkms
+                   uninstall` when DKMS still lists the module installed; install/undo.py has the kinds), every
+                   backed-up file put back byte for byte (or removed when it was absent before), the directories
+                   the step created removed, then what regenerates from the restored files (the boot guard's
+                   `update-grub`); recorded `undone`
+    RemovePackage  the install's DKMS package removed for that kernel (its source too when no other kernel uses
+                   it); KeepPackage with --keep-build
+    FinalDepmod    when the module index was touched (and existed before), depmod once more: the result equals
+                   the restored index, unless other modules were added meanwhile, which a plain restore would hide
+
+Then `rolled-back` is recorded and the journal moves to history/. Every action looks at the current state
+first, so a rollback killed anywhere, or an install killed anywhere (even inside a step), is finished by running
+rollback again.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from rdna1_kmgr.core import progress, runner, user_input
+from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import optional
-from rdna1_kmgr.install import journal_checks, journal_programs, modprobe_conf
+from rdna1_kmgr.install import journal_checks, journal_programs
 from rdna1_kmgr.install.journal import (
     Journal,
     JournalError,
@@ -38,33 +43,130 @@ from rdna1_kmgr.install.journal import (
     remove_created_dirs,
 )
 from rdna1_kmgr.install.profile_journal import ExperimentJournal, ParameterJournal, ProfileJournal
+from rdna1_kmgr.install.undo import Undo
+from rdna1_kmgr.install.undo import from_json as undo_from_json
+from rdna1_kmgr.install.undo import run as run_during_rollback
 from rdna1_kmgr.modbuild import dkms_package as dkms
 
 
-def _undo_lines(step, keep_build: bool) -> list[str]:
-    record = step.intent
-    lines = [f"undo {step.step}" + ("" if step.done else " (it was interrupted)") + ":"]
-    undo = record.get("undo") or {}
-    if undo.get("kind") == "dkms-uninstall":
-        lines.append(f"    {' '.join(undo['command'])}   (if DKMS lists it installed)")
-    if undo.get("kind") == "modprobe-conf":
-        lines.append(f"    {modprobe_conf.undo_plan(Path(undo['path']), undo['kernel'])}")
-    for entry in restored(record):
-        if entry["backup"] is None and "symlink" not in entry:
-            lines.append(f"    remove {entry['path']} (if present)")
-        else:
-            lines.append(f"    restore {entry['path']} from the journal's backup")
-    for folder in sorted(record["dirs"], key=lambda d: d.count("/"), reverse=True):
-        lines.append(f"    remove the directory {folder} (if empty)")
-    for command in undo.get("after", []):
-        lines.append(f"    {' '.join(command)}")
-    return lines
+def undo_of(step: StepState) -> Undo | None:
+    """The step's undo beyond its files (journal_checks has refused a journal whose undo does not parse)."""
+    return undo_from_json(step.intent.get("undo"))
 
 
-def restored(intent: dict) -> list[dict]:
-    """The backups a step's undo puts back, newest first; the shared modprobe.d file is rewritten instead."""
-    shared = (intent.get("undo") or {}).get("kind") == "modprobe-conf"
-    return [] if shared else list(reversed(intent["backups"]))
+def restored(step: StepState) -> list[dict]:
+    """The backups a step's undo puts back, newest first (none when its undo rewrites the file instead)."""
+    undo = undo_of(step)
+    return list(reversed(step.intent["backups"])) if undo is None or undo.restores_files else []
+
+
+class RollbackStage(Protocol):
+    """One part of a rollback: the lines its plan shows, and doing it (recorded in the journal)."""
+
+    def plan(self) -> list[str]: ...
+
+    def run(self, journal: Journal) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class UndoStep:
+    """One journaled step undone: its undo's first part (`dkms uninstall`), its files put back, the folders it
+    created removed, then what regenerates from the files (update-grub); recorded `undone`."""
+
+    step: StepState
+
+    def plan(self) -> list[str]:
+        undo = undo_of(self.step)
+        lines = [f"undo {self.step.step}" + ("" if self.step.done else " (it was interrupted)") + ":"]
+        lines += undo.plan_before() if undo else []
+        for entry in restored(self.step):
+            if entry["backup"] is None and "symlink" not in entry:
+                lines.append(f"remove {entry['path']} (if present)")
+            else:
+                lines.append(f"restore {entry['path']} from the journal's backup")
+        lines += [f"remove the directory {folder} (if empty)" for folder in _deepest_first(self.step.intent["dirs"])]
+        lines += undo.plan_after() if undo else []
+        return [lines[0], *(f"    {line}" for line in lines[1:])]
+
+    def run(self, journal: Journal) -> list[str]:
+        undo = undo_of(self.step)
+        said = undo.before() if undo else []
+        said += [journal.restore(entry) for entry in restored(self.step)]
+        said += [f"removed the directory {folder}" for folder in remove_created_dirs(self.step.intent["dirs"])]
+        said += undo.after() if undo else []
+        journal.append("undone", step=self.step.step, of=self.step.seq)
+        abort_point(f"undo-{self.step.step}")
+        return [f"undo {self.step.step}: {line}" for line in said]
+
+
+@dataclass(frozen=True)
+class RemovePackage:
+    """The install's DKMS package removed for its kernel (its source too when no other kernel uses it)."""
+
+    package: dkms.Package
+    trees: dkms.Trees
+    kernel: str
+
+    def plan(self) -> list[str]:
+        return [
+            f"{' '.join(dkms.command(dkms.remove_args(self.package, self.kernel), self.trees))}   (if DKMS lists it)",
+            f"  remove {self.package.source_dir(self.trees)} when no other kernel uses {self.package.ref}",
+        ]
+
+    def run(self, journal: Journal) -> list[str]:
+        said = []
+        if shutil.which("dkms"):
+            dkms.remove(self.package, self.trees, self.kernel)
+            said.append(f"removed the DKMS package {self.package.ref} for {self.kernel}")
+        journal.append("rollback-step", step="remove-package")
+        abort_point("remove-package")
+        return said
+
+
+@dataclass(frozen=True)
+class KeepPackage:
+    """--keep-build: the install's DKMS package stays."""
+
+    package: dkms.Package
+
+    def plan(self) -> list[str]:
+        return [f"keep the build {self.package.ref} (--keep-build)"]
+
+    def run(self, journal: Journal) -> list[str]:
+        return []
+
+
+@dataclass(frozen=True)
+class FinalDepmod:
+    """depmod once more: the result equals the restored index, unless other modules were added meanwhile, which a
+    plain restore would hide."""
+
+    command: list[str]
+
+    def plan(self) -> list[str]:
+        return [" ".join(self.command)]
+
+    def run(self, journal: Journal) -> list[str]:
+        run_during_rollback(tuple(self.command), "depmod")
+        journal.append("rollback-step", step="depmod")
+        abort_point("final-depmod")
+        return [f"regenerated the module index: {' '.join(self.command)}"]
+
+
+def stages(state: State, keep_build: bool) -> list[RollbackStage]:
+    """The rollback of a journal's state, in order: the one list its plan shows and its replay runs."""
+    listed: list[RollbackStage] = [UndoStep(step) for step in reversed(state.steps) if not step.undone]
+    package = _package_of(state)
+    if package:
+        listed.append(KeepPackage(package[0]) if keep_build else RemovePackage(*package))
+    depmod = _final_depmod(state)
+    if depmod:
+        listed.append(FinalDepmod(depmod))
+    return listed
+
+
+def _deepest_first(dirs: list[str]) -> list[str]:
+    return sorted(dirs, key=lambda d: d.count("/"), reverse=True)
 
 
 def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:
@@ -109,19 +211,7 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
             f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
             f"{state.description} (journal {journal.path})"
         ]
-    for step in reversed(state.steps):
-        if not step.undone:
-            lines += [f"  {line}" for line in _undo_lines(step, keep_build)]
-    package = _package_of(state)
-    if package and not keep_build:
-        pkg, trees, kernel = package
-        lines.append(f"  {' '.join(dkms.command(dkms.remove_args(pkg, kernel), trees))}   (if DKMS lists it)")
-        lines.append(f"    remove {pkg.source_dir(trees)} when no other kernel uses {pkg.ref}")
-    elif package:
-        lines.append(f"  keep the build {package[0].ref} (--keep-build)")
-    depmod = _final_depmod(state)
-    if depmod:
-        lines.append(f"  {' '.join(depmod)}")
+    lines += [f"  {line}" for stage in stages(state, keep_build) for line in stage.plan()]
     lines.append(f"  move the journal to the history; drop its backups in {journal.backups}/")
     return lines
 
@@ -137,73 +227,13 @@ def replay(journal: Journal, keep_build: bool, reason: str) -> list[str]:
         journal.archive()
         return [*said, "the journal was already rolled back; moved it to the history"]
     with journal_programs.recorded(journal):
-        said += _replay(journal, state, keep_build, reason)
+        journal.append("rollback", reason=reason, keep_build=keep_build)
+        for stage in stages(state, keep_build):
+            said += stage.run(journal)
+        journal.append("rolled-back")
     history = journal.archive()
     said.append(f"rolled back {journal.kernel}; journal kept as {history}")
     return said
-
-
-def _replay(journal: Journal, state: State, keep_build: bool, reason: str) -> list[str]:
-    said = []
-    journal.append("rollback", reason=reason, keep_build=keep_build)
-    for step in reversed(state.steps):
-        if step.undone:
-            continue
-        said += undo_step(journal, step)
-        journal.append("undone", step=step.step, of=step.seq)
-        abort_point(f"undo-{step.step}")
-    package = _package_of(state)
-    if package and not keep_build:
-        pkg, trees, kernel = package
-        if shutil.which("dkms"):
-            dkms.remove(pkg, trees, kernel)
-            said.append(f"removed the DKMS package {pkg.ref} for {kernel}")
-        journal.append("rollback-step", step="remove-package")
-        abort_point("remove-package")
-    depmod = _final_depmod(state)
-    if depmod:
-        _run(depmod, "depmod")
-        said.append(f"regenerated the module index: {' '.join(depmod)}")
-        journal.append("rollback-step", step="depmod")
-        abort_point("final-depmod")
-    journal.append("rolled-back")
-    return said
-
-
-def undo_step(journal: Journal, step: StepState) -> list[str]:
-    """Undo one step: what is not a file, its files put back, its folders removed, then what regenerates."""
-    said = []
-    undo = step.intent.get("undo") or {}
-    if undo.get("kind") == "dkms-uninstall":
-        said += _dkms_uninstall(undo)
-    if undo.get("kind") == "modprobe-conf":
-        said.append(modprobe_conf.sync(Path(undo["path"]), exclude=undo["kernel"]))
-    for entry in restored(step.intent):
-        said.append(journal.restore(entry))
-    for folder in remove_created_dirs(step.intent["dirs"]):
-        said.append(f"removed the directory {folder}")
-    for command in undo.get("after", []):  # what regenerates from the restored files (GRUB's configuration)
-        _run(command, command[0])
-        said.append(" ".join(command))
-    return [f"undo {step.step}: {line}" for line in said]
-
-
-def _dkms_uninstall(undo: dict) -> list[str]:
-    if not shutil.which("dkms"):
-        return ["dkms is not installed any more: the module file is removed below, DKMS's own record stays"]
-    trees = dkms.Trees(source=Path(undo["trees"]["source"]), dkms=Path(undo["trees"]["dkms"]))
-    installed = any(
-        e.version == undo["version"] and e.kernel == undo["kernel"] and e.state == "installed"
-        for e in dkms.status(undo["package"], trees)
-    )
-    if not installed:
-        return [f"{undo['package']}/{undo['version']} is not installed in DKMS for {undo['kernel']}"]
-    _run(undo["command"], "dkms uninstall")
-    return [" ".join(undo["command"])]
-
-
-def _run(command: list[str], what: str) -> None:
-    runner.run(command, timeout=900, doing=f"{what} during rollback", hint="fix the cause and run rollback again")
 
 
 # --- the command -------------------------------------------------------------------------------------------
@@ -225,7 +255,7 @@ def _started(journal: Journal) -> tuple[datetime.datetime, str]:
 def _written_files(journal: Journal) -> set[str]:
     """The files a kernel journal's steps backed up before writing them and its undo restores (not the modprobe.d
     file, which rollback rewrites for the kernels left), not undone yet."""
-    return {b["path"] for step in journal.state().steps if not step.undone for b in restored(step.intent)}
+    return {b["path"] for step in journal.state().steps if not step.undone for b in restored(step)}
 
 
 def refuse_under_a_later_install(journal: Journal) -> None:

@@ -46,7 +46,7 @@ def _first_backups(journal: Journal, own: Callable[[Path], bool]) -> dict[str, t
     found: dict[str, tuple[dict, int]] = {}
     for step in journal.state().steps:
         if not step.undone:
-            for entry in reversed(rollback.restored(step.intent)):
+            for entry in reversed(rollback.restored(step)):
                 if not own(Path(entry["path"])):
                     found.setdefault(entry["path"], (entry, step.seq))
     return found
@@ -72,7 +72,7 @@ def of_removed(journal: Journal, own: Callable[[Path], bool]) -> list[SharedFile
             (
                 (other, step.seq)
                 for other, step in later_steps
-                if any(b["path"] == path for b in rollback.restored(step.intent))
+                if any(b["path"] == path for b in rollback.restored(step))
             ),
             None,
         )
@@ -87,8 +87,8 @@ def _steps_to_undo(journal: Journal, shared: list[SharedFile]) -> list[StepState
         step
         for step in journal.state().steps
         if not step.undone
-        and rollback.restored(step.intent)
-        and all(entry["path"] in kept for entry in rollback.restored(step.intent))
+        and rollback.restored(step)
+        and all(entry["path"] in kept for entry in rollback.restored(step))
     ]
 
 
@@ -117,8 +117,7 @@ def release(journal: Journal, shared: list[SharedFile]) -> list[str]:
             said.append(f"handed the backup of {s.path} to {s.later.kernel}'s later install")
     undone = set()
     for step in reversed(_steps_to_undo(journal, shared)):  # newest first, as rollback undoes
-        said += rollback.undo_step(journal, step)
-        journal.append("undone", step=step.step, of=step.seq)
+        said += rollback.UndoStep(step).run(journal)
         undone.add(step.seq)
     said += [journal.restore(s.entry) for s in shared if s.later is None and s.step not in undone]
     return said

@@ -6,6 +6,7 @@ from install_checks import install_writing, journal_root  # noqa: F401 (fixtures
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import rollback, stock_loader
+from rdna1_kmgr.install.undo import RewriteModprobeConf
 
 
 @pytest.mark.parametrize(
@@ -58,9 +59,7 @@ def test_rollback_of_the_earlier_kernel_alone_goes_on_when_they_share_only_the_m
         monkeypatch.setattr(jr, "_now", lambda at=at: at)
         journal = jr.Journal(kernel)
         journal.begin("install", kernel=kernel)
-        journal.record_intent(
-            "modprobe-conf", None, [conf], [], undo={"kind": "modprobe-conf", "path": str(conf), "kernel": kernel}
-        )
+        journal.record_intent("modprobe-conf", None, [conf], [], undo=RewriteModprobeConf(conf, kernel))
         conf.write_text(f"# {kernel}\n")
         journal.append("done", step="modprobe-conf")
         journal.append("commit")
