@@ -186,14 +186,7 @@ def tool_path() -> str:
     return str(trust.this_command())
 
 
-def files(root: TargetRoot, settings: Settings) -> dict[Path, str]:
-    """Every file the guard writes, with its content."""
-    tool = tool_path()
-    units = root.path / UNITS
-    return {
-        root.path / GRUB_SCRIPT: _GRUB_SCRIPT,
-        root.path / GRUB_DEFAULTS: _GRUB_DEFAULTS,
-        units / CHECK_UNIT: f"""\
+_CHECK_UNIT_TEXT = """\
 [Unit]
 Description=rdna1-kmgr boot guard: says whether this boot runs the RDNA1 quirks
 After=local-fs.target
@@ -205,32 +198,44 @@ Type=oneshot
 ExecStart={tool} boot-check
 StandardOutput=journal+console
 # It only reads the kernel log and writes two small files; a check that hangs must not hold up the boot.
-TimeoutStartSec={CHECK_TIMEOUT}
+TimeoutStartSec={timeout}
 
 [Install]
 WantedBy=multi-user.target
-""",
-        units / CONFIRM_TIMER: f"""\
+"""
+_CONFIRM_TIMER_TEXT = """\
 [Unit]
-Description=rdna1-kmgr boot guard: confirm a good trial boot once it has been up {settings.confirm_after} s
+Description=rdna1-kmgr boot guard: confirm a good trial boot once it has been up {seconds} s
 
 [Timer]
-OnBootSec={settings.confirm_after}
+OnBootSec={seconds}
 AccuracySec=1s
 
 [Install]
 WantedBy=timers.target
-""",
-        units / CONFIRM_UNIT: f"""\
+"""
+_CONFIRM_UNIT_TEXT = """\
 [Unit]
 Description=rdna1-kmgr boot guard: confirm this trial boot if it is good
-After={settings.target}
+After={target}
 
 [Service]
 Type=oneshot
-ExecStart={tool} confirm --auto --target {settings.target}
+ExecStart={tool} confirm --auto --target {target}
 StandardOutput=journal+console
-""",
+"""
+
+
+def files(root: TargetRoot, settings: Settings) -> dict[Path, str]:
+    """Every file the guard writes, with its content."""
+    tool = tool_path()
+    units = root.path / UNITS
+    return {
+        root.path / GRUB_SCRIPT: _GRUB_SCRIPT,
+        root.path / GRUB_DEFAULTS: _GRUB_DEFAULTS,
+        units / CHECK_UNIT: _CHECK_UNIT_TEXT.format(tool=tool, timeout=CHECK_TIMEOUT),
+        units / CONFIRM_TIMER: _CONFIRM_TIMER_TEXT.format(seconds=settings.confirm_after),
+        units / CONFIRM_UNIT: _CONFIRM_UNIT_TEXT.format(tool=tool, target=settings.target),
     }
 
 
@@ -351,19 +356,23 @@ def _loader_said(amdgpu: stock_loader.LoadedAmdgpu) -> str:
     return amdgpu.loader_lines[-1].removeprefix(stock_loader.MARK)
 
 
+def _refused_message(amdgpu: stock_loader.LoadedAmdgpu) -> str:
+    # what this boot runs as the module list has it: the loader's fallback can fail too (no stock file)
+    instead = (
+        "so the distribution's amdgpu was loaded instead"
+        if amdgpu.which == "distribution"
+        else f"and the distribution's amdgpu did not load either ({_loader_said(amdgpu)}): this boot has no amdgpu"
+    )
+    return (
+        f"rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu this boot ({amdgpu.reason}), {instead}, and "
+        "the next boots load the distribution's. Fix the cause (`rdna1-kmgr keys status` if it is the signing "
+        "key), then `rdna1-kmgr retry`."
+    )
+
+
 def message(boot: str | None, state: str | None, amdgpu: stock_loader.LoadedAmdgpu | None = None) -> str:
     if boot in ("trial", "confirmed") and amdgpu is not None and amdgpu.refused:
-        # what this boot runs as the module list has it: the loader's fallback can fail too (no stock file)
-        instead = (
-            "so the distribution's amdgpu was loaded instead"
-            if amdgpu.which == "distribution"
-            else f"and the distribution's amdgpu did not load either ({_loader_said(amdgpu)}): this boot has no amdgpu"
-        )
-        return (
-            f"rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu this boot ({amdgpu.reason}), {instead}, and "
-            "the next boots load the distribution's. Fix the cause (`rdna1-kmgr keys status` if it is the signing "
-            "key), then `rdna1-kmgr retry`."
-        )
+        return _refused_message(amdgpu)
     if boot == "fallback" and state == REFUSED:
         return (
             "rdna1-kmgr: the kernel refused the rdna1-kmgr amdgpu in an earlier boot, so this boot runs the "

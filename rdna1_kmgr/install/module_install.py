@@ -145,6 +145,151 @@ def _existing(journal: Journal, candidate: Candidate | None) -> str:
     return "replace"
 
 
+@dataclass(frozen=True)
+class Target:
+    """What install acts on, found before the gate: the kernel's journal, the build, and what is in place."""
+
+    root: TargetRoot
+    trees: dkms.Trees
+    journal: Journal
+    candidate: Candidate
+    cert: Path
+    tool: initramfs.InitramfsTool
+    existing: str  # _existing's word
+
+    @property
+    def kernel(self) -> str:
+        return self.candidate.kernel
+
+
+def _target(request: InstallRequest, candidate: Candidate | None) -> Target:
+    root, trees = TargetRoot.from_env(), dkms.Trees.from_env()
+    if candidate is not None:
+        kernel = candidate.kernel
+    elif request.kernel is not None:
+        kernel = request.kernel.release
+    else:
+        raise ValueError("InstallRequest.kernel is resolved at the command edge (target_kernel.resolve_kernel)")
+    refuse_if_busy()
+    journal = Journal(kernel)
+    journal.state()  # a corrupted journal is refused before anything else
+    if not request.dry_run:
+        check_writable()  # a dry run writes nothing: a normal user may ask for the plan
+    candidate = with_quirks(candidate or find_candidate(kernel, trees), request.quirks)
+    cert = Path(request.cert).absolute() if request.cert else signing.convention().cert
+    tool = initramfs.detect(root, system_identity.read().platform.initramfs_tool if root.is_system else None)
+    return Target(root, trees, journal, candidate, cert, tool, _existing(journal, candidate))
+
+
+@dataclass(frozen=True)
+class ReplaceExisting:
+    """The install now in place undone first, by rollback's own list of stages; the same build with other
+    parameters (install --quirks) keeps its DKMS package through the undo."""
+
+    journal: Journal
+    keep_build: bool
+    by: str  # the package that replaces it
+
+    def plan(self) -> list[str]:
+        undo = rollback.plan_for(self.journal, keep_build=self.keep_build)
+        return ["first undo the install now in place:", *(f"  {line}" for line in undo)]
+
+    def run(self) -> None:
+        for line in rollback.replay(self.journal, keep_build=self.keep_build, reason=f"replaced by {self.by}"):
+            progress.say(f"rdna1-kmgr: {line}")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An install that passed its gate: its stages' context, what it replaces, and its plan."""
+
+    target: Target
+    gate: Gate
+    ctx: InstallContext
+    replace: ReplaceExisting | None
+    planned: InstallResult
+
+
+def _prepare(request: InstallRequest, target: Target) -> Prepared:
+    """The gate, then every stage's change worked out and planned (nothing changed)."""
+    candidate, root = target.candidate, target.root
+    check_kernel_installed(target.kernel, root)
+    gate = check_gate(candidate, target.cert, request.skip_vm_check, root)
+    replace = None
+    if target.existing == "replace":
+        same_build = (target.journal.state().begin or {}).get("version") == candidate.package.version
+        replace = ReplaceExisting(target.journal, same_build, candidate.package.ref)
+    else:
+        check_no_foreign_module(candidate, root, target.trees)
+    check_conf_is_ours(root)
+    target.tool.require_supported()
+    guard, no_guard = guard_settings(candidate, root, request)
+    ctx = InstallContext(candidate, root, target.trees, target.tool, target.cert, target.journal, guard)
+    ctx.work_out_changes()
+    lines = plan_lines(ctx, gate, replace.plan() if replace else [])
+    # the build's own mask leaves the module as the stock one: said first, not found out after the reboot
+    note = candidate.manifest.nothing_on_note() if candidate.manifest and request.quirks is None else None
+    lines = ([note] if note else []) + lines + ([f"no boot guard: {no_guard}"] if no_guard else [])
+    planned = InstallResult(
+        target.kernel,
+        candidate.package.name,
+        candidate.package.version,
+        dry_run=True,
+        module_sha256=candidate.sha256,
+        vm_check=gate.vm_check,
+        parameters=candidate.parameters,
+        boot_guard=guard.to_json() if guard else {"off": no_guard},
+        plan=tuple(lines),
+    )
+    return Prepared(target, gate, ctx, replace, planned)
+
+
+def _begin(prepared: Prepared) -> None:
+    """The journal's first record: what is installed, from where, through which gate."""
+    target, ctx = prepared.target, prepared.ctx
+    package = target.candidate.package
+    target.journal.begin(
+        "install",
+        kernel=target.kernel,
+        package=package.name,
+        version=package.version,
+        module=str(target.candidate.module),
+        module_sha256=target.candidate.sha256,
+        vm_check=prepared.gate.vm_check,
+        parameters=target.candidate.parameters,
+        certificate=str(target.cert),
+        root=str(target.root.path),
+        boot_guard=ctx.guard.to_json() if ctx.guard else None,
+        trees={"source": str(target.trees.source), "dkms": str(target.trees.dkms)},
+    )
+
+
+def _apply(prepared: Prepared) -> InstallResult:
+    """Under the lock: a killed run's programs stopped, what is in place undone, then begin, the stages, commit."""
+    target, ctx = prepared.target, prepared.ctx
+    for line in journal_programs.stop_left_over(target.journal):  # a killed run's, before anything changes
+        progress.say(f"rdna1-kmgr: {line}")
+    if _existing(target.journal, target.candidate) != target.existing:
+        raise JournalError(
+            f"the journal of {target.kernel} changed while this run was getting ready",
+            "run the command again; nothing was changed",
+        )
+    if prepared.replace is not None:
+        prepared.replace.run()
+    _begin(prepared)
+    with journal_programs.recorded(target.journal):
+        ctx.pipeline.run(ctx)  # a stage that fails rolls back what was done, then raises
+    assert ctx.verified is not None  # the last stage verified the install
+    target.journal.append("commit", verified=ctx.verified.to_json())
+    return dataclasses.replace(
+        prepared.planned,
+        dry_run=False,
+        verified=ctx.verified,
+        journal=str(target.journal.path),
+        next_boot=tuple(next_boot_text(target.candidate, ctx.verified, target.root, ctx.guard)),
+    )
+
+
 def plan_lines(ctx: InstallContext, gate: Gate, replacing: list[str]) -> list[str]:
     """What is installed and why the gate let it through, the install now in place undone first (when there is
     one), then install's pipeline planned."""
@@ -172,107 +317,22 @@ def run(
 ) -> InstallResult:
     """Everything `rdna1-kmgr install` does; what it did (or, dry, would do). `candidate` overrides the lookup
     (tests)."""
-    root = TargetRoot.from_env()
-    trees = dkms.Trees.from_env()
-    if candidate is not None:
-        kernel = candidate.kernel
-    else:
-        if request.kernel is None:
-            raise ValueError("InstallRequest.kernel is resolved at the command edge (target_kernel.resolve_kernel)")
-        kernel = request.kernel.release
-    refuse_if_busy()
-    journal = Journal(kernel)
-    journal.state()  # a corrupted journal is refused before anything else
-    if not request.dry_run:
-        check_writable()  # a dry run writes nothing: a normal user may ask for the plan
-    candidate = with_quirks(candidate or find_candidate(kernel, trees), request.quirks)
-    cert = Path(request.cert).absolute() if request.cert else signing.convention().cert
-    existing = _existing(journal, candidate)
-    tool = initramfs.detect(root, system_identity.read().platform.initramfs_tool if root.is_system else None)
-    package = candidate.package
-    if existing == "same":
-        verified = verify(candidate, root, tool, cert)
+    target = _target(request, candidate)
+    if target.existing == "same":
+        verified = verify(target.candidate, target.root, target.tool, target.cert)
+        package = target.candidate.package
         return InstallResult(
-            kernel, package.name, package.version, request.dry_run, already_installed=True, verified=verified
+            target.kernel, package.name, package.version, request.dry_run, already_installed=True, verified=verified
         )
-
-    check_kernel_installed(kernel, root)
-    gate = check_gate(candidate, cert, request.skip_vm_check, root)
-    replacing = []
-    # The same build with other parameters (install --quirks) keeps its DKMS package through the undo.
-    same_build = existing == "replace" and (journal.state().begin or {}).get("version") == package.version
-    if existing == "replace":
-        replacing = ["first undo the install now in place:"] + [
-            f"  {line}" for line in rollback.plan_for(journal, keep_build=same_build)
-        ]
-    else:
-        check_no_foreign_module(candidate, root, trees)
-    check_conf_is_ours(root)
-    tool.require_supported()
-    guard, no_guard = guard_settings(candidate, root, request)
-    ctx = InstallContext(candidate, root, trees, tool, cert, journal, guard)
-    ctx.work_out_changes()
-    lines = plan_lines(ctx, gate, replacing)
-    # the build's own mask leaves the module as the stock one: said first, not found out after the reboot
-    note = candidate.manifest.nothing_on_note() if candidate.manifest and request.quirks is None else None
-    if note:
-        lines.insert(0, note)
-    if no_guard:
-        lines.append(f"no boot guard: {no_guard}")
-    planned = InstallResult(
-        kernel,
-        package.name,
-        package.version,
-        dry_run=True,
-        module_sha256=candidate.sha256,
-        vm_check=gate.vm_check,
-        parameters=candidate.parameters,
-        boot_guard=guard.to_json() if guard else {"off": no_guard},
-        plan=tuple(lines),
-    )
-    if gate.vm_skipped:
-        progress.current_stream().write(loud_skip(gate))
+    prepared = _prepare(request, target)
+    if prepared.gate.vm_skipped:
+        progress.current_stream().write(loud_skip(prepared.gate))
     if request.dry_run:
-        return planned
-    if confirm is not None and not confirm(lines):
+        return prepared.planned
+    if confirm is not None and not confirm(list(prepared.planned.plan)):
         raise UsageError("not confirmed", "nothing was changed; pass --yes to install without asking")
-
-    with locked(f"install --kernel {kernel}"):
-        for line in journal_programs.stop_left_over(journal):  # a killed run's, before anything changes
-            progress.say(f"rdna1-kmgr: {line}")
-        if _existing(journal, candidate) != existing:
-            raise JournalError(
-                f"the journal of {kernel} changed while this run was getting ready",
-                "run the command again; nothing was changed",
-            )
-        if existing == "replace":
-            for line in rollback.replay(journal, keep_build=same_build, reason=f"replaced by {package.ref}"):
-                progress.say(f"rdna1-kmgr: {line}")
-        journal.begin(
-            "install",
-            kernel=kernel,
-            package=package.name,
-            version=package.version,
-            module=str(candidate.module),
-            module_sha256=candidate.sha256,
-            vm_check=gate.vm_check,
-            parameters=candidate.parameters,
-            certificate=str(cert),
-            root=str(root.path),
-            boot_guard=guard.to_json() if guard else None,
-            trees={"source": str(trees.source), "dkms": str(trees.dkms)},
-        )
-        with journal_programs.recorded(journal):
-            ctx.pipeline.run(ctx)  # a stage that fails rolls back what was done, then raises
-        assert ctx.verified is not None  # the last stage verified the install
-        journal.append("commit", verified=ctx.verified.to_json())
-    return dataclasses.replace(
-        planned,
-        dry_run=False,
-        verified=ctx.verified,
-        journal=str(journal.path),
-        next_boot=tuple(next_boot_text(candidate, ctx.verified, root, guard)),
-    )
+    with locked(f"install --kernel {target.kernel}"):
+        return _apply(prepared)
 
 
 def guard_settings(
