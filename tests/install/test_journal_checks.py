@@ -82,6 +82,13 @@ def _forged_intent(journal: jr.Journal, root: Path, forge: str) -> None:
         return
     elif forge == "a JSON true as the owner":  # Python's bool is an int: True would pass for uid 1
         entry["uid"] = True
+    elif forge == "a folder not above its file":  # rollback removes a step's folders when they are empty
+        journal.append("intent", step="initramfs", command=None, backups=[entry], dirs=[str(root / "etc")], undo=None)
+        return
+    elif forge == "an undo no step writes":
+        undo = {"kind": "files", "after": [["sh", "-c", "touch /tmp/owned"]], "shell": True}
+        journal.append("intent", step="initramfs", command=None, backups=[entry], dirs=[], undo=undo)
+        return
     journal.append("intent", step="initramfs", command=None, backups=[entry], dirs=[], undo=None)
 
 
@@ -93,6 +100,8 @@ def _forged_intent(journal: jr.Journal, root: Path, forge: str) -> None:
         ("target outside the step's paths", "etc/cron.d/rdna1, which its step never writes"),
         ("unknown kind", "record 4 (exec) is of a kind rdna1-kmgr never writes"),
         ("a JSON true as the owner", "has no valid uid for "),
+        ("a folder not above its file", "/etc', which is not above a file its step writes"),
+        ("an undo no step writes", "records an undo rdna1-kmgr never writes"),
     ],
 )
 def test_a_forged_record_is_refused_in_one_line_and_nothing_is_undone(system, forge, why):
@@ -203,13 +212,20 @@ def test_the_experiments_journal_restores_only_its_boot_files(system):
     from rdna1_kmgr.install import journal_checks
     from rdna1_kmgr.install.profile_journal import ExperimentJournal
     from rdna1_kmgr.install.target_root import TargetRoot
+    from rdna1_kmgr.install.undo import Writer, regenerate
 
     root = TargetRoot(system)
     journal = ExperimentJournal()
     journal.begin("experiment-kernel", folder="/var/lib/rdna1-kmgr/experiments/x", cells=["no-cwsr"])
     paths = [*boot_cells.files(root), system / boot_cells.UNIT_LINK]
-    undo = {"kind": "experiment-boots", "after": boot_cells.undo_commands(root)}
-    journal.record_intent(boot_cells.STEP, None, replaces=paths, dirs=[], undo=undo)
+    journal.record_intent(
+        boot_cells.STEP,
+        None,
+        replaces=paths,
+        dirs=[],
+        undo=regenerate(Writer.EXPERIMENT_BOOTS, boot_cells.undo_commands(root)),
+    )
+    undo = {"kind": "experiment-boots", "after": boot_cells.undo_commands(root)}  # as today's journals write it
     journal_checks.check(journal, root)
     journal.append(
         "intent",

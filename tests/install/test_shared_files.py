@@ -88,3 +88,41 @@ def test_a_handed_over_record_naming_a_file_its_step_never_backed_up_is_refused(
     assert rule.read_text() == "follow's rule\n"  # nothing undone
     records = [json.loads(line) for line in later.path.read_text().splitlines()]
     assert records[-1]["kind"] == "handed-over"  # the journal kept as it was
+
+
+def test_a_handed_over_record_naming_a_step_after_it_is_refused(journal_root, monkeypatch, install_writing):
+    # a hand-over is written when a later install's step is already on disk: one naming a step that comes after it
+    # was not written by follow removed
+    rule = journal_root / stock_loader.RULE
+    install_writing(LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
+    later = jr.Journal(LATER)
+    seq = len(later.records()) + 1
+    later.append("handed-over", of=seq + 1, entry={"path": str(rule), "backup": None})
+    later.record_intent("stock-loader", None, [rule], [])
+    with pytest.raises(KmgrError) as refused:
+        rollback.run(LATER)
+    assert f"record {seq} (handed-over) does not name an earlier step of this journal" in refused.value.what
+    assert rule.read_text() == "follow's rule\n"
+
+
+def test_with_two_later_installs_the_removed_kernels_backup_goes_to_the_next_one(
+    journal_root, monkeypatch, install_writing
+):
+    # each install backs up what the one before it wrote: the removed one's backup (what was there before any) must
+    # replace the backup the next install took of the removed one's file, not the newest install's
+    rule = journal_root / stock_loader.RULE
+    rule.parent.mkdir(parents=True, exist_ok=True)
+    rule.write_text(DISTRIBUTION_RULE)
+    install_writing(REMOVED, "2026-11-26T20:00:00+0000", rule, "the 6.12.118 install's rule\n")
+    install_writing(LATER, "2026-11-26T21:30:00+0000", rule, "follow's 7.3 rule\n")
+    newest = "7.4.1+deb13-amd64"
+    install_writing(newest, "2026-11-27T09:00:00+0000", rule, "follow's 7.4 rule\n")
+    assert f"  hand the backup of {rule} to {LATER}'s later install, which wrote it again" in kernel_removal.plan(
+        REMOVED
+    )
+    kernel_removal.forget(REMOVED)
+    assert rule.read_text() == "follow's 7.4 rule\n"
+    rollback.run(newest)
+    assert rule.read_text() == "follow's 7.3 rule\n"  # the 7.4 install's undo: as the 7.3 install left it
+    rollback.run(LATER)
+    assert rule.read_text() == DISTRIBUTION_RULE  # as before every install
