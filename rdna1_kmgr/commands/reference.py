@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from rdna1_kmgr import __version__
+from rdna1_kmgr import __version__, conformance
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.core import files
 from rdna1_kmgr.core.errors import Exit
@@ -137,6 +137,10 @@ def quirks_markdown() -> str:
     return "\n".join(lines)
 
 
+def distributions_markdown() -> str:
+    return "\n".join(conformance.markdown_table()) + "\n"
+
+
 def therock_indexes_markdown() -> str:
     return "\n".join(therock_indexes.markdown_table()) + "\n"
 
@@ -146,6 +150,7 @@ GENERATED = {
     "exit-codes": exit_codes_markdown,
     "quirks": quirks_markdown,
     "therock-indexes": therock_indexes_markdown,
+    "distributions": distributions_markdown,
 }
 
 

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import tool_env, user_input
@@ -49,9 +49,6 @@ from rdna1_kmgr.core.errors import Exit, HostError, KmgrError
 from rdna1_kmgr.core.files import create_new, fsync_dir, make_dirs, move_into_place, sha256_file
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.core.trust import untrusted
-
-if TYPE_CHECKING:  # undo.py's kinds reach modprobe_conf, which imports this module
-    from rdna1_kmgr.install.undo import Undo
 
 # Test-only: `RDNA1_KMGR_TEST_ABORT_AFTER=<step>` makes install or rollback die like `kill -9` (exit 137)
 # right after that step's record is on disk, so the tests can prove recovery from a crash at every step.
@@ -222,6 +219,12 @@ def locked(command: str) -> Iterator[None]:
 # --- records --------------------------------------------------------------------------------------------
 
 
+class RecordedUndo(Protocol):
+    """An intent's undo (install/undo.py's kinds, which reach modprobe_conf, which imports this module)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -363,7 +366,7 @@ class Journal:
         command: list[str] | None,
         replaces: list[Path],
         dirs: list[Path],
-        undo: Undo | None = None,
+        undo: RecordedUndo | None = None,
         **extra,
     ) -> dict:
         """Back up every file the step will replace, then write its intent (all durable)."""

@@ -7,6 +7,7 @@ below reads: the release, the distribution's version of it and the Linux version
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rdna1_kmgr.core import progress, runner, user_input
@@ -43,10 +44,13 @@ def distro_current_kernel() -> str | None:
     return None
 
 
+# By the name in the platform record (a lambda: tests patch distro_current_kernel).
+CURRENT_KERNEL_FINDERS: dict[str, Callable[[], str | None]] = {"apt-metapackage": lambda: distro_current_kernel()}
+
+
 def _current_kernel(system: SystemIdentity) -> str | None:
     """The distribution's current kernel, the way the system's platform record names (none: not known)."""
-    finders = {"apt-metapackage": distro_current_kernel}  # by the name in the record (built here: tests patch it)
-    finder = finders.get(system.platform.current_kernel or "")
+    finder = CURRENT_KERNEL_FINDERS.get(system.platform.current_kernel or "")
     return finder() if finder is not None and system.on_host else None
 
 

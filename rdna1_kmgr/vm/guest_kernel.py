@@ -82,6 +82,11 @@ def locate(release: str, fetch: bool = False) -> GuestKernel:
     return fetch_image(release)
 
 
+# How fetch_image gets a guest kernel: `apt-get download` of the platform record's guest_image packages (a record
+# that names none gets no image fetched).
+IMAGE_FETCHERS = ("apt-download",)
+
+
 def fetch_image(release: str) -> GuestKernel:
     """Download the distro's image package(s) for `release` and unpack them into the cache (once)."""
     root = cached_root(release)
