@@ -40,7 +40,8 @@ from rdna1_kmgr.core.pipeline import Pipeline
 from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.follow.follow_record import FollowRecord
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import install_stages, module_install, rollback
+from rdna1_kmgr.install import install_begin, install_stages, module_install, rollback
+from rdna1_kmgr.install.install_begin import InstallBegin
 from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import built_module, module_build, signing
@@ -78,28 +79,28 @@ class Installed:
     without: list[str] = field(default_factory=list)  # the quirks the owner left out (--no-quirk)
 
 
-def finished_installs() -> dict[str, dict]:
-    """Kernel -> the `begin` record of every finished install still in place."""
+def finished_installs() -> dict[str, InstallBegin]:
+    """Kernel -> what every finished install still in place began with."""
     found = {}
     for kernel in Journal.kernels():
         try:
             state = Journal(kernel).state()
         except KmgrError:
             continue  # a corrupted journal says nothing trustworthy
-        if state.committed and not state.rollback_started and state.begin:
-            found[kernel] = state.begin
+        installed = install_begin.read(state.begin)
+        if state.committed and not state.rollback_started and installed:
+            found[kernel] = installed
     return found
 
 
 def current_install(exclude: str | None = None) -> Installed | None:
     """The newest finished install (not `exclude`'s), with the quirks its render manifest names; None: opted out."""
-    installs = {k: b for k, b in finished_installs().items() if k != exclude}
+    installs = {k: b for k, b in finished_installs().items() if k != exclude and b.package is not None}
     if not installs:
         return None
-    kernel, begin = max(installs.items(), key=lambda item: (item[1].get("time", ""), item[1].get("seq", 0)))
-    trees = begin.get("trees") or {}
-    trees = dkms.Trees(source=Path(trees.get("source", "/usr/src")), dkms=Path(trees.get("dkms", "/var/lib/dkms")))
-    package = dkms.Package(begin["package"], begin["version"])
+    kernel, begin = max(installs.items(), key=lambda item: item[1].time)
+    trees, package = begin.dkms_trees, begin.package
+    assert package is not None  # kept above
     manifest_path = package.source_dir(trees) / dkms.MANIFEST_NAME
     try:
         manifest = Manifest.read(manifest_path)
@@ -216,10 +217,10 @@ def follow(kernel: str, source: str | None = None) -> FollowRecord | NotOptedIn:
             FollowRecord(
                 kernel,
                 "patched",
-                package=finished.get("package"),
-                package_version=finished.get("version"),
-                verdict=(finished.get("vm_check") or {}).get("verdict"),  # None: installed without a VM verdict
-                module_sha256=finished.get("module_sha256"),
+                package=finished.package.name if finished.package else None,
+                package_version=finished.package.version if finished.package else None,
+                verdict=finished.vm_check.get("verdict"),  # None: installed without a VM verdict
+                module_sha256=finished.module_sha256,
                 reason="installed already",
             )
         )

@@ -31,7 +31,7 @@ from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.follow import follow_record
-from rdna1_kmgr.install import modprobe_conf, shared_files
+from rdna1_kmgr.install import install_begin, modprobe_conf, shared_files
 from rdna1_kmgr.install.journal import Journal, locked, remove_created_dirs
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
@@ -85,15 +85,11 @@ def _packages(kernel: str, journal: Journal, trees: dkms.Trees) -> list[tuple[dk
     """The rdna1-amdgpu versions DKMS has for the kernel, and the one its journal installed."""
     found = {e.version: trees for e in _dkms_entries(kernel, trees)}
     try:
-        begin = (journal.state().begin or {}) if journal.exists() else {}
+        installed = install_begin.read(journal.state().begin) if journal.exists() else None
     except KmgrError:
-        begin = {}
-    if begin.get("package") == dkms.PACKAGE_NAME and begin.get("version") and shutil.which("dkms"):
-        where = begin.get("trees") or {}
-        found.setdefault(
-            begin["version"],
-            dkms.Trees(source=Path(where.get("source", trees.source)), dkms=Path(where.get("dkms", trees.dkms))),
-        )
+        installed = None
+    if installed and installed.package and installed.package.name == dkms.PACKAGE_NAME and shutil.which("dkms"):
+        found.setdefault(installed.package.version, installed.trees or trees)
     return [(dkms.Package(dkms.PACKAGE_NAME, version), where) for version, where in sorted(found.items())]
 
 

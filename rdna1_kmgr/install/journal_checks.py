@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdna1_kmgr.install import boot_guard, dkms_steps, initramfs, modprobe_conf, stock_loader
+from rdna1_kmgr.install import boot_guard, dkms_steps, initramfs, install_begin, modprobe_conf, stock_loader
 from rdna1_kmgr.install.journal import Journal, JournalError
 from rdna1_kmgr.install.profile_journal import (
     PARAMETER_DEFAULTS,
@@ -290,9 +290,9 @@ def _rules(journal: Journal, root: TargetRoot, begin: dict | None) -> dict[str, 
             _exactly(guard_files), [None], regenerate(Writer.BOOT_GUARD, boot_guard.undo_commands(root))
         ),
     }
-    begin = begin or {}
-    if begin.get("package") and begin.get("version"):
-        package = dkms.Package(begin["package"], begin["version"])
+    installed = install_begin.read(begin)
+    if installed and installed.package:
+        package = installed.package
         trees = dkms.Trees.from_env()
         rules["dkms-install"] = StepRule(
             _below(modules),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.core.files import write_atomic
+from rdna1_kmgr.install import install_begin
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 
@@ -53,9 +54,10 @@ def installed_parameters(exclude: str | None = None) -> dict[str, dict[str, str]
             state = Journal(kernel).state()
         except KmgrError:
             continue  # a corrupted journal is refused by its own commands; it states nothing here
-        if state.committed and not state.rollback_started and state.begin:
+        installed = install_begin.read(state.begin)
+        if state.committed and not state.rollback_started and installed:
             # a boot-guarded install takes rdna1_quirks from GRUB's command line, not from this file
-            found[kernel] = {} if state.begin.get("boot_guard") else state.begin.get("parameters") or {}
+            found[kernel] = {} if installed.boot_guard else installed.parameters or {}
     return found
 
 

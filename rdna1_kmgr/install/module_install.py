@@ -22,7 +22,7 @@ from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback
+from rdna1_kmgr.install import boot_guard, initramfs, install_begin, journal_programs, modprobe_conf, rollback
 from rdna1_kmgr.install.install_gate import (
     Candidate,
     Gate,
@@ -135,11 +135,12 @@ def _existing(journal: Journal, candidate: Candidate | None) -> str:
             f"finish ({state.description})",
             f"run `rdna1-kmgr rollback --kernel {journal.kernel}` first; nothing was changed",
         )
-    begin = state.begin or {}
+    installed = install_begin.read(state.begin)
     if (
         candidate is not None
-        and begin.get("module_sha256") == candidate.sha256
-        and begin.get("parameters", candidate.parameters) == candidate.parameters
+        and installed is not None
+        and installed.module_sha256 == candidate.sha256
+        and (installed.parameters is None or installed.parameters == candidate.parameters)
     ):
         return "same"
     return "replace"
@@ -217,7 +218,8 @@ def _prepare(request: InstallRequest, target: Target) -> Prepared:
     gate = check_gate(candidate, target.cert, request.skip_vm_check, root)
     replace = None
     if target.existing == "replace":
-        same_build = (target.journal.state().begin or {}).get("version") == candidate.package.version
+        installed = install_begin.read(target.journal.state().begin)
+        same_build = installed is not None and installed.package == candidate.package
         replace = ReplaceExisting(target.journal, same_build, candidate.package.ref)
     else:
         check_no_foreign_module(candidate, root, target.trees)
@@ -247,12 +249,9 @@ def _prepare(request: InstallRequest, target: Target) -> Prepared:
 def _begin(prepared: Prepared) -> None:
     """The journal's first record: what is installed, from where, through which gate."""
     target, ctx = prepared.target, prepared.ctx
-    package = target.candidate.package
-    target.journal.begin(
-        "install",
+    begun = install_begin.InstallBegin(
         kernel=target.kernel,
-        package=package.name,
-        version=package.version,
+        package=target.candidate.package,
         module=str(target.candidate.module),
         module_sha256=target.candidate.sha256,
         vm_check=prepared.gate.vm_check,
@@ -260,8 +259,9 @@ def _begin(prepared: Prepared) -> None:
         certificate=str(target.cert),
         root=str(target.root.path),
         boot_guard=ctx.guard.to_json() if ctx.guard else None,
-        trees={"source": str(target.trees.source), "dkms": str(target.trees.dkms)},
+        trees=target.trees,
     )
+    target.journal.begin("install", **begun.fields())
 
 
 def _apply(prepared: Prepared) -> InstallResult:

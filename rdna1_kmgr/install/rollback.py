@@ -30,7 +30,7 @@ from typing import Protocol
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import optional
-from rdna1_kmgr.install import journal_checks, journal_programs
+from rdna1_kmgr.install import install_begin, journal_checks, journal_programs
 from rdna1_kmgr.install.journal import (
     Journal,
     JournalError,
@@ -170,15 +170,10 @@ def _deepest_first(dirs: list[str]) -> list[str]:
 
 
 def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:
-    begin = state.begin or {}
-    if not begin.get("package") or not begin.get("version"):
+    installed = install_begin.read(state.begin)
+    if installed is None or installed.package is None:
         return None
-    trees = begin.get("trees") or {}
-    return (
-        dkms.Package(begin["package"], begin["version"]),
-        dkms.Trees(source=Path(trees.get("source", "/usr/src")), dkms=Path(trees.get("dkms", "/var/lib/dkms"))),
-        begin["kernel"],
-    )
+    return installed.package, installed.dkms_trees, installed.kernel
 
 
 def _final_depmod(state: State) -> list[str] | None:
