@@ -2,13 +2,15 @@
 
 import difflib
 import importlib
+import json
 import sys
+from typing import NoReturn
 
 import click
 
 from rdna1_kmgr import __version__
-from rdna1_kmgr.core import command_log, program_path, root_only
-from rdna1_kmgr.core.errors import HostError, KmgrError, UsageError
+from rdna1_kmgr.core import command_log, output, program_path, root_only
+from rdna1_kmgr.core.errors import Exit, HostError, KmgrError, UsageError
 
 # Each command's module is imported when that command runs (or `--help` lists them all): the boot guard's
 # services run `boot-check` and `confirm` at every boot, and importing every command first cost each of them
@@ -75,11 +77,26 @@ class KmgrGroup(click.Group):
                 "rdna1-kmgr keeps its state and logs root's alone: "
                 f"run `sudo rdna1-kmgr {root_only.typed(ctx.invoked_subcommand or '')}`",
             )
-            click.echo(f"rdna1-kmgr: error: {denied.line()}", err=True)
-            sys.exit(denied.exit_code)
+            _fail(ctx, denied)
         except KmgrError as err:
-            click.echo(f"rdna1-kmgr: error: {err.line()}", err=True)
-            sys.exit(err.exit_code)
+            _fail(ctx, err)
+        except click.UsageError as err:  # click's own (an unknown option): its usage text on stderr as ever
+            if _wants_json(ctx):
+                click.echo(json.dumps(output.error_json(err.format_message(), None, int(Exit.USAGE), "usage")))
+            raise
+
+
+def _wants_json(ctx: click.Context) -> bool:
+    return "--json" in ctx.meta.get(root_only.ARGV_KEY, ())
+
+
+def _fail(ctx: click.Context, err: KmgrError) -> NoReturn:
+    """The error's one line on stderr, its exit code; with --json, the same as a JSON object on stdout too (a
+    script reading the output gets an answer it can parse, whatever went wrong)."""
+    click.echo(f"rdna1-kmgr: error: {err.line()}", err=True)
+    if _wants_json(ctx):
+        click.echo(json.dumps(output.error_json(err.what, err.hint, int(err.exit_code), err.exit_code.name.lower())))
+    sys.exit(err.exit_code)
 
 
 @click.group(cls=KmgrGroup, context_settings={"help_option_names": ["-h", "--help"]})

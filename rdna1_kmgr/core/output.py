@@ -42,3 +42,12 @@ def to_json(value: Any) -> Any:
 
 def emit_json(obj: Any) -> None:
     click.echo(json.dumps(to_json(obj), indent=2, sort_keys=True))
+
+
+# The version of the error object below; raised when a key changes meaning or goes (docs/reference.md, "--json").
+ERROR_SCHEMA = "rdna1-kmgr.error/1"
+
+
+def error_json(what: str, hint: str | None, exit_code: int, kind: str) -> dict[str, Any]:
+    """A failed command's --json: what is wrong, what to do, its exit code and the code's name."""
+    return {"schema": ERROR_SCHEMA, "error": {"what": what, "hint": hint, "exit_code": exit_code, "kind": kind}}
