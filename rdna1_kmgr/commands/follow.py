@@ -20,23 +20,20 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON obj
 
 
 @click.group(invoke_without_command=True)
-@click.option("--kernel", metavar="KREL", help="The kernel to follow (or, with --removed, to forget).")
-@click.option("--pending", "run_pending", is_flag=True, help="The same as `follow pending`.")
-@click.option("--defer", is_flag=True, help="The same as `follow defer KREL` (with --kernel).")
-@click.option("--removed", is_flag=True, help="The same as `follow removed KREL` (with --kernel).")
+@click.option("--kernel", metavar="KREL", help="The kernel to follow.")
 @click.option("--source", metavar="PATH|URL", help="Driver source for KREL instead of the distribution's.")
 @_DRY_RUN
 @_HOOK
 @_JSON
 @click.pass_context
-def follow(ctx, kernel, run_pending, defer, removed, source, dry_run, hook, as_json):
+def follow(ctx, kernel, source, dry_run, hook, as_json):
     """Build, sign, VM-test and install the patched amdgpu for a new kernel (--kernel KREL), with the quirks
     installed now; the subcommands are what the package manager's hooks do."""
     if ctx.invoked_subcommand is not None:
-        if kernel or run_pending or defer or removed or source or dry_run or hook or as_json:
+        if kernel or source or dry_run or hook or as_json:
             raise UsageError(f"options before `follow {ctx.invoked_subcommand}` are not read", "give them after it")
         return
-    report(lambda: _follow(kernel, run_pending, defer, removed, source, dry_run), kernel, hook, as_json)
+    report(lambda: follow_modes.followed(_release(kernel), source, dry_run), kernel, hook, as_json)
 
 
 @follow.command("pending")
@@ -45,7 +42,7 @@ def follow(ctx, kernel, run_pending, defer, removed, source, dry_run, hook, as_j
 @_JSON
 def follow_pending(dry_run, hook, as_json):
     """Follow every kernel the hooks noted as pending (apt's hook and the boot unit run this)."""
-    report(lambda: _follow(None, True, False, False, None, dry_run), None, hook, as_json)
+    report(lambda: follow_modes.followed(None, None, dry_run), None, hook, as_json)
 
 
 @follow.command("defer")
@@ -55,7 +52,7 @@ def follow_pending(dry_run, hook, as_json):
 @_JSON
 def follow_defer(kernel, dry_run, hook, as_json):
     """Only note KREL as pending (what the kernel hooks do inside dpkg)."""
-    report(lambda: _follow(kernel, False, True, False, None, dry_run), kernel, hook, as_json)
+    report(lambda: follow_modes.deferred(user_input.kernel_release(kernel), dry_run), kernel, hook, as_json)
 
 
 @follow.command("removed")
@@ -68,7 +65,7 @@ def follow_removed(kernel, dry_run, hook, as_json):
 
     The files every kernel's install shares (the boot guard's, the stock loader's) go back to what was there
     before its install, unless a later install wrote them again: that install then takes the backup."""
-    report(lambda: _follow(kernel, False, False, True, None, dry_run), kernel, hook, as_json)
+    report(lambda: follow_modes.removed(user_input.kernel_release(kernel), dry_run), kernel, hook, as_json)
 
 
 def report(work: Callable[[], follow_modes.FollowResult], kernel: str | None, hook: bool, as_json: bool) -> None:
@@ -93,19 +90,11 @@ def report(work: Callable[[], follow_modes.FollowResult], kernel: str | None, ho
         sys.exit(result.failed)
 
 
-def _follow(kernel, run_pending, defer, removed, source, dry_run) -> follow_modes.FollowResult:
-    if run_pending == bool(kernel):
+def _release(kernel: str | None) -> str:
+    """A plain `follow`'s kernel, checked (inside `report`: under --hook a bad one is a line, not a failure)."""
+    if not kernel:
         raise UsageError(
             "give --kernel KREL, or one of the hooks' modes",
             "`follow pending`, `follow defer KREL`, `follow removed KREL`",
         )
-    if defer and removed:
-        raise UsageError("--defer and --removed exclude each other", "give one of them")
-    if (defer or removed or run_pending) and source:
-        raise UsageError("--source goes with a plain `follow --kernel`", "drop it")
-    kernel = user_input.kernel_release(kernel) if kernel else None
-    if removed:
-        return follow_modes.removed(kernel, dry_run)
-    if defer:
-        return follow_modes.deferred(kernel, dry_run)
-    return follow_modes.followed(None if run_pending else kernel, source, dry_run)
+    return user_input.kernel_release(kernel)

@@ -16,9 +16,9 @@ The first failing stage ends it: nothing after it runs, the install (the only st
 kernel loads) either never started or rolled itself back, so the kernel keeps its stock amdgpu. The reason goes
 to follow/<KREL>.json (`status` shows it), the whole story to /var/log/rdna1-kmgr/follow-<KREL>-<time>.log.
 
-`--defer` (the kernel hooks, inside dpkg) only notes the kernel as pending; `--pending` (apt's Post-Invoke hook,
-the boot unit) follows every pending kernel. With `--hook` nothing fails the caller: one line per kernel says
-what happened, and the exit status is 0.
+`follow defer` (the kernel hooks, inside dpkg) only notes the kernel as pending; `follow pending` (apt's
+Post-Invoke hook, the boot unit) follows every pending kernel. With `--hook` nothing fails the caller: one line
+per kernel says what happened, and the exit status is 0.
 """
 
 from __future__ import annotations

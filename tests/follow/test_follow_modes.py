@@ -1,8 +1,9 @@
-"""`follow`'s modes as subcommands (`follow pending`, `follow defer KREL`, `follow removed KREL`), with the
-spellings the installed hooks use (`--pending`, `--kernel KREL --defer`, `--kernel KREL --removed`) still
-working and doing the same."""
+"""`follow`'s modes as subcommands (`follow pending`, `follow defer KREL`, `follow removed KREL`), the only
+spellings: the flags of before (`--pending`, `--kernel KREL --defer`, `--kernel KREL --removed`) are gone
+(CHANGELOG.md), and the hooks install.sh places use the subcommands (hooks/)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -25,24 +26,31 @@ def cli(*args: str):
 
 
 @pytest.mark.parametrize(
-    "mode, hooks_spelling",
+    "mode, old_spelling",
     [
         (["pending"], ["--pending"]),
         (["defer", KREL], ["--kernel", KREL, "--defer"]),
         (["removed", KREL], ["--kernel", KREL, "--removed"]),
     ],
 )
-def test_each_mode_plans_what_the_hooks_spelling_plans(state, mode, hooks_spelling):
-    new, old = cli(*mode, "--dry-run"), cli(*hooks_spelling, "--dry-run")
-    assert new.exit_code == old.exit_code == 0, new.output + old.output
-    assert new.output == old.output
-    assert not state.exists()  # a dry run writes nothing
+def test_each_mode_plans_and_the_old_flags_are_refused(state, mode, old_spelling):
+    new, old = cli(*mode, "--dry-run"), cli(*old_spelling, "--dry-run")
+    assert new.exit_code == 0 and new.output.strip(), new.output
+    assert old.exit_code == 2 and f"No such option '{old_spelling[-1]}'" in old.output, old.output
+    assert not state.exists()  # a dry run writes nothing, a refused command neither
 
 
-def test_defer_notes_the_kernel_as_pending_in_either_spelling(state, monkeypatch):
+def test_the_hooks_call_the_subcommands():
+    hooks = Path(__file__).resolve().parents[2] / "hooks"
+    text = "".join(p.read_text() for p in hooks.iterdir() if p.is_file() and p.suffix != ".py")
+    assert "follow pending --hook" in text and "follow defer " in text and "follow removed " in text
+    assert not any(flag in text for flag in ("--pending", "--defer", "--removed"))
+
+
+def test_defer_notes_the_kernel_as_pending(state, monkeypatch):
     # Opted in: some kernel has a finished install (the real journal's story is test_hooks.py's).
     monkeypatch.setattr(kernel_follow, "finished_installs", lambda: {"6.12.95+deb12-amd64": {}})
-    for args, krel in ((["defer", KREL], KREL), (["--kernel", "6.1.0-55-amd64", "--defer"], "6.1.0-55-amd64")):
+    for args, krel in ((["defer", KREL], KREL), (["defer", "6.1.0-55-amd64"], "6.1.0-55-amd64")):
         result = cli(*args)
         assert result.exit_code == 0 and f"rdna1-kmgr: {krel}: noted" in result.output, result.output
         assert (state / "follow" / "pending" / krel).exists()
