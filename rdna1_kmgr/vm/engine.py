@@ -21,14 +21,16 @@ import shlex
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rdna1_kmgr import __version__
 from rdna1_kmgr.core import runner, user_input
 from rdna1_kmgr.core.errors import HostError, UsageError
 from rdna1_kmgr.core.paths import log_dir
+from rdna1_kmgr.core.pipeline import Pipeline
 from rdna1_kmgr.modbuild import module_elf
 from rdna1_kmgr.vm import gpu_checks, guest, guest_kernel, guest_registry, guest_view, qemu_args, verdict
 
@@ -125,6 +127,130 @@ def guest_command(view: guest_view.GuestView, script: str = "collect.py") -> str
 # --- the whole emulated validation ----------------------------------------------------------------------------
 
 
+@dataclass
+class VmTestContext:
+    """What vm-test's stages read and fill: the module and its kernel, then the checks and what the guest said."""
+
+    module: module_elf.ModuleFile
+    module_path: Path  # as given (the record names it resolved)
+    release: str
+    kernel: guest_kernel.GuestKernel
+    vm: guest.Guest
+    accel: str
+    timeout: float
+    selftest_required: int | None
+    devices: tuple[str, ...]
+    gpu: gpu_checks.GpuTarget | None
+    passthrough: dict[str, Any] | None  # the host's side of a passthrough run, for the record
+    console: Path
+    started_at: datetime
+    started: float  # monotonic
+    checks: list[verdict.Check] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    chosen: Accel | None = None
+    result: dict[str, Any] | None = None  # what the guest's collect.py reported
+    record: verdict.Record | None = None
+
+    @property
+    def fits(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+class CheckFile:
+    """The module file against the kernel: vermagic, its ELF, its signature's presence; no boot when it fails."""
+
+    name = "check-file"
+
+    def plan(self, ctx: VmTestContext) -> list[str]:
+        return [f"check {ctx.module.path} against kernel {ctx.release} (vermagic {ctx.kernel.vermagic()})"]
+
+    def run(self, ctx: VmTestContext) -> None:
+        ctx.checks += verdict.check_module_file(ctx.module, ctx.release, ctx.kernel.vermagic())
+        if not ctx.fits:
+            say("the module does not fit the kernel: not booting")
+
+
+class BootGuest:
+    """The kernel booted with the guest loading a copy of the module (the bytes hashed are the bytes loaded)."""
+
+    name = "boot"
+
+    def plan(self, ctx: VmTestContext) -> list[str]:
+        return [
+            f"boot {ctx.release} in the {ctx.vm.name} guest ({ctx.accel}, {ctx.timeout:g} s), console {ctx.console}"
+        ]
+
+    def run(self, ctx: VmTestContext) -> None:
+        if not ctx.fits:
+            return
+        with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-vm-") as tmp:
+            rundir = Path(tmp)
+            copy = rundir / ctx.module.path.name
+            shutil.copyfile(ctx.module.path, copy)
+            ctx.module = module_elf.read(copy, verdict.INIT_MESSAGES)
+            workload_name = ctx.gpu.workload if ctx.gpu is not None else None
+            view = guest_view.prepare(rundir, with_venv=bool(workload_name))
+            workload = workload_plan(workload_name, view) if workload_name else None
+            plan = verdict.guest_plan(ctx.module, view.guest_path(copy), gpu=ctx.gpu, workload=workload)
+            (rundir / "plan.json").write_text(_json(plan))
+            ctx.chosen = choose_accel(ctx.accel, ctx.kernel, ctx.vm.qemu, rundir)
+            request = guest.GuestRequest(
+                ctx.kernel, rundir, ctx.console, ctx.chosen.name, ctx.timeout, ctx.devices, guest_command(view), view
+            )
+            run = ctx.vm.boot(request)
+            ctx.result = run.result
+            problem = run.problem(ctx.timeout)
+            ctx.checks += verdict.check_guest(
+                ctx.result, ctx.module, ctx.release, ctx.selftest_required, problem, ctx.gpu
+            )
+            ctx.details.update(accel_why=ctx.chosen.why, stages=run.stages, vm_seconds=round(run.outcome.elapsed, 1))
+            if ctx.result is not None:
+                # The raw facts behind the verdict, kept beside the console log.
+                raw = ctx.console.with_suffix(".result.json")
+                raw.write_text(_json(ctx.result))
+                ctx.details["guest_result"] = str(raw)
+
+
+class RecordVerdict:
+    """Every check decided into one verdict, stored as the record install's gate reads."""
+
+    name = "verdict"
+
+    def plan(self, ctx: VmTestContext) -> list[str]:
+        return [f"record the verdict in {verdict.validations_dir()}"]
+
+    def run(self, ctx: VmTestContext) -> None:
+        outcome, reason = verdict.decide(ctx.checks)
+        counts = verdict.selftest_counts(ctx.result)
+        if counts is not None:
+            counts["required"] = max(ctx.selftest_required or 1, 1)
+        passthrough = ctx.passthrough
+        if passthrough is not None:
+            passthrough = {**passthrough, "workload": gpu_checks.workload_cases(ctx.result)}
+        record = verdict.Record(
+            verdict=outcome,
+            reason=reason,
+            mode="passthrough" if ctx.gpu is not None else "emulated",
+            kernel=ctx.release,
+            module=str(ctx.module_path.resolve()),
+            module_sha256=ctx.module.sha256,
+            accel=ctx.chosen.name if ctx.chosen else None,
+            checks=tuple(ctx.checks),
+            selftest=counts,
+            console_log=str(ctx.console) if ctx.chosen else None,
+            seconds=round(time.monotonic() - ctx.started, 1),
+            started=ctx.started_at.isoformat(timespec="seconds"),
+            tool_version=__version__,
+            details=ctx.details,
+            passthrough=passthrough,
+        )
+        ctx.record = verdict.store(record)
+        say(f"verdict {outcome}: {reason} (record {ctx.record.record})")
+
+
+VM_TEST: Pipeline[VmTestContext] = Pipeline((CheckFile(), BootGuest(), RecordVerdict()))
+
+
 def validate_module(
     module_path: Path,
     release: str | None = None,
@@ -142,18 +268,15 @@ def validate_module(
     anything is written; a module that fails any check gives a record with verdict "fail".
     With `gpu` it is a passthrough run: the caller has the GPU on vfio-pci and gives the PCI addresses the
     guest gets (`devices`), what the guest looks for (`gpu`) and the host's side for the record
-    (`passthrough`).
+    (`passthrough`). The run is VM_TEST's stages: the file checked, the guest booted, the verdict recorded.
     """
-    mode = "passthrough" if gpu is not None else "emulated"
-    started_at = datetime.now(UTC)
-    started = time.monotonic()
+    started_at, started = datetime.now(UTC), time.monotonic()
     if timeout <= 0:
         raise UsageError(f"invalid --timeout {timeout}", "give a number of seconds > 0")
     module = module_elf.read(Path(module_path), verdict.INIT_MESSAGES)
     release = user_input.kernel_release(release or module.release)
     vm = guest_registry.find(PASSTHROUGH_GUEST if devices else EMULATED_GUEST)
     kernel = guest_kernel.locate(release, fetch=fetch)
-    checks = verdict.check_module_file(module, release, kernel.vermagic())
     logs = log_dir() / "vm-test"
     try:
         logs.mkdir(parents=True, exist_ok=True)
@@ -163,64 +286,26 @@ def validate_module(
             f"cannot write the console log or the verdict record: {err}",
             "run as root (they go to /var/log/rdna1-kmgr and /var/lib/rdna1-kmgr)",
         ) from None
-    console = logs / f"{started_at:%Y%m%dT%H%M%SZ}-{module.sha256[:12]}.log"
-    details: dict = {"build_id": module.build_id, "vermagic": module.vermagic, "kernel_origin": kernel.origin}
-    chosen = None
-    result = None
-    booted = all(c.ok for c in checks)
-    if booted:
-        with tempfile.TemporaryDirectory(prefix="rdna1-kmgr-vm-") as tmp:
-            rundir = Path(tmp)
-            # The guest loads a copy in the run folder: the bytes hashed are the bytes loaded.
-            copy = rundir / module.path.name
-            shutil.copyfile(module.path, copy)
-            module = module_elf.read(copy, verdict.INIT_MESSAGES)
-            workload_name = gpu.workload if gpu is not None else None
-            view = guest_view.prepare(rundir, with_venv=bool(workload_name))
-            workload = workload_plan(workload_name, view) if workload_name else None
-            plan = verdict.guest_plan(module, view.guest_path(copy), gpu=gpu, workload=workload)
-            (rundir / "plan.json").write_text(_json(plan))
-            chosen = choose_accel(accel, kernel, vm.qemu, rundir)
-            request = guest.GuestRequest(
-                kernel, rundir, console, chosen.name, timeout, tuple(devices), guest_command(view), view
-            )
-            run = vm.boot(request)
-            result = run.result
-            checks += verdict.check_guest(result, module, release, selftest_required, run.problem(timeout), gpu)
-            details.update(accel_why=chosen.why, stages=run.stages, vm_seconds=round(run.outcome.elapsed, 1))
-            if result is not None:
-                # The raw facts behind the verdict, kept beside the console log.
-                raw = console.with_suffix(".result.json")
-                raw.write_text(_json(result))
-                details["guest_result"] = str(raw)
-    else:
-        say("the module does not fit the kernel: not booting")
-    outcome, reason = verdict.decide(checks)
-    counts = verdict.selftest_counts(result)
-    if counts is not None:
-        counts["required"] = max(selftest_required or 1, 1)
-    if passthrough is not None:
-        passthrough = {**passthrough, "workload": gpu_checks.workload_cases(result)}
-    record = verdict.Record(
-        verdict=outcome,
-        reason=reason,
-        mode=mode,
-        kernel=release,
-        module=str(Path(module_path).resolve()),
-        module_sha256=module.sha256,
-        accel=chosen.name if chosen else None,
-        checks=tuple(checks),
-        selftest=counts,
-        console_log=str(console) if booted else None,
-        seconds=round(time.monotonic() - started, 1),
-        started=started_at.isoformat(timespec="seconds"),
-        tool_version=__version__,
-        details=details,
-        passthrough=passthrough,
+    ctx = VmTestContext(
+        module,
+        Path(module_path),
+        release,
+        kernel,
+        vm,
+        accel,
+        timeout,
+        selftest_required,
+        tuple(devices),
+        gpu,
+        passthrough,
+        logs / f"{started_at:%Y%m%dT%H%M%SZ}-{module.sha256[:12]}.log",
+        started_at,
+        started,
+        details={"build_id": module.build_id, "vermagic": module.vermagic, "kernel_origin": kernel.origin},
     )
-    record = verdict.store(record)
-    say(f"verdict {outcome}: {reason} (record {record.record})")
-    return record
+    VM_TEST.run(ctx)
+    assert ctx.record is not None  # the last stage stores it
+    return ctx.record
 
 
 def _json(obj) -> str:
