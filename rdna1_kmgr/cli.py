@@ -87,7 +87,8 @@ class KmgrGroup(click.Group):
 
 
 def _wants_json(ctx: click.Context) -> bool:
-    return "--json" in ctx.meta.get(root_only.ARGV_KEY, ())
+    """--json was given and nothing answered it yet (a failing verdict's record is its answer)."""
+    return "--json" in ctx.meta.get(root_only.ARGV_KEY, ()) and not ctx.meta.get(output.PRINTED_RESULT)
 
 
 def _fail(ctx: click.Context, err: KmgrError) -> NoReturn:

@@ -40,8 +40,17 @@ def to_json(value: Any) -> Any:
     return value
 
 
+# Set in the click context's meta (shared by a command and its group) once a command printed its --json result: a
+# command whose result is a failure (a failing verdict) prints its record, then exits non-zero; the error object is
+# for a command that had no result to print.
+PRINTED_RESULT = "rdna1_kmgr_printed_result"
+
+
 def emit_json(obj: Any) -> None:
     click.echo(json.dumps(to_json(obj), indent=2, sort_keys=True))
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[PRINTED_RESULT] = True
 
 
 # The version of the error object below; raised when a key changes meaning or goes (docs/reference.md, "--json").
@@ -49,5 +58,6 @@ ERROR_SCHEMA = "rdna1-kmgr.error/1"
 
 
 def error_json(what: str, hint: str | None, exit_code: int, kind: str) -> dict[str, Any]:
-    """A failed command's --json: what is wrong, what to do, its exit code and the code's name."""
+    """A failed command's --json, when it printed no result: what is wrong, what to do, its exit code and the
+    code's name."""
     return {"schema": ERROR_SCHEMA, "error": {"what": what, "hint": hint, "exit_code": exit_code, "kind": kind}}
