@@ -287,9 +287,10 @@ def test_cli_text_on_a_fixture(tmp_path):
 def test_cli_bad_input_is_one_line_exit_2(args, says):
     result = CliRunner().invoke(main, ["detect", "--json", *args])
     assert result.exit_code == 2
-    assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("rdna1-kmgr: error: ") and says in lines[0]
+    # --json: the same error, as the reference's error object (tests/test_json_errors.py checks its schema)
+    assert says in json.loads(result.stdout)["error"]["what"]
 
 
 def test_the_default_devices_are_every_id_of_the_rdna1_chips_found(tmp_path):
