@@ -43,15 +43,22 @@ from rdna1_kmgr.install.journal import (
     remove_created_dirs,
 )
 from rdna1_kmgr.install.profile_journal import ExperimentJournal, ParameterJournal, ProfileJournal
-from rdna1_kmgr.install.undo import Undo
+from rdna1_kmgr.install.undo import NotAnUndo, Undo
 from rdna1_kmgr.install.undo import from_json as undo_from_json
 from rdna1_kmgr.install.undo import run as run_during_rollback
 from rdna1_kmgr.modbuild import dkms_package as dkms
 
 
 def undo_of(step: StepState) -> Undo | None:
-    """The step's undo beyond its files (journal_checks has refused a journal whose undo does not parse)."""
-    return undo_from_json(step.intent.get("undo"))
+    """The step's undo beyond its files. journal_checks refuses a journal whose undo does not parse before its
+    replay; another kernel's journal read for its files (a later install's) is refused here, in one line."""
+    try:
+        return undo_from_json(step.intent.get("undo"))
+    except NotAnUndo as err:
+        raise JournalError(
+            f"record {step.seq} ({step.step}) of a journal records an undo rdna1-kmgr never writes ({err})",
+            "nothing was changed; check the journals under /var/lib/rdna1-kmgr/journal by hand",
+        ) from None
 
 
 def restored(step: StepState) -> list[dict]:

@@ -185,3 +185,25 @@ def test_a_journal_written_by_todays_release_plans_and_rolls_back_exactly(journa
     (history,) = (tmp_path / "state/history").iterdir()
     kinds = [json.loads(line)["kind"] for line in history.read_text().splitlines()]
     assert kinds[len(records) :] == ["rollback", "undone", "undone", "rolled-back"]
+
+
+def test_a_later_journal_with_an_undo_no_release_writes_refuses_in_one_line(journal_root, monkeypatch):
+    # rollback --kernel of the earlier install reads the later install's files first (refuse_under_a_later_install):
+    # the earlier journal is genuine, the later one carries an undo no release writes
+    conf = journal_root / "etc/modprobe.d/rdna1-kmgr.conf"
+    earlier, later = "6.12.118+deb13-amd64", "7.3.4+deb13-amd64"
+    for kernel, at in ((earlier, "2026-11-26T20:00:00+0000"), (later, "2026-11-26T21:30:00+0000")):
+        monkeypatch.setattr(jr, "_now", lambda at=at: at)
+        journal = jr.Journal(kernel)
+        journal.begin("install", kernel=kernel)
+        if kernel == earlier:
+            journal.record_intent("modprobe-conf", None, [conf], [], undo=RewriteModprobeConf(conf, kernel))
+        else:
+            undo = {"kind": "shell", "after": [["sh", "-c", "true"]]}
+            entry = {"path": str(conf), "backup": None}
+            journal.append("intent", step="modprobe-conf", command=None, backups=[entry], dirs=[], undo=undo)
+        journal.append("done", step="modprobe-conf")
+        journal.append("commit")
+    with pytest.raises(jr.JournalError, match=r"record 2 \(modprobe-conf\) of a journal records an undo"):
+        rollback.run(earlier)
+    assert sorted(jr.Journal.kernels()) == [earlier, later]  # nothing rolled back
