@@ -48,7 +48,7 @@ class InstallBegin:
             "certificate": self.certificate,
             "root": self.root,
             "boot_guard": self.boot_guard,
-            "trees": {"source": str(trees.source), "dkms": str(trees.dkms)},
+            "trees": trees.to_json(),
         }
 
 

@@ -496,10 +496,15 @@ def _set_owner_mode(path: Path, entry: dict) -> None:
         os.close(fd)
 
 
+def deepest_first(dirs: list[str]) -> list[str]:
+    """The order created folders are removed in (and a rollback's plan lists them): a folder before its parent."""
+    return sorted(dirs, key=lambda d: d.count("/"), reverse=True)
+
+
 def remove_created_dirs(dirs: list[str]) -> list[str]:
     """Remove the directories a step created, deepest first, when they are empty again."""
     removed = []
-    for folder in sorted(dirs, key=lambda d: d.count("/"), reverse=True):
+    for folder in deepest_first(dirs):
         try:
             os.rmdir(folder)
         except FileNotFoundError:

@@ -156,8 +156,8 @@ def _begin_problem(journal: Journal, root: TargetRoot, begin: dict) -> str | Non
     if version is not None and not (isinstance(version, str) and _PACKAGE_VERSION.fullmatch(version)):
         return f"names the version {version!r}, which is not one rdna1-kmgr builds"
     trees = dkms.Trees.from_env()
-    if begin.get("trees") is not None and begin["trees"] != _trees_json(trees):
-        return f"names the DKMS trees {begin['trees']!r}, not this run's {_trees_json(trees)!r}"
+    if begin.get("trees") is not None and begin["trees"] != trees.to_json():
+        return f"names the DKMS trees {begin['trees']!r}, not this run's {trees.to_json()!r}"
     return None
 
 
@@ -235,10 +235,6 @@ def program_problem(record: dict) -> str | None:
 def _plain_path(value) -> bool:
     """An absolute path with nothing to resolve: no `.`, `..`, doubled or trailing slash, no NUL."""
     return isinstance(value, str) and value.startswith("/") and "\0" not in value and os.path.normpath(value) == value
-
-
-def _trees_json(trees: dkms.Trees) -> dict:
-    return {"source": str(trees.source), "dkms": str(trees.dkms)}
 
 
 def _exactly(paths) -> Callable[[Path], bool]:

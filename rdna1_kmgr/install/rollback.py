@@ -37,6 +37,7 @@ from rdna1_kmgr.install.journal import (
     State,
     StepState,
     abort_point,
+    deepest_first,
     journal_root,
     locked,
     refuse_if_busy,
@@ -57,7 +58,7 @@ def undo_of(step: StepState) -> Undo | None:
     except NotAnUndo as err:
         raise JournalError(
             f"record {step.seq} ({step.step}) of a journal records an undo rdna1-kmgr never writes ({err})",
-            "nothing was changed; check the journals under /var/lib/rdna1-kmgr/journal by hand",
+            f"nothing was changed; check the journals under {journal_root()} by hand",
         ) from None
 
 
@@ -91,7 +92,7 @@ class UndoStep:
                 lines.append(f"remove {entry['path']} (if present)")
             else:
                 lines.append(f"restore {entry['path']} from the journal's backup")
-        lines += [f"remove the directory {folder} (if empty)" for folder in _deepest_first(self.step.intent["dirs"])]
+        lines += [f"remove the directory {folder} (if empty)" for folder in deepest_first(self.step.intent["dirs"])]
         lines += undo.plan_after() if undo else []
         return [lines[0], *(f"    {line}" for line in lines[1:])]
 
@@ -170,10 +171,6 @@ def stages(state: State, keep_build: bool) -> list[RollbackStage]:
     if depmod:
         listed.append(FinalDepmod(depmod))
     return listed
-
-
-def _deepest_first(dirs: list[str]) -> list[str]:
-    return sorted(dirs, key=lambda d: d.count("/"), reverse=True)
 
 
 def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:

@@ -66,7 +66,7 @@ class DkmsUninstall:
             "version": self.version,
             "kernel": self.kernel,
             "command": list(self.command),
-            "trees": {"source": str(self.trees.source), "dkms": str(self.trees.dkms)},
+            "trees": self.trees.to_json(),
         }
 
 

@@ -75,6 +75,10 @@ class Trees:
             dkms=tool_env.moved_root(tool_env.DKMS_TREE, "/var/lib/dkms"),
         )
 
+    def to_json(self) -> dict[str, str]:
+        """As a journal records the trees (an install's begin, dkms-install's undo)."""
+        return {"source": str(self.source), "dkms": str(self.dkms)}
+
     def cli_args(self) -> list[str]:
         # Accepted by DKMS 3.x although its usage text does not list them.
         return [f"--sourcetree={self.source}", f"--dkmstree={self.dkms}"]
