@@ -13,6 +13,8 @@ import pytest
 
 from rdna1_kmgr.follow import hooks
 from rdna1_kmgr.install import journal as jr
+from rdna1_kmgr.install.install_begin import InstallBegin
+from rdna1_kmgr.install.journal_records import Commit, Done
 from rdna1_kmgr.install.target_root import ROOT_ENV
 from rdna1_kmgr.vm import verdict
 
@@ -193,10 +195,10 @@ def install_writing(monkeypatch):
     def install(kernel: str, at: str, path, content: str) -> None:
         monkeypatch.setattr(jr, "_now", lambda: at)
         journal = jr.Journal(kernel)
-        journal.begin("install", kernel=kernel)
+        journal.begin(InstallBegin(kernel=kernel, root=os.environ[ROOT_ENV]))  # no DKMS package to remove
         journal.record_intent("stock-loader", None, [path], [])
         path.write_text(content)
-        journal.append("done", step="stock-loader")
-        journal.append("commit")
+        journal.append(Done("stock-loader"))
+        journal.append(Commit())
 
     return install

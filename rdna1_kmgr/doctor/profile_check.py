@@ -35,7 +35,7 @@ def findings(sysroot: Path, home: Path | None, board: bool = True) -> list[Findi
         journal, journaled, unread = None, False, "not read (root's alone; `sudo rdna1-kmgr status` shows it)"
     installed = next(iter(names)) if journal is None and len(names) == 1 else None
     if journal is not None and journaled:
-        installed = (journal.state().begin or {}).get("profile")
+        installed = user_profile.installed_by(journal.state())
     facts = {"files": named, "journaled": installed if journal is not None else unread}
     result = []
     if not names and installed is None:

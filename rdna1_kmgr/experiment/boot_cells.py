@@ -29,6 +29,7 @@ from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.experiment.kernel_cells import KernelCell
 from rdna1_kmgr.install import boot_guard, journal_checks
+from rdna1_kmgr.install.journal_records import Done
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.install.undo import Writer, regenerate
@@ -139,7 +140,7 @@ def install(root: TargetRoot, journal: ExperimentJournal, first: KernelCell) -> 
     link.symlink_to(f"/{UNIT}")
     runner.run(["update-grub"], timeout=900, error=HostError, hint="the experiment's boots could not be set up")
     arm(root, first)
-    journal.append("done", step=STEP)
+    journal.append(Done(STEP))
     daemon_reload(root)
 
 

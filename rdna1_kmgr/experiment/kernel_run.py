@@ -33,6 +33,7 @@ from rdna1_kmgr.experiment.kernel_cells import select as select_kernel_cells
 from rdna1_kmgr.follow import status as install_status
 from rdna1_kmgr.install import boot_guard, rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
+from rdna1_kmgr.install.journal_records import ExperimentBegin
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.quirk_mask import QuirkMask
@@ -357,7 +358,7 @@ def start(request: Request, dry_run: bool) -> Started:
         make_dirs(folder)
         write_json(folder / "plan.json", plan.to_json(), indent=1)
         journal = ExperimentJournal()
-        journal.begin("experiment-kernel", folder=str(folder), cells=[c.name for c in kernel_cells])
+        journal.begin(ExperimentBegin(str(folder), tuple(c.name for c in kernel_cells)))
         write_json(experiments_dir() / CURRENT, {"folder": str(folder)})
         boot_cells.install(root, journal, kernel_cells[0])
         _record_event(plan, cell=kernel_cells[0].name, event="armed")

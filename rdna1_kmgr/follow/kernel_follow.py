@@ -40,7 +40,7 @@ from rdna1_kmgr.core.pipeline import Pipeline
 from rdna1_kmgr.follow import follow_record
 from rdna1_kmgr.follow.follow_record import FollowRecord
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import install_begin, install_stages, module_install, rollback
+from rdna1_kmgr.install import install_stages, module_install, rollback
 from rdna1_kmgr.install.install_begin import InstallBegin
 from rdna1_kmgr.install.journal import Busy, Journal
 from rdna1_kmgr.install.target_root import TargetRoot
@@ -79,27 +79,34 @@ class Installed:
     without: list[str] = field(default_factory=list)  # the quirks the owner left out (--no-quirk)
 
 
-def finished_installs() -> dict[str, InstallBegin]:
-    """Kernel -> what every finished install still in place began with."""
+@dataclass(frozen=True)
+class Finished:
+    """A finished install still in place: what it began with, and when."""
+
+    install: InstallBegin
+    since: str
+
+
+def finished_installs() -> dict[str, Finished]:
+    """Kernel -> every finished install still in place."""
     found = {}
     for kernel in Journal.kernels():
         try:
             state = Journal(kernel).state()
         except KmgrError:
             continue  # a corrupted journal says nothing trustworthy
-        installed = install_begin.read(state.begin)
-        if state.committed and not state.rollback_started and installed:
-            found[kernel] = installed
+        if state.in_place:
+            found[kernel] = Finished(state.in_place, state.since or "")
     return found
 
 
 def current_install(exclude: str | None = None) -> Installed | None:
     """The newest finished install (not `exclude`'s), with the quirks its render manifest names; None: opted out."""
-    installs = {k: b for k, b in finished_installs().items() if k != exclude and b.package is not None}
+    installs = {k: f for k, f in finished_installs().items() if k != exclude and f.install.package is not None}
     if not installs:
         return None
-    kernel, begin = max(installs.items(), key=lambda item: item[1].time)
-    trees, package = begin.dkms_trees, begin.package
+    kernel, newest = max(installs.items(), key=lambda item: item[1].since)
+    trees, package = newest.install.dkms_trees, newest.install.package
     assert package is not None  # kept above
     manifest_path = package.source_dir(trees) / dkms.MANIFEST_NAME
     try:
@@ -213,14 +220,15 @@ def follow(kernel: str, source: str | None = None) -> FollowRecord | NotOptedIn:
     kernel = user_input.kernel_release(kernel)
     finished = finished_installs().get(kernel)
     if finished is not None:  # a reinstalled kernel package: the module in updates/dkms survived it
+        package = finished.install.package
         return follow_record.write(
             FollowRecord(
                 kernel,
                 "patched",
-                package=finished.package.name if finished.package else None,
-                package_version=finished.package.version if finished.package else None,
-                verdict=finished.vm_check.get("verdict"),  # None: installed without a VM verdict
-                module_sha256=finished.module_sha256,
+                package=package.name if package else None,
+                package_version=package.version if package else None,
+                verdict=finished.install.verdict,  # None: installed without a VM verdict
+                module_sha256=finished.install.module_sha256,
                 reason="installed already",
             )
         )

@@ -31,8 +31,9 @@ from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.core.paths import cache_dir
 from rdna1_kmgr.follow import follow_record
-from rdna1_kmgr.install import install_begin, modprobe_conf, shared_files
+from rdna1_kmgr.install import modprobe_conf, shared_files
 from rdna1_kmgr.install.journal import Journal, locked, remove_created_dirs
+from rdna1_kmgr.install.journal_records import KernelRemoved, WasAbsent
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
 from rdna1_kmgr.source import kernel_source
@@ -71,13 +72,14 @@ def _journal_files(journal: Journal, root: TargetRoot) -> tuple[list[Path], list
     if not journal.exists():
         return [], []
     own = _kernels_own(journal.kernel, root)
-    files, dirs = [], []
+    files: list[Path] = []
+    dirs: list[str] = []
     for step in journal.state().steps:
-        for entry in step.intent["backups"]:
-            path = Path(entry["path"])
-            if entry["backup"] is None and "symlink" not in entry and own(path) and path.exists():
+        for entry in step.intent.backups:
+            path = Path(entry.path)
+            if isinstance(entry, WasAbsent) and own(path) and path.exists():
                 files.append(path)
-        dirs += step.intent["dirs"]
+        dirs += step.intent.dirs
     return files, dirs
 
 
@@ -85,7 +87,7 @@ def _packages(kernel: str, journal: Journal, trees: dkms.Trees) -> list[tuple[dk
     """The rdna1-amdgpu versions DKMS has for the kernel, and the one its journal installed."""
     found = {e.version: trees for e in _dkms_entries(kernel, trees)}
     try:
-        installed = install_begin.read(journal.state().begin) if journal.exists() else None
+        installed = journal.state().install if journal.exists() else None
     except KmgrError:
         installed = None
     if installed and installed.package and installed.package.name == dkms.PACKAGE_NAME and shutil.which("dkms"):
@@ -150,7 +152,7 @@ def forget(kernel: str) -> list[str]:
         if journal.exists():
             said.append(modprobe_conf.sync(modprobe_conf.path(root), exclude=kernel))
             try:
-                journal.append("kernel-removed")
+                journal.append(KernelRemoved())
             except KmgrError:
                 pass  # a corrupted journal cannot take a record; it is archived as it is
             said.append(f"journal of {kernel} moved to {journal.archive()}")

@@ -250,20 +250,21 @@ def kernel_status(kernel: str, root: TargetRoot, trees: dkms.Trees, cert: Path, 
     journal = Journal(kernel)
     try:
         state = journal.state()
+        installed = state.install
         journal_info = (
             None
             if state.begin is None and not state.steps
             else {
                 "state": state.description,
                 "path": str(journal.path),
-                "version": (state.begin or {}).get("version"),
-                "module_sha256": (state.begin or {}).get("module_sha256"),
-                "vm_check": (state.begin or {}).get("vm_check"),
-                "since": (state.begin or {}).get("time"),
+                "version": installed.package.version if installed and installed.package else None,
+                "module_sha256": installed.module_sha256 if installed else None,
+                "vm_check": installed.vm_check if installed else None,
+                "since": state.since,
             }
         )
     except KmgrError as err:
-        state, journal_info = None, {"state": "corrupted", "path": str(journal.path), "detail": err.line()}
+        journal_info = {"state": "corrupted", "path": str(journal.path), "detail": err.line()}
     resolved = resolved_module(kernel, MODULE, root)
     module = None
     if resolved is not None and resolved.is_file():
@@ -386,7 +387,7 @@ def text_lines(result: StatusReport) -> list[str]:
                 + (f" ({j['version']}, since {j['since']})" if j.get("version") else "")
                 + (f": {j['detail']}" if j.get("detail") else "")
             )
-            if j.get("vm_check", {}) and j["vm_check"].get("skipped"):
+            if isinstance(j.get("vm_check"), dict) and j["vm_check"].get("skipped"):
                 lines.append(
                     f"              installed WITHOUT a passing VM verdict (--skip-vm-check): {j['vm_check']['why']}"
                 )

@@ -36,6 +36,7 @@ from rdna1_kmgr.install import boot_guard, dkms_steps, initramfs, modprobe_conf,
 from rdna1_kmgr.install.install_gate import Candidate, installed_path
 from rdna1_kmgr.install.install_result import Verified
 from rdna1_kmgr.install.journal import Journal, JournalError, abort_point
+from rdna1_kmgr.install.journal_records import Done
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.install.undo import RewriteModprobeConf, Undo, Writer, regenerate
 from rdna1_kmgr.modbuild import dkms_package as dkms
@@ -135,7 +136,7 @@ class JournaledStage:
             _roll_back_failed(ctx.journal, self.name, err)
             raise _failure(self.name, err) from None
         if self.journaled:
-            ctx.journal.append("done", step=self.name)
+            ctx.journal.append(Done(self.name))
         abort_point(self.name)
 
 

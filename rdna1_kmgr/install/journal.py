@@ -12,24 +12,16 @@ whose sum does not match is corruption: the journal is refused, since undoing fr
 harm. A last line without its newline is a write the process did not finish; nothing was acted on for it
 (a step starts only once its intent is on disk), so it is dropped.
 
-Records (field `kind`):
-    begin       operation, kernel, package, version, module_sha256, vm_check, parameters, ...
-    intent      step, command, backups [{path, backup (null: absent before), sha256, mode, ...}],
-                dirs (directories absent before that the step may create), undo (what is not a file)
-    done        step
-    commit      the install finished and was verified
-    program     session, start_time, boot_id, argv: a program the run started (install/journal_programs.py)
-    rollback    a rollback started (reason)
-    undone      step, of (the intent's seq): reversed; a rollback run again skips it
-    handed-over of (an intent's seq), entry: another journal's backup of a file that step backed up too, taken
-                as the step's own when that journal went with its kernel (install/shared_files.py)
-    rolled-back everything reversed; the journal then moves to history/
+Records (field `kind`: begin, intent, done, commit, program, rollback, undone, rollback-step, rolled-back,
+kernel-removed, handed-over) are typed in journal_records.py, which spells their JSON; `records()` reads them
+back, refusing in one line a record no release writes.
 
 Every write (backup, record) is fsynced, and so is its directory, before the step it protects starts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -37,9 +29,9 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,6 +41,20 @@ from rdna1_kmgr.core.errors import Exit, HostError, KmgrError
 from rdna1_kmgr.core.files import create_new, fsync_dir, make_dirs, move_into_place, sha256_file
 from rdna1_kmgr.core.paths import state_dir
 from rdna1_kmgr.core.trust import untrusted
+from rdna1_kmgr.install.journal_json import JsonObject, NotARecord
+from rdna1_kmgr.install.journal_records import (
+    Backup,
+    Begin,
+    Begun,
+    Entry,
+    HandedOver,
+    Intent,
+    Record,
+    WasAbsent,
+    WasFile,
+    WasLink,
+)
+from rdna1_kmgr.install.journal_state import State, summarize
 
 # Test-only: `RDNA1_KMGR_TEST_ABORT_AFTER=<step>` makes install or rollback die like `kill -9` (exit 137)
 # right after that step's record is on disk, so the tests can prove recovery from a crash at every step.
@@ -60,6 +66,20 @@ class JournalError(KmgrError):
     """The journal cannot be trusted or is in a state that forbids the command (corrupted, unfinished)."""
 
     exit_code = Exit.JOURNAL
+
+
+class RecordRefused(JournalError):
+    """A journal record replay cannot trust: one no release writes (journal_records), or not what its step
+    writes (journal_checks)."""
+
+
+def refused(path: Path, seq: int, kind: str, problem: str) -> RecordRefused:
+    """The one line that refuses a record."""
+    return RecordRefused(
+        f"refusing the journal {path}: record {seq} ({kind}) {problem}",
+        "nothing was stopped or undone and the journal was kept; rdna1-kmgr did not write it as it stands: "
+        "check it by hand",
+    )
 
 
 class Busy(KmgrError):
@@ -229,42 +249,12 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def _canonical(fields: dict) -> bytes:
+def _canonical(fields: JsonObject) -> bytes:
     return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _sum(fields: dict) -> str:
+def _sum(fields: JsonObject) -> str:
     return hashlib.sha256(_canonical(fields)).hexdigest()
-
-
-@dataclass
-class StepState:
-    seq: int
-    step: str
-    intent: dict
-    done: bool = False
-    undone: bool = False
-
-
-@dataclass
-class State:
-    """What a journal says happened."""
-
-    begin: dict | None
-    steps: list[StepState] = field(default_factory=list)
-    committed: bool = False
-    rollback_started: bool = False
-    rolled_back: bool = False
-
-    @property
-    def description(self) -> str:
-        if self.rolled_back:
-            return "rolled back"
-        if self.rollback_started:
-            return "rollback unfinished"
-        if self.committed:
-            return "installed"
-        return "install unfinished"
 
 
 class Journal:
@@ -288,12 +278,20 @@ class Journal:
     def exists(self) -> bool:
         return self.path.is_file()
 
-    def records(self) -> list[dict]:
-        """Every record, checked; JournalError on the first corrupted one."""
-        return self._read()[0]
+    def records(self) -> list[Entry]:
+        """Every record, checked and typed; JournalError on the first corrupted one, RecordRefused on the first
+        no release writes."""
+        entries = []
+        for fields in self._lines()[0]:
+            try:
+                entries.append(Entry.from_json(fields))
+            except NotARecord as err:
+                raise refused(self.path, fields["seq"], str(fields["kind"]), str(err)) from None
+        return entries
 
-    def _read(self) -> tuple[list[dict], int]:
-        """The records and the length of the file's whole lines (a torn last write is not one of them)."""
+    def _lines(self) -> tuple[list[dict[str, Any]], int]:
+        """Each line's fields (its sum checked and dropped) and the length of the file's whole lines (a torn last
+        write is not one of them)."""
         try:
             with os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as handle:
                 raw = handle.read()  # never through a link planted at its name
@@ -305,7 +303,7 @@ class Journal:
             ) from None
         lines = raw.split(b"\n")
         torn = lines.pop()  # b"" when the file ends with a newline; else a write cut short by a crash
-        records: list[dict] = []
+        records: list[dict[str, Any]] = []
         for number, line in enumerate(lines, 1):
             record = self._check(line, number)
             if record["seq"] != len(records) + 1:
@@ -313,7 +311,7 @@ class Journal:
             records.append(record)
         return records, len(raw) - len(torn)
 
-    def _check(self, line: bytes, number: int) -> dict:
+    def _check(self, line: bytes, number: int) -> dict[str, Any]:
         try:
             record = json.loads(line)
         except ValueError:
@@ -335,11 +333,12 @@ class Journal:
     def state(self) -> State:
         return summarize(self.records())
 
-    def append(self, kind: str, **fields) -> dict:
-        """Write one record and make it durable before returning."""
-        records, whole = self._read()
-        record = {"seq": len(records) + 1, "kind": kind, "time": _now(), **fields}
-        line = dict(record, sum=_sum(record))
+    def append(self, record: Record) -> Entry:
+        """Write one record and make it durable before returning. The lines before it are checked (sums, order),
+        not read as records: the commands read them (`records`) before they act."""
+        lines, whole = self._lines()
+        entry = Entry(len(lines) + 1, _now(), record)
+        fields = entry.to_json()
         try:
             creating = not self.path.exists()
             if creating:
@@ -348,17 +347,17 @@ class Journal:
             with os.fdopen(fd, "ab") as out:
                 if os.fstat(fd).st_size != whole:
                     os.ftruncate(fd, whole)  # drop a torn last write before appending after it
-                out.write(_canonical(line) + b"\n")
+                out.write(_canonical({**fields, "sum": _sum(fields)}) + b"\n")
                 out.flush()
                 os.fsync(out.fileno())
             if creating:
                 fsync_dir(self.dir)
         except OSError as err:
             raise _state_error(err) from None
-        return record
+        return entry
 
-    def begin(self, operation: str, **fields) -> dict:
-        return self.append("begin", operation=operation, pid=os.getpid(), tool_version=__version__, **fields)
+    def begin(self, begun: Begun) -> Entry:
+        return self.append(Begin(begun, pid=os.getpid(), tool_version=__version__))
 
     def record_intent(
         self,
@@ -367,28 +366,25 @@ class Journal:
         replaces: list[Path],
         dirs: list[Path],
         undo: RecordedUndo | None = None,
-        **extra,
-    ) -> dict:
+    ) -> Intent:
         """Back up every file the step will replace, then write its intent (all durable)."""
-        seq = len(self.records()) + 1
-        backups = [self._backup(path, f"{seq:03d}-{index}") for index, path in enumerate(replaces)]
-        return self.append(
-            "intent",
-            step=step,
-            command=command,
-            backups=backups,
-            dirs=[str(d) for d in dirs if not d.exists()],
-            undo=undo.to_json() if undo is not None else None,
-            **extra,
+        seq = len(self._lines()[0]) + 1
+        intent = Intent(
+            step,
+            tuple(command) if command is not None else None,
+            tuple(self._backup(path, f"{seq:03d}-{index}") for index, path in enumerate(replaces)),
+            tuple(str(d) for d in dirs if not d.exists()),
+            undo.to_json() if undo is not None else None,
         )
+        self.append(intent)
+        return intent
 
-    def _backup(self, path: Path, name: str) -> dict:
+    def _backup(self, path: Path, name: str) -> Backup:
         refuse_untrusted_folder(path)
-        entry = {"path": str(path), "backup": None}
         if path.is_symlink():
-            return {**entry, "symlink": os.readlink(path)}
+            return WasLink(str(path), os.readlink(path))
         if not path.exists():
-            return entry  # absent before: undoing means removing whatever the step made there
+            return WasAbsent(str(path))  # absent before: undoing means removing whatever the step made there
         if not path.is_file():
             raise HostError(f"{path} is not a regular file", "rdna1-kmgr only replaces files; move it aside")
         try:
@@ -397,59 +393,52 @@ class Journal:
             digest = copy_durably(path, self.backups / name, like=stat)
         except OSError as err:
             raise _state_error(err) from None
-        return {
-            **entry,
-            "backup": name,
-            "sha256": digest,
-            "mode": stat.st_mode & 0o7777,
-            "uid": stat.st_uid,
-            "gid": stat.st_gid,
-        }
+        return WasFile(str(path), name, digest, stat.st_mode & 0o7777, stat.st_uid, stat.st_gid)
 
-    def hand_over(self, of: int, entry: dict, backups: Path) -> dict:
+    def hand_over(self, of: int, entry: Backup, backups: Path) -> Entry:
         """Take `entry`, another journal's backup of a file that step `of` backed up too, as the step's own: that
         journal goes with its kernel (shared_files.py), and undoing the step must then put back what the other
         install found, not what it wrote. The backup is copied into this journal's folder first."""
-        seq = len(self.records()) + 1
-        taken = dict(entry)
-        if entry["backup"] is not None:
-            source, taken["backup"] = backups / entry["backup"], f"{seq:03d}-0"
+        taken = entry
+        if isinstance(entry, WasFile):
+            source = backups / entry.backup
+            taken = dataclasses.replace(entry, backup=f"{len(self._lines()[0]) + 1:03d}-0")
             try:
                 make_dirs(self.backups)
-                digest = copy_durably(source, self.backups / taken["backup"])
+                digest = copy_durably(source, self.backups / taken.backup)
             except OSError as err:
                 raise _state_error(err) from None
-            if digest != entry["sha256"]:
+            if digest != entry.sha256:
                 raise JournalError(
-                    f"the backup of {entry['path']} ({source}) is damaged",
-                    f"nothing was handed over; {entry['path']} is left as it is: restore it by hand",
+                    f"the backup of {entry.path} ({source}) is damaged",
+                    f"nothing was handed over; {entry.path} is left as it is: restore it by hand",
                 )
-        return self.append("handed-over", of=of, entry=taken)
+        return self.append(HandedOver(of, taken))
 
-    def restore(self, entry: dict) -> str:
+    def restore(self, entry: Backup) -> str:
         """Put one backed-up path back as it was (idempotent); says what it did."""
-        path = Path(entry["path"])
+        path = Path(entry.path)
         refuse_untrusted_folder(path)
-        if "symlink" in entry:
-            if path.is_symlink() and os.readlink(path) == entry["symlink"]:
+        if isinstance(entry, WasLink):
+            if path.is_symlink() and os.readlink(path) == entry.target:
                 return f"kept the link {path}"
             _remove(path)
-            path.symlink_to(entry["symlink"])
+            path.symlink_to(entry.target)
             fsync_dir(path.parent)
             return f"restored the link {path}"
-        if entry["backup"] is None:
+        if isinstance(entry, WasAbsent):
             if path.exists() or path.is_symlink():
                 _remove(path)
                 fsync_dir(path.parent)
                 return f"removed {path}"
             return f"{path} already absent"
-        backup = self.backups / entry["backup"]
-        if not backup.is_file() or sha256_file(backup) != entry["sha256"]:
+        backup = self.backups / entry.backup
+        if not backup.is_file() or sha256_file(backup) != entry.sha256:
             raise JournalError(
                 f"the backup of {path} ({backup}) is missing or damaged",
                 f"{path} was left as it is; restore it by hand",
             )
-        if path.is_file() and not path.is_symlink() and sha256_file(path) == entry["sha256"]:
+        if path.is_file() and not path.is_symlink() and sha256_file(path) == entry.sha256:
             _set_owner_mode(path, entry)
             return f"{path} already as before"
         make_dirs(path.parent)
@@ -488,20 +477,20 @@ def _remove(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def _set_owner_mode(path: Path, entry: dict) -> None:
+def _set_owner_mode(path: Path, entry: WasFile) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        _own_like(fd, entry["uid"], entry["gid"], entry["mode"])
+        _own_like(fd, entry.uid, entry.gid, entry.mode)
     finally:
         os.close(fd)
 
 
-def deepest_first(dirs: list[str]) -> list[str]:
+def deepest_first(dirs: Iterable[str]) -> list[str]:
     """The order created folders are removed in (and a rollback's plan lists them): a folder before its parent."""
     return sorted(dirs, key=lambda d: d.count("/"), reverse=True)
 
 
-def remove_created_dirs(dirs: list[str]) -> list[str]:
+def remove_created_dirs(dirs: Iterable[str]) -> list[str]:
     """Remove the directories a step created, deepest first, when they are empty again."""
     removed = []
     for folder in deepest_first(dirs):
@@ -516,35 +505,3 @@ def remove_created_dirs(dirs: list[str]) -> list[str]:
         fsync_dir(Path(folder).parent)
         removed.append(folder)
     return removed
-
-
-def summarize(records: list[dict]) -> State:
-    state = State(begin=None)
-    by_seq: dict[int, StepState] = {}
-    for record in records:
-        kind = record["kind"]
-        if kind == "begin" and state.begin is None:
-            state.begin = record
-        elif kind == "intent":
-            step = StepState(record["seq"], record["step"], record)
-            state.steps.append(step)
-            by_seq[record["seq"]] = step
-        elif kind == "done":
-            for step in reversed(state.steps):
-                if step.step == record["step"]:
-                    step.done = True
-                    break
-        elif kind == "commit":
-            state.committed = True
-        elif kind == "rollback":
-            state.rollback_started = True
-        elif kind == "handed-over" and record.get("of") in by_seq and isinstance(record.get("entry"), dict):
-            # a malformed one is not applied here; journal_checks refuses it before anything acts on the journal
-            step, taken = by_seq[record["of"]], record["entry"]
-            backups = [taken if b.get("path") == taken.get("path") else b for b in step.intent["backups"]]
-            step.intent = {**step.intent, "backups": backups}
-        elif kind == "undone" and record.get("of") in by_seq:
-            by_seq[record["of"]].undone = True
-        elif kind == "rolled-back":
-            state.rolled_back = True
-    return state

@@ -23,6 +23,7 @@ from pathlib import Path
 from rdna1_kmgr.core import keeper, process_tree
 from rdna1_kmgr.install import journal_checks
 from rdna1_kmgr.install.journal import Journal
+from rdna1_kmgr.install.journal_records import Program
 
 # What a recorded program may have become by exec: update-grub ends in `exec grub-mkconfig`.
 _EXECS_INTO = frozenset({"grub-mkconfig"})
@@ -34,13 +35,7 @@ def recorded(journal: Journal) -> Iterator[None]:
     """Within the block, each program the runner starts gets a `program` record in `journal`."""
 
     def record(started: process_tree.Started) -> None:
-        journal.append(
-            "program",
-            session=started.session,
-            start_time=started.start_time,
-            boot_id=started.boot_id,
-            argv=list(started.argv),
-        )
+        journal.append(Program(started.session, started.start_time, started.boot_id, tuple(started.argv)))
 
     with process_tree.reporting_starts(record):
         yield
@@ -50,13 +45,14 @@ def stop_left_over(journal: Journal) -> list[str]:
     """Stop the programs an earlier run recorded in `journal` that still run; one line for each. A record that
     cannot be ours is refused (journal_checks.RecordRefused) before anything is stopped."""
     programs = []
-    for r in journal.records():
-        if r["kind"] != "program":
+    for entry in journal.records():
+        if not isinstance(entry.record, Program):
             continue
-        problem = journal_checks.program_problem(r) or not_the_recorded_program(r)
+        record = entry.record
+        problem = journal_checks.program_problem(record) or not_the_recorded_program(record)
         if problem:
-            raise journal_checks.refused(journal, r, problem)
-        programs.append(process_tree.Started(r["session"], r["start_time"], r["boot_id"], tuple(r["argv"])))
+            raise journal_checks.refused(journal, entry, problem)
+        programs.append(process_tree.Started(record.session, record.start_time, record.boot_id, record.argv))
     return [
         f"stopped {' '.join(p.argv[:4])}{' ...' if len(p.argv) > 4 else ''} (session {p.session}), "
         "left running by an earlier run that was killed"
@@ -64,10 +60,10 @@ def stop_left_over(journal: Journal) -> list[str]:
     ]
 
 
-def not_the_recorded_program(record: dict) -> str | None:
+def not_the_recorded_program(record: Program) -> str | None:
     """Why the live process at the record's pid cannot be the program recorded (None: it is, or none runs)."""
-    session, recorded_start = record["session"], record["start_time"]
-    if record["boot_id"] != keeper.boot_id():
+    session, recorded_start = record.session, record.start_time
+    if record.boot_id != keeper.boot_id():
         return None  # an earlier boot's: nothing of it runs now
     live = keeper.start_time(session)
     if live is None or live > recorded_start:

@@ -16,6 +16,7 @@ from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.user_input import AMDGPU_PARAMETER
 from rdna1_kmgr.install import boot_guard, rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
+from rdna1_kmgr.install.journal_records import Commit, ParameterBegin
 from rdna1_kmgr.install.profile_journal import PARAMETER_DEFAULTS, ParameterJournal, write_files
 from rdna1_kmgr.install.target_root import TargetRoot
 
@@ -57,7 +58,7 @@ def install(word: str, dry_run: bool = False) -> dict:
         if journal.exists():
             said += rollback.replay(journal, keep_build=True, reason=f"replaced by {word}")
             journal = ParameterJournal()
-        journal.begin("kernel-parameter", parameter=word)
+        journal.begin(ParameterBegin(word))
         said += write_files(journal, {path: file_text(word)}, after=[["update-grub"]])
-        journal.append("commit")
+        journal.append(Commit())
     return {"parameter": word, "dry_run": False, "plan": lines, "done": said}

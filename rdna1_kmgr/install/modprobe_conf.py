@@ -21,7 +21,6 @@ from pathlib import Path
 
 from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.core.files import write_atomic
-from rdna1_kmgr.install import install_begin
 from rdna1_kmgr.install.journal import Journal
 from rdna1_kmgr.install.target_root import TargetRoot
 
@@ -51,11 +50,10 @@ def installed_parameters(exclude: str | None = None) -> dict[str, dict[str, str]
         if kernel == exclude:
             continue
         try:
-            state = Journal(kernel).state()
+            installed = Journal(kernel).state().in_place
         except KmgrError:
             continue  # a corrupted journal is refused by its own commands; it states nothing here
-        installed = install_begin.read(state.begin)
-        if state.committed and not state.rollback_started and installed:
+        if installed:
             # a boot-guarded install takes rdna1_quirks from GRUB's command line, not from this file
             found[kernel] = {} if installed.boot_guard else installed.parameters or {}
     return found

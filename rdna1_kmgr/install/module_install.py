@@ -22,7 +22,8 @@ from rdna1_kmgr.core import progress
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.host import system_identity
-from rdna1_kmgr.install import boot_guard, initramfs, install_begin, journal_programs, modprobe_conf, rollback
+from rdna1_kmgr.install import boot_guard, initramfs, journal_programs, modprobe_conf, rollback
+from rdna1_kmgr.install.install_begin import InstallBegin
 from rdna1_kmgr.install.install_gate import (
     Candidate,
     Gate,
@@ -37,6 +38,7 @@ from rdna1_kmgr.install.install_result import InstallResult, Verified
 from rdna1_kmgr.install.install_stages import InstallContext, verify
 from rdna1_kmgr.install.install_stages import resolved_module as resolved_module  # status reads it from here
 from rdna1_kmgr.install.journal import Journal, JournalError, check_writable, locked, refuse_if_busy
+from rdna1_kmgr.install.journal_records import Commit
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import built_module, signing
 from rdna1_kmgr.modbuild import dkms_package as dkms
@@ -131,11 +133,11 @@ def _existing(journal: Journal, candidate: Candidate | None) -> str:
         return "fresh"
     if not state.committed or state.rollback_started:
         raise JournalError(
-            f"an earlier {state.begin['operation'] if state.begin else 'run'} for {journal.kernel} did not "
+            f"an earlier {state.begin.operation if state.begin else 'run'} for {journal.kernel} did not "
             f"finish ({state.description})",
             f"run `rdna1-kmgr rollback --kernel {journal.kernel}` first; nothing was changed",
         )
-    installed = install_begin.read(state.begin)
+    installed = state.install
     if (
         candidate is not None
         and installed is not None
@@ -218,7 +220,7 @@ def _prepare(request: InstallRequest, target: Target) -> Prepared:
     gate = check_gate(candidate, target.cert, request.skip_vm_check, root)
     replace = None
     if target.existing == "replace":
-        installed = install_begin.read(target.journal.state().begin)
+        installed = target.journal.state().install
         same_build = installed is not None and installed.package == candidate.package
         replace = ReplaceExisting(target.journal, same_build, candidate.package.ref)
     else:
@@ -249,7 +251,7 @@ def _prepare(request: InstallRequest, target: Target) -> Prepared:
 def _begin(prepared: Prepared) -> None:
     """The journal's first record: what is installed, from where, through which gate."""
     target, ctx = prepared.target, prepared.ctx
-    begun = install_begin.InstallBegin(
+    begun = InstallBegin(
         kernel=target.kernel,
         package=target.candidate.package,
         module=str(target.candidate.module),
@@ -261,7 +263,7 @@ def _begin(prepared: Prepared) -> None:
         boot_guard=ctx.guard.to_json() if ctx.guard else None,
         trees=target.trees,
     )
-    target.journal.begin("install", **begun.fields())
+    target.journal.begin(begun)
 
 
 def _apply(prepared: Prepared) -> InstallResult:
@@ -280,7 +282,7 @@ def _apply(prepared: Prepared) -> InstallResult:
     with journal_programs.recorded(target.journal):
         ctx.pipeline.run(ctx)  # a stage that fails rolls back what was done, then raises
     assert ctx.verified is not None  # the last stage verified the install
-    target.journal.append("commit", verified=ctx.verified.to_json())
+    target.journal.append(Commit(ctx.verified.to_json()))
     return dataclasses.replace(
         prepared.planned,
         dry_run=False,

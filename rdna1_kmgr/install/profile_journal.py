@@ -18,6 +18,7 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.install.journal import Journal, journal_root
+from rdna1_kmgr.install.journal_records import Done
 from rdna1_kmgr.install.undo import Writer, regenerate
 
 # The files the profile's and the parameter's journals write (install/user_profile.py,
@@ -74,7 +75,7 @@ def write_files(journal: Journal, files: dict[Path, bytes], after: list[list[str
         )
         make_dirs(path.parent)
         write_atomic(path, data, 0o644)
-        journal.append("done", step=step)
+        journal.append(Done(step))
         said.append(f"wrote {path}")
     for command in after or []:
         runner.run(

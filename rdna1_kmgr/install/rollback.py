@@ -30,12 +30,10 @@ from typing import Protocol
 from rdna1_kmgr.core import progress, user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import optional
-from rdna1_kmgr.install import install_begin, journal_checks, journal_programs
+from rdna1_kmgr.install import journal_checks, journal_programs
 from rdna1_kmgr.install.journal import (
     Journal,
     JournalError,
-    State,
-    StepState,
     abort_point,
     deepest_first,
     journal_root,
@@ -43,6 +41,19 @@ from rdna1_kmgr.install.journal import (
     refuse_if_busy,
     remove_created_dirs,
 )
+from rdna1_kmgr.install.journal_records import (
+    Backup,
+    ParameterBegin,
+    ProfileBegin,
+    Rollback,
+    RollbackStep,
+    RolledBack,
+    Undone,
+    WasAbsent,
+    WasFile,
+    WasLink,
+)
+from rdna1_kmgr.install.journal_state import State, StepState
 from rdna1_kmgr.install.profile_journal import ExperimentJournal, ParameterJournal, ProfileJournal
 from rdna1_kmgr.install.undo import NotAnUndo, Undo
 from rdna1_kmgr.install.undo import from_json as undo_from_json
@@ -54,7 +65,7 @@ def undo_of(step: StepState) -> Undo | None:
     """The step's undo beyond its files. journal_checks refuses a journal whose undo does not parse before its
     replay; another kernel's journal read for its files (a later install's) is refused here, in one line."""
     try:
-        return undo_from_json(step.intent.get("undo"))
+        return undo_from_json(step.intent.undo)
     except NotAnUndo as err:
         raise JournalError(
             f"record {step.seq} ({step.step}) of a journal records an undo rdna1-kmgr never writes ({err})",
@@ -62,10 +73,10 @@ def undo_of(step: StepState) -> Undo | None:
         ) from None
 
 
-def restored(step: StepState) -> list[dict]:
+def restored(step: StepState) -> list[Backup]:
     """The backups a step's undo puts back, newest first (none when its undo rewrites the file instead)."""
     undo = undo_of(step)
-    return list(reversed(step.intent["backups"])) if undo is None or undo.restores_files else []
+    return list(reversed(step.intent.backups)) if undo is None or undo.restores_files else []
 
 
 class RollbackStage(Protocol):
@@ -88,11 +99,11 @@ class UndoStep:
         lines = [f"undo {self.step.step}" + ("" if self.step.done else " (it was interrupted)") + ":"]
         lines += undo.plan_before() if undo else []
         for entry in restored(self.step):
-            if entry["backup"] is None and "symlink" not in entry:
-                lines.append(f"remove {entry['path']} (if present)")
+            if isinstance(entry, WasAbsent):
+                lines.append(f"remove {entry.path} (if present)")
             else:
-                lines.append(f"restore {entry['path']} from the journal's backup")
-        lines += [f"remove the directory {folder} (if empty)" for folder in deepest_first(self.step.intent["dirs"])]
+                lines.append(f"restore {entry.path} from the journal's backup")
+        lines += [f"remove the directory {folder} (if empty)" for folder in deepest_first(self.step.intent.dirs)]
         lines += undo.plan_after() if undo else []
         return [lines[0], *(f"    {line}" for line in lines[1:])]
 
@@ -100,9 +111,9 @@ class UndoStep:
         undo = undo_of(self.step)
         said = undo.before() if undo else []
         said += [journal.restore(entry) for entry in restored(self.step)]
-        said += [f"removed the directory {folder}" for folder in remove_created_dirs(self.step.intent["dirs"])]
+        said += [f"removed the directory {folder}" for folder in remove_created_dirs(self.step.intent.dirs)]
         said += undo.after() if undo else []
-        journal.append("undone", step=self.step.step, of=self.step.seq)
+        journal.append(Undone(self.step.step, self.step.seq))
         abort_point(f"undo-{self.step.step}")
         return [f"undo {self.step.step}: {line}" for line in said]
 
@@ -126,7 +137,7 @@ class RemovePackage:
         if shutil.which("dkms"):
             dkms.remove(self.package, self.trees, self.kernel)
             said.append(f"removed the DKMS package {self.package.ref} for {self.kernel}")
-        journal.append("rollback-step", step="remove-package")
+        journal.append(RollbackStep("remove-package"))
         abort_point("remove-package")
         return said
 
@@ -156,7 +167,7 @@ class FinalDepmod:
 
     def run(self, journal: Journal) -> list[str]:
         run_during_rollback(tuple(self.command), "depmod")
-        journal.append("rollback-step", step="depmod")
+        journal.append(RollbackStep("depmod"))
         abort_point("final-depmod")
         return [f"regenerated the module index: {' '.join(self.command)}"]
 
@@ -174,7 +185,7 @@ def stages(state: State, keep_build: bool) -> list[RollbackStage]:
 
 
 def _package_of(state: State) -> tuple[dkms.Package, dkms.Trees, str] | None:
-    installed = install_begin.read(state.begin)
+    installed = state.install
     if installed is None or installed.package is None:
         return None
     return installed.package, installed.dkms_trees, installed.kernel
@@ -184,12 +195,11 @@ def _final_depmod(state: State) -> list[str] | None:
     """The depmod of the install, when the module index may have been touched and there was one before: a
     kernel whose image is not installed had no index (modules.dep absent), and restoring leaves none."""
     for step in state.steps:
-        if step.step == "depmod" and step.intent.get("command"):
+        if step.step == "depmod" and step.intent.command:
             had_index = any(
-                Path(b["path"]).name == "modules.dep" and (b.get("backup") or "symlink" in b)
-                for b in step.intent.get("backups", [])
+                Path(b.path).name == "modules.dep" and isinstance(b, WasFile | WasLink) for b in step.intent.backups
             )
-            return step.intent["command"] if had_index else None
+            return list(step.intent.command) if had_index else None
     return None
 
 
@@ -198,18 +208,17 @@ def plan_for(journal: Journal, keep_build: bool) -> list[str]:
     is refused here (journal_checks)."""
     journal_checks.check(journal)
     state = journal.state()
-    begin = state.begin or {}
+    begun = state.begin.begun if state.begin else None
+    said = f"{state.description} (journal {journal.path})"
     if isinstance(journal, ProfileJournal):
-        lines = [f"user-space profile {begin.get('profile', '?')}: {state.description} (journal {journal.path})"]
+        lines = [f"user-space profile {begun.profile if isinstance(begun, ProfileBegin) else '?'}: {said}"]
     elif isinstance(journal, ExperimentJournal):
-        lines = [f"the experiment's kernel-cell boots: {state.description} (journal {journal.path})"]
+        lines = [f"the experiment's kernel-cell boots: {said}"]
     elif isinstance(journal, ParameterJournal):
-        lines = [f"kernel parameter {begin.get('parameter', '?')}: {state.description} (journal {journal.path})"]
+        lines = [f"kernel parameter {begun.parameter if isinstance(begun, ParameterBegin) else '?'}: {said}"]
     else:
-        lines = [
-            f"kernel {journal.kernel}: {begin.get('package', '?')}/{begin.get('version', '?')}, "
-            f"{state.description} (journal {journal.path})"
-        ]
+        package = state.install.package if state.install else None
+        lines = [f"kernel {journal.kernel}: {package.ref if package else '?/?'}, {said}"]
     lines += [f"  {line}" for stage in stages(state, keep_build) for line in stage.plan()]
     lines.append(f"  move the journal to the history; drop its backups in {journal.backups}/")
     return lines
@@ -226,10 +235,10 @@ def replay(journal: Journal, keep_build: bool, reason: str) -> list[str]:
         journal.archive()
         return [*said, "the journal was already rolled back; moved it to the history"]
     with journal_programs.recorded(journal):
-        journal.append("rollback", reason=reason, keep_build=keep_build)
+        journal.append(Rollback(reason, keep_build))
         for stage in stages(state, keep_build):
             said += stage.run(journal)
-        journal.append("rolled-back")
+        journal.append(RolledBack())
     history = journal.archive()
     said.append(f"rolled back {journal.kernel}; journal kept as {history}")
     return said
@@ -244,9 +253,8 @@ def _started(journal: Journal) -> tuple[datetime.datetime, str]:
     earlier install left them, and the earlier one's undo then returns them to before both. Oldest when
     unreadable (plan_for refuses it with the reason)."""
     try:
-        records = journal.records()
-        started = datetime.datetime.strptime(records[0]["time"], "%Y-%m-%dT%H:%M:%S%z")
-    except (JournalError, IndexError, KeyError, TypeError, ValueError):
+        started = datetime.datetime.strptime(journal.records()[0].time, "%Y-%m-%dT%H:%M:%S%z")
+    except (JournalError, IndexError, ValueError):
         started = datetime.datetime.min.replace(tzinfo=datetime.UTC)
     return started, journal.kernel
 
@@ -254,7 +262,7 @@ def _started(journal: Journal) -> tuple[datetime.datetime, str]:
 def _written_files(journal: Journal) -> set[str]:
     """The files a kernel journal's steps backed up before writing them and its undo restores (not the modprobe.d
     file, which rollback rewrites for the kernels left), not undone yet."""
-    return {b["path"] for step in journal.state().steps if not step.undone for b in restored(step)}
+    return {b.path for step in journal.state().steps if not step.undone for b in restored(step)}
 
 
 def refuse_under_a_later_install(journal: Journal) -> None:

@@ -23,32 +23,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdna1_kmgr.install import rollback
-from rdna1_kmgr.install.journal import Journal, StepState
+from rdna1_kmgr.install.journal import Journal
+from rdna1_kmgr.install.journal_records import Backup
+from rdna1_kmgr.install.journal_state import StepState
 
 
 @dataclass(frozen=True)
 class SharedFile:
     """A file the removed kernel's install wrote that is not that kernel's own."""
 
-    entry: dict  # the removed install's backup of it (journal.py's backup entry): the file as that install found it
+    entry: Backup  # the removed install's backup of it: the file as that install found it
     step: int  # the removed install's step that backed it up first (its intent's seq)
     later: Journal | None = None  # the next install that backed it up again, which takes the backup
     later_step: int | None = None  # that install's step
 
     @property
     def path(self) -> str:
-        return self.entry["path"]
+        return self.entry.path
 
 
-def _first_backups(journal: Journal, own: Callable[[Path], bool]) -> dict[str, tuple[dict, int]]:
+def _first_backups(journal: Journal, own: Callable[[Path], bool]) -> dict[str, tuple[Backup, int]]:
     """Each shared file's first backup in `journal` (what the install found), with its step, for the steps not
     undone."""
-    found: dict[str, tuple[dict, int]] = {}
+    found: dict[str, tuple[Backup, int]] = {}
     for step in journal.state().steps:
         if not step.undone:
             for entry in reversed(rollback.restored(step)):
-                if not own(Path(entry["path"])):
-                    found.setdefault(entry["path"], (entry, step.seq))
+                if not own(Path(entry.path)):
+                    found.setdefault(entry.path, (entry, step.seq))
     return found
 
 
@@ -69,11 +71,7 @@ def of_removed(journal: Journal, own: Callable[[Path], bool]) -> list[SharedFile
     shared = []
     for path, (entry, seq) in _first_backups(journal, own).items():
         taker = next(
-            (
-                (other, step.seq)
-                for other, step in later_steps
-                if any(b["path"] == path for b in rollback.restored(step))
-            ),
+            ((other, step.seq) for other, step in later_steps if any(b.path == path for b in rollback.restored(step))),
             None,
         )
         shared.append(SharedFile(entry, seq, *taker) if taker else SharedFile(entry, seq))
@@ -86,9 +84,7 @@ def _steps_to_undo(journal: Journal, shared: list[SharedFile]) -> list[StepState
     return [
         step
         for step in journal.state().steps
-        if not step.undone
-        and rollback.restored(step)
-        and all(entry["path"] in kept for entry in rollback.restored(step))
+        if not step.undone and rollback.restored(step) and all(entry.path in kept for entry in rollback.restored(step))
     ]
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import rollback
 from rdna1_kmgr.install.journal import locked, refuse_if_busy
+from rdna1_kmgr.install.journal_records import Commit, ProfileBegin
+from rdna1_kmgr.install.journal_state import State
 from rdna1_kmgr.install.profile_journal import (
     PROFILE_ENVIRONMENT_D,
     PROFILE_PROFILE_D,
@@ -94,9 +96,9 @@ def install(name: str, dry_run: bool = False, home: Path | None = None) -> Profi
         if journal.exists():
             said += rollback.replay(journal, keep_build=True, reason=f"replaced by profile {name}")
             journal = ProfileJournal()
-        journal.begin("profile-install", profile=name, root=str(root.path))
+        journal.begin(ProfileBegin(name, str(root.path)))
         said += write_files(journal, {root.path / rel: data for rel, data in file_contents(profile).items()})
-        journal.append("commit")
+        journal.append(Commit())
     warnings = [line for line in lines if line.startswith("warning: ")]
     return ProfileInstalled(profile, False, tuple(lines), done=tuple(said + warnings))
 
@@ -123,12 +125,18 @@ def status() -> dict:
         return {"installed": None, "state": None, "files": files, "journal": None}
     state = journal.state()
     return {
-        "installed": (state.begin or {}).get("profile"),
+        "installed": installed_by(state),
         "state": state.description,
         "files": files,
         "journal": str(journal.path),
-        "since": (state.begin or {}).get("time"),
+        "since": state.since,
     }
+
+
+def installed_by(state: State) -> str | None:
+    """The profile a profile journal says was installed (None: it names none)."""
+    begun = state.begin.begun if state.begin else None
+    return begun.profile if isinstance(begun, ProfileBegin) else None
 
 
 def named_in(path: Path) -> str | None:

@@ -149,10 +149,11 @@ def test_status_and_stop_without_an_experiment(state):
 
 def test_rollback_undoes_the_experiment_before_the_kernels(state):
     from rdna1_kmgr.install import rollback
+    from rdna1_kmgr.install.journal_records import ExperimentBegin, ProfileBegin
     from rdna1_kmgr.install.profile_journal import ExperimentJournal, ProfileJournal
 
-    for journal in (ProfileJournal(), ExperimentJournal()):
-        journal.begin("test")
+    ProfileJournal().begin(ProfileBegin("find-fast", "/"))
+    ExperimentJournal().begin(ExperimentBegin("/var/lib/rdna1-kmgr/experiments/x", ("no-cwsr",)))
     assert [j.kernel for j in rollback.kernels_to_roll_back(None)] == ["experiment", "profile"]
 
 

@@ -19,6 +19,9 @@ from fake_kernel import make_tree
 from sysfs_fixtures import FakeSysroot
 
 from rdna1_kmgr.install import journal as jr
+from rdna1_kmgr.install.install_begin import InstallBegin
+from rdna1_kmgr.install.journal_records import Commit
+from rdna1_kmgr.modbuild.dkms_package import Package, Trees
 
 # real dkms, apt/dpkg, a CPU PyTorch or killed process trees on fixtures: seconds each, out of the fast tier
 pytestmark = pytest.mark.system
@@ -54,14 +57,15 @@ class Host:
         try:
             journal = jr.Journal(kernel)
             journal.begin(
-                "install",
-                kernel=kernel,
-                package="rdna1-amdgpu",
-                version=VERSION,
-                parameters={"rdna1_quirks": "0x3"},
-                trees={"source": str(self.src), "dkms": self.env["RDNA1_KMGR_DKMS_TREE"]},
+                InstallBegin(
+                    kernel=kernel,
+                    root=str(self.root),
+                    package=Package("rdna1-amdgpu", VERSION),
+                    parameters={"rdna1_quirks": "0x3"},
+                    trees=Trees(self.src, Path(self.env["RDNA1_KMGR_DKMS_TREE"])),
+                )
             )
-            journal.append("commit", verified={})
+            journal.append(Commit(verified={}))
         finally:
             if saved is None:
                 os.environ.pop("RDNA1_KMGR_STATE")

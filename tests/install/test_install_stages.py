@@ -36,8 +36,8 @@ class FakeJournal:
     def record_intent(self, step, command, replaces, dirs, undo=None):
         self.records.append(("intent", step, command))
 
-    def append(self, kind, **fields):
-        self.records.append((kind, fields.get("step"), None))
+    def append(self, record):
+        self.records.append((record.KIND, record.step, None))  # a stage appends its `done`
 
 
 class FakeTool(InitramfsTool):

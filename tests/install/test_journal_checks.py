@@ -3,6 +3,9 @@ could write the journal would (a valid line with a valid sum) and runs the real 
 record is refused in one line, nothing is restored or removed (not even the genuine steps around it), the
 journal stays byte for byte, the exit is non-zero. A genuine journal still rolls back bit for bit."""
 
+import dataclasses
+import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -15,6 +18,17 @@ from rdna1_kmgr.core import keeper
 from rdna1_kmgr.core.errors import Exit
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import journal_programs
+from rdna1_kmgr.install.install_begin import InstallBegin
+from rdna1_kmgr.install.journal_json import NotARecord
+from rdna1_kmgr.install.journal_records import (
+    Done,
+    ExperimentBegin,
+    Intent,
+    ProfileBegin,
+    Program,
+    WasAbsent,
+    WasFile,
+)
 
 KREL = "6.1.0-56-amd64"
 CLI = Path(sys.executable).parent / "rdna1-kmgr"
@@ -39,12 +53,12 @@ def system(tmp_path, monkeypatch):
 def _genuine_steps(root: Path) -> jr.Journal:
     """Two steps as install writes them: the initramfs replaced, the stock loader's rule created."""
     journal = jr.Journal(KREL)
-    journal.begin("install", kernel=KREL, root=str(root))
+    journal.begin(InstallBegin(kernel=KREL, root=str(root)))
     initrd = root / "boot" / f"initrd.img-{KREL}"
     journal.record_intent("initramfs", None, [initrd, initrd.with_name(initrd.name + ".new")], [])
     initrd.write_bytes(b"rdna1-kmgr's initramfs")
     initrd.chmod(0o644)
-    journal.append("done", step="initramfs")
+    journal.append(Done("initramfs"))
     return journal
 
 
@@ -53,7 +67,7 @@ def _second_step(journal: jr.Journal, root: Path) -> Path:
     journal.record_intent("stock-loader", None, [rule], [rule.parent])
     rule.parent.mkdir()
     rule.write_text("install amdgpu /usr/local/lib/rdna1-kmgr/amdgpu-loader\n")
-    journal.append("done", step="stock-loader")
+    journal.append(Done("stock-loader"))
     return rule
 
 
@@ -63,33 +77,40 @@ def _rollback() -> subprocess.CompletedProcess:
     )
 
 
+def _forge(journal: jr.Journal, fields: dict) -> None:
+    """A line as someone who could write the journal would write it: the next seq, a valid sum."""
+    seq = len(journal.path.read_bytes().splitlines()) + 1
+    record = {"seq": seq, "time": "2026-11-20T10:00:00+0000", **fields}
+    record["sum"] = hashlib.sha256(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    with open(journal.path, "ab") as out:
+        out.write(json.dumps(record, sort_keys=True, separators=(",", ":")).encode() + b"\n")
+
+
 def _forged_intent(journal: jr.Journal, root: Path, forge: str) -> None:
     """A record someone else wrote: each restores or removes something the step never touches."""
     seq = len(journal.records()) + 1
     initrd = str(root / "boot" / f"initrd.img-{KREL}")
-    entry = {"path": initrd, "backup": f"{seq:03d}-0", "sha256": "0" * 64, "mode": 0o644, "uid": 0, "gid": 0}
+    entry = WasFile(initrd, f"{seq:03d}-0", "0" * 64, 0o644, 0, 0)
+    dirs, undo = (), None
     if forge == "absolute backup name":
-        entry["backup"] = "/etc/shadow"
+        entry = dataclasses.replace(entry, backup="/etc/shadow")
     elif forge == "../ backup name":
-        entry["backup"] = "../../../../etc/shadow"
+        entry = dataclasses.replace(entry, backup="../../../../etc/shadow")
     elif forge == "target outside the step's paths":
         victim = root / "etc/cron.d/rdna1"
         journal.backups.mkdir(parents=True, exist_ok=True)
-        (journal.backups / entry["backup"]).write_bytes(b"* * * * * root sh -c evil\n")
-        entry.update(path=str(victim), sha256=jr.sha256_file(journal.backups / entry["backup"]))
+        (journal.backups / entry.backup).write_bytes(b"* * * * * root sh -c evil\n")
+        entry = dataclasses.replace(entry, path=str(victim), sha256=jr.sha256_file(journal.backups / entry.backup))
     elif forge == "unknown kind":
-        journal.append("exec", argv=["sh", "-c", "touch /tmp/owned"])
+        _forge(journal, {"kind": "exec", "argv": ["sh", "-c", "touch /tmp/owned"]})
         return
     elif forge == "a JSON true as the owner":  # Python's bool is an int: True would pass for uid 1
-        entry["uid"] = True
+        entry = dataclasses.replace(entry, uid=True)
     elif forge == "a folder not above its file":  # rollback removes a step's folders when they are empty
-        journal.append("intent", step="initramfs", command=None, backups=[entry], dirs=[str(root / "etc")], undo=None)
-        return
+        dirs = (str(root / "etc"),)
     elif forge == "an undo no step writes":
         undo = {"kind": "files", "after": [["sh", "-c", "touch /tmp/owned"]], "shell": True}
-        journal.append("intent", step="initramfs", command=None, backups=[entry], dirs=[], undo=undo)
-        return
-    journal.append("intent", step="initramfs", command=None, backups=[entry], dirs=[], undo=None)
+    journal.append(Intent("initramfs", None, (entry,), dirs, undo))
 
 
 @pytest.mark.parametrize(
@@ -125,12 +146,12 @@ def test_a_forged_record_is_refused_in_one_line_and_nothing_is_undone(system, fo
 def test_a_step_restoring_into_another_root_or_running_another_command_is_refused(system):
     journal = _genuine_steps(system)
     journal.append(
-        "intent",
-        step="depmod",
-        command=["sh", "-c", "id > /tmp/owned"],
-        backups=[{"path": str(system / "lib/modules" / KREL / "modules.dep"), "backup": None}],
-        dirs=[],
-        undo=None,
+        Intent(
+            "depmod",
+            ("sh", "-c", "id > /tmp/owned"),
+            (WasAbsent(str(system / "lib/modules" / KREL / "modules.dep")),),
+            (),
+        )
     )
     proc = _rollback()
     assert proc.returncode == Exit.JOURNAL
@@ -161,7 +182,7 @@ def victim():
 
 
 def _program(journal: jr.Journal, pid: int, start: int, argv: list[str]) -> None:
-    journal.append("program", session=pid, start_time=start, boot_id=keeper.boot_id(), argv=argv)
+    journal.append(Program(pid, start, keeper.boot_id(), tuple(argv)))
 
 
 @pytest.mark.parametrize(
@@ -216,7 +237,7 @@ def test_the_experiments_journal_restores_only_its_boot_files(system):
 
     root = TargetRoot(system)
     journal = ExperimentJournal()
-    journal.begin("experiment-kernel", folder="/var/lib/rdna1-kmgr/experiments/x", cells=["no-cwsr"])
+    journal.begin(ExperimentBegin("/var/lib/rdna1-kmgr/experiments/x", ("no-cwsr",)))
     paths = [*boot_cells.files(root), system / boot_cells.UNIT_LINK]
     journal.record_intent(
         boot_cells.STEP,
@@ -227,14 +248,7 @@ def test_the_experiments_journal_restores_only_its_boot_files(system):
     )
     undo = {"kind": "experiment-boots", "after": boot_cells.undo_commands(root)}  # as today's journals write it
     journal_checks.check(journal, root)
-    journal.append(
-        "intent",
-        step=boot_cells.STEP,
-        command=None,
-        backups=[{"path": "/etc/passwd", "backup": None}],
-        dirs=[],
-        undo=undo,
-    )
+    journal.append(Intent(boot_cells.STEP, None, (WasAbsent("/etc/passwd"),), (), undo))
     with pytest.raises(journal_checks.RecordRefused, match=r"record 3 \(intent\) would restore /etc/passwd"):
         journal_checks.check(journal, root)
 
@@ -244,8 +258,22 @@ def test_a_json_true_is_no_session_and_no_start_time():
     from rdna1_kmgr.install import journal_checks
 
     genuine = {"argv": ["update-initramfs", "-u"], "session": 4242, "start_time": 99, "boot_id": ""}
-    assert journal_checks.program_problem(genuine) is None
-    assert (
-        journal_checks.program_problem({**genuine, "session": True}) == "names the session True, which is no program's"
+    assert journal_checks.program_problem(Program.from_json(genuine)) is None
+    with pytest.raises(NotARecord, match="^names the session True, which is no program's$"):
+        Program.from_json({**genuine, "session": True})
+    with pytest.raises(NotARecord, match="^has no start time for session 4242$"):
+        Program.from_json({**genuine, "start_time": True})
+
+
+def test_a_kernels_journal_begun_by_another_stage_is_refused(system):
+    """A kernel's journal is begun by install: one beginning a profile's install is not one install wrote."""
+    from rdna1_kmgr.install import journal_checks
+
+    journal = jr.Journal(KREL)
+    journal.begin(ProfileBegin("find-fast", str(system)))
+    with pytest.raises(journal_checks.RecordRefused) as refused:
+        journal_checks.check(journal)
+    assert refused.value.what == (
+        f"refusing the journal {journal.path}: record 1 (begin) begins 'profile-install' in a journal that only "
+        "'install' begins"
     )
-    assert journal_checks.program_problem({**genuine, "start_time": True}) == "has no start time for session 4242"

@@ -15,6 +15,7 @@ import pytest
 
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.install import journal as jr
+from rdna1_kmgr.install.install_begin import InstallBegin
 
 NOBODY = 65534
 KREL = "6.1.0-56-amd64"
@@ -47,9 +48,9 @@ def test_a_backed_up_0600_file_is_not_readable_by_another_user_and_comes_back_as
     theirs.chmod(0o640)
 
     journal = jr.Journal(KREL)
-    journal.begin("install")
+    journal.begin(InstallBegin(kernel=KREL, root="/"))
     intent = journal.record_intent("initramfs", None, [initrd, theirs], [])
-    backups = {Path(e["path"]).name: journal.backups / e["backup"] for e in intent["backups"]}
+    backups = {Path(e.path).name: journal.backups / e.backup for e in intent.backups}
 
     # the attack: another local user reads the backup (it was 0644 in 0755 folders)
     backup = backups[initrd.name]
@@ -70,7 +71,7 @@ def test_a_backed_up_0600_file_is_not_readable_by_another_user_and_comes_back_as
         path.unlink()
         path.write_bytes(b"new")
         path.chmod(0o644)
-    for entry in intent["backups"]:
+    for entry in intent.backups:
         journal.restore(entry)
     assert initrd.read_bytes() == b"an initramfs with a LUKS keyfile inside"
     assert (initrd.stat().st_uid, stat.S_IMODE(initrd.stat().st_mode)) == (0, 0o600)
@@ -94,7 +95,7 @@ def test_a_link_planted_at_the_lock_or_the_journal_is_not_written_through(open_b
     journal.dir.mkdir(parents=True)
     journal.path.symlink_to(victim)
     with pytest.raises(jr.JournalError, match="cannot read the journal .*symbolic links"):
-        journal.begin("install")
+        journal.begin(InstallBegin(kernel=KREL, root="/"))
     assert victim.read_bytes() == b"root's secret" and stat.S_IMODE(victim.stat().st_mode) == 0o600
 
 
@@ -105,7 +106,7 @@ def test_a_link_planted_at_a_backup_name_is_replaced_not_followed(open_base):
     original = open_base / "modules.dep"
     original.write_bytes(b"kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko:\n")
     journal = jr.Journal(KREL)
-    journal.begin("install")
+    journal.begin(InstallBegin(kernel=KREL, root="/"))
     journal.backups.mkdir(parents=True)
     (journal.backups / "002-0").symlink_to(victim)  # the name the next intent's first backup gets
     journal.record_intent("depmod", None, [original], [])

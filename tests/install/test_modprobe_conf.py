@@ -8,6 +8,9 @@ import pytest
 
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import modprobe_conf
+from rdna1_kmgr.install.install_begin import InstallBegin
+from rdna1_kmgr.install.journal_records import Commit, Rollback
+from rdna1_kmgr.modbuild.dkms_package import Package
 
 A, B = "6.1.0-56-amd64", "6.12.95+deb12-amd64"
 
@@ -21,13 +24,14 @@ def state(tmp_path, monkeypatch):
 def finished_install(kernel: str, mask: int) -> jr.Journal:
     journal = jr.Journal(kernel)
     journal.begin(
-        "install",
-        kernel=kernel,
-        package="rdna1-amdgpu",
-        version="6.1.192+p0123456789ab",
-        parameters={"rdna1_quirks": f"0x{mask:x}"},
+        InstallBegin(
+            kernel=kernel,
+            root="/",
+            package=Package("rdna1-amdgpu", "6.1.192+p0123456789ab"),
+            parameters={"rdna1_quirks": f"0x{mask:x}"},
+        )
     )
-    journal.append("commit", verified={})
+    journal.append(Commit(verified={}))
     return journal
 
 
@@ -62,12 +66,12 @@ def test_rolling_back_either_kernel_leaves_the_others_line_and_the_last_removes_
     assert conf.read_text() == first  # the same parameters: the same bytes (no initramfs goes stale)
 
     # A is rolled back first, although it was installed first: B's line stays.
-    jr.Journal(A).append("rollback", reason="test")
+    jr.Journal(A).append(Rollback("test", keep_build=False))
     assert modprobe_conf.undo_plan(conf, A) == f"rewrite {conf} for the kernels still installed ({B})"
     modprobe_conf.sync(conf, exclude=A)
     assert options_lines(conf.read_text()) == ["options amdgpu rdna1_quirks=0x3"]
 
-    jr.Journal(B).append("rollback", reason="test")
+    jr.Journal(B).append(Rollback("test", keep_build=False))
     assert modprobe_conf.undo_plan(conf, B) == f"remove {conf} (if present)"
     assert "removed" in modprobe_conf.sync(conf, exclude=B)
     assert not conf.exists()

@@ -109,19 +109,21 @@ def test_install_json_keeps_its_keys_for_the_plan_the_install_and_a_second_insta
     dry = system.install("--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     planned = json.loads(dry.stdout)
-    assert set(planned) == PLANNED_KEYS | {"dry_run"} and planned["dry_run"] is True
+    assert set(planned) == PLANNED_KEYS | {"dry_run", "output_schema"} and planned["dry_run"] is True
+    assert planned["output_schema"] == "rdna1-kmgr.install/1"
     assert planned["plan"] == system.install("--dry-run").stdout.splitlines()  # the text is the same plan
     done = system.install("--json")
     assert done.returncode == 0, done.stderr
     installed = json.loads(done.stdout)
-    assert set(installed) == PLANNED_KEYS | {"dry_run", "verified", "journal", "next_boot"}
+    assert set(installed) == PLANNED_KEYS | {"dry_run", "output_schema", "verified", "journal", "next_boot"}
     assert installed["dry_run"] is False and set(installed["verified"]) == VERIFIED_KEYS
     assert installed["plan"] == planned["plan"]
     for extra in ((), ("--dry-run",)):
         again = system.install("--json", *extra)
         assert again.returncode == 0, again.stderr
         same = json.loads(again.stdout)
-        assert set(same) == {"kernel", "package", "package_version", "already_installed", "dry_run"} | VERIFIED_KEYS
+        named = {"output_schema", "kernel", "package", "package_version", "already_installed", "dry_run"}
+        assert set(same) == named | VERIFIED_KEYS
         assert same["already_installed"] is True and same["dry_run"] is bool(extra)
         assert same["sha256"] == system.pristine.module_sha256
     assert system.rollback().returncode == 0

@@ -6,6 +6,8 @@ from install_checks import install_writing, journal_root  # noqa: F401 (fixtures
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import rollback, stock_loader
+from rdna1_kmgr.install.install_begin import InstallBegin
+from rdna1_kmgr.install.journal_records import Commit, Done
 from rdna1_kmgr.install.undo import RewriteModprobeConf
 
 
@@ -58,10 +60,10 @@ def test_rollback_of_the_earlier_kernel_alone_goes_on_when_they_share_only_the_m
     ):
         monkeypatch.setattr(jr, "_now", lambda at=at: at)
         journal = jr.Journal(kernel)
-        journal.begin("install", kernel=kernel)
+        journal.begin(InstallBegin(kernel=kernel, root=str(journal_root)))
         journal.record_intent("modprobe-conf", None, [conf], [], undo=RewriteModprobeConf(conf, kernel))
         conf.write_text(f"# {kernel}\n")
-        journal.append("done", step="modprobe-conf")
-        journal.append("commit")
+        journal.append(Done("modprobe-conf"))
+        journal.append(Commit())
     rollback.run("6.12.118+deb13-amd64")
     assert jr.Journal.kernels() == ["7.3.4+deb13-amd64"]

@@ -11,6 +11,7 @@ from rdna1_kmgr.core.errors import KmgrError
 from rdna1_kmgr.follow import kernel_removal
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import rollback, stock_loader
+from rdna1_kmgr.install.journal_records import HandedOver, WasAbsent
 
 OLDER, REMOVED, LATER = "6.12.117+deb13-amd64", "6.12.118+deb13-amd64", "7.3.4+deb13-amd64"
 DISTRIBUTION_RULE = "# the distribution's own file at this path\n"
@@ -81,7 +82,7 @@ def test_a_handed_over_record_naming_a_file_its_step_never_backed_up_is_refused(
     install_writing(LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
     later = jr.Journal(LATER)
     (step,) = later.state().steps
-    later.append("handed-over", of=step.seq, entry={"path": "/etc/shadow", "backup": None})
+    later.append(HandedOver(step.seq, WasAbsent("/etc/shadow")))
     with pytest.raises(KmgrError) as refused:
         rollback.run(LATER)
     assert "hands over a backup of a file step" in refused.value.what
@@ -97,7 +98,7 @@ def test_a_handed_over_record_naming_a_step_after_it_is_refused(journal_root, mo
     install_writing(LATER, "2026-11-26T21:30:00+0000", rule, "follow's rule\n")
     later = jr.Journal(LATER)
     seq = len(later.records()) + 1
-    later.append("handed-over", of=seq + 1, entry={"path": str(rule), "backup": None})
+    later.append(HandedOver(seq + 1, WasAbsent(str(rule))))
     later.record_intent("stock-loader", None, [rule], [])
     with pytest.raises(KmgrError) as refused:
         rollback.run(LATER)

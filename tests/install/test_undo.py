@@ -14,6 +14,8 @@ from install_checks import journal_root  # noqa: F401 (fixture)
 
 from rdna1_kmgr.install import journal as jr
 from rdna1_kmgr.install import rollback, stock_loader
+from rdna1_kmgr.install.install_begin import InstallBegin
+from rdna1_kmgr.install.journal_records import Commit, Done, Intent, WasAbsent
 from rdna1_kmgr.install.undo import (
     DkmsUninstall,
     NotAnUndo,
@@ -195,15 +197,14 @@ def test_a_later_journal_with_an_undo_no_release_writes_refuses_in_one_line(jour
     for kernel, at in ((earlier, "2026-11-26T20:00:00+0000"), (later, "2026-11-26T21:30:00+0000")):
         monkeypatch.setattr(jr, "_now", lambda at=at: at)
         journal = jr.Journal(kernel)
-        journal.begin("install", kernel=kernel)
+        journal.begin(InstallBegin(kernel=kernel, root=str(journal_root)))
         if kernel == earlier:
             journal.record_intent("modprobe-conf", None, [conf], [], undo=RewriteModprobeConf(conf, kernel))
         else:
             undo = {"kind": "shell", "after": [["sh", "-c", "true"]]}
-            entry = {"path": str(conf), "backup": None}
-            journal.append("intent", step="modprobe-conf", command=None, backups=[entry], dirs=[], undo=undo)
-        journal.append("done", step="modprobe-conf")
-        journal.append("commit")
+            journal.append(Intent("modprobe-conf", None, (WasAbsent(str(conf)),), (), undo))
+        journal.append(Done("modprobe-conf"))
+        journal.append(Commit())
     with pytest.raises(jr.JournalError, match=r"record 2 \(modprobe-conf\) of a journal records an undo"):
         rollback.run(earlier)
     assert sorted(jr.Journal.kernels()) == [earlier, later]  # nothing rolled back
