@@ -1,10 +1,10 @@
 """What each distribution of host/platforms.toml gets on every strategy axis, as data: the table of docs/reference.md.
 
 A platform record names one strategy per axis (its package manager, kernel source fetcher, ...). Each axis has a
-registry in the stage that uses it (prerequisites.MANAGERS, distro_source.FETCHERS, ...). A name a record holds is
-either a strategy of that registry, with its standing (`Proven`: a test runs it for real here, on the platforms
-it names; `Written`: the code is there, nothing here runs it for real), or, for that platform, an explicit
-`Unsupported(reason)`.
+registry in the stage that uses it (prerequisites.MANAGERS, distro_source.FETCHERS, boot_guard.BOOT_LOADERS,
+hooks.KERNEL_HOOKS, ...). A name a record holds is either a strategy of that registry, with its standing (`Proven`:
+a test runs it for real here, on the platforms it names; `Written`: the code is there, nothing here runs it for
+real), or, for that platform, an explicit `Unsupported(reason)`.
 `standing` raises for anything else, so a name added to platforms.toml without a strategy fails
 tests/test_conformance.py before a user meets it; the same walk writes the distributions table.
 """
@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from rdna1_kmgr.follow import hooks
 from rdna1_kmgr.host import platform
-from rdna1_kmgr.install import initramfs
+from rdna1_kmgr.install import boot_guard, initramfs
 from rdna1_kmgr.modbuild import prerequisites
 from rdna1_kmgr.source import distro_source, target_kernel
 from rdna1_kmgr.vm import guest_kernel
@@ -54,6 +55,8 @@ AXES = (
     Axis("key_pair", "signing key", lambda: [pair.name for pair in platform.key_pairs()]),
     Axis("initramfs_tool", "initramfs", lambda: initramfs.TOOLS),
     Axis("guest_image", "vm-test image", lambda: guest_kernel.IMAGE_FETCHERS),
+    Axis("boot_loader", "boot loader (boot guard)", lambda: boot_guard.BOOT_LOADERS),
+    Axis("kernel_hooks", "kernel hooks (follow)", lambda: hooks.KERNEL_HOOKS),
 )
 
 # Each strategy's standing, by (axis, the name a record holds).
@@ -75,6 +78,14 @@ STRATEGIES: dict[tuple[str, str], Proven | Written] = {
     ("initramfs_tool", "update-initramfs"): Proven("initramfs-tools, then a boot loads the module from the image"),
     ("initramfs_tool", "dracut"): Proven("dracut in a debootstrapped root (chroot); not run on Fedora"),
     ("guest_image", "apt-download"): Proven("the kernel's image packages from the archive, booted under QEMU"),
+    ("boot_loader", "grub"): Proven(
+        "update-grub and grubenv: trial, confirmed and fallback boots of whole Debian 12 and 13 systems (BIOS, and "
+        "UEFI with Secure Boot)"
+    ),
+    ("kernel_hooks", "debian-kernel-hooks"): Proven(
+        "/etc/kernel/postinst.d, postrm.d and apt's DPkg::Post-Invoke, run by apt installing and purging a kernel "
+        "(Debian 12, and a whole Debian 13 system)"
+    ),
 }
 
 # What a platform lacks on an axis, by (axis, platform): what the stage says when a user needs it.
@@ -88,6 +99,22 @@ UNSUPPORTED: dict[tuple[str, str], Unsupported] = {
     ("initramfs_tool", "arch"): Unsupported("mkinitcpio is refused: install stops before any change"),
     ("guest_image", "fedora"): Unsupported("no kernel image is fetched for vm-test: it needs the kernel installed"),
     ("guest_image", "arch"): Unsupported("no kernel image is fetched for vm-test: it needs the kernel installed"),
+    ("boot_loader", "fedora"): Unsupported(
+        "GRUB 2 with BLS entries (grub2-mkconfig, /boot/grub2/grubenv, grubby) is not driven: install goes on "
+        "without the boot guard (the mask in modprobe.d); the experiment's kernel cells and their `apply` are refused"
+    ),
+    ("boot_loader", "arch"): Unsupported(
+        "neither systemd-boot nor GRUB without update-grub (grub-mkconfig) is driven: install goes on without the "
+        "boot guard (the mask in modprobe.d); the experiment's kernel cells and their `apply` are refused"
+    ),
+    ("kernel_hooks", "fedora"): Unsupported(
+        "no kernel-install plugin is placed: `hooks install` refuses; run `rdna1-kmgr follow --kernel KREL` "
+        "after installing a kernel"
+    ),
+    ("kernel_hooks", "arch"): Unsupported(
+        "no pacman hook is placed: `hooks install` refuses; run `rdna1-kmgr follow --kernel KREL` after "
+        "installing a kernel"
+    ),
 }
 
 

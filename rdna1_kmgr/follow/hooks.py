@@ -11,7 +11,8 @@ Debian and Ubuntu, the places DKMS uses too:
 
 Fedora would call the same command from /etc/kernel/postinst.d (kernel-install runs it, as akmods does) or a
 /usr/lib/kernel/install.d/ plugin; Arch from a pacman hook (/etc/pacman.d/hooks/*.hook, `When = PostTransaction`
-on `usr/lib/modules/*/vmlinuz`). Neither is placed here yet.
+on `usr/lib/modules/*/vmlinuz`). Neither is placed here yet: their records (host/platforms.toml `kernel_hooks`)
+name hooks KERNEL_HOOKS does not have, and `hooks install` says so.
 
 Each file is a template in hooks/ with @CLI@ standing for the absolute path of this installation's command.
 """
@@ -22,10 +23,12 @@ import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Protocol
 
 from rdna1_kmgr.core import trust
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
+from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.install.target_root import TargetRoot
 
 UNIT = "rdna1-kmgr-follow.service"
@@ -49,6 +52,41 @@ HOOKS = (
 )
 
 
+class KernelHooks(Protocol):
+    """Where a distribution's package manager runs a command when a kernel is installed or removed: the files that
+    make it run `rdna1-kmgr follow`."""
+
+    @property
+    def files(self) -> tuple[HookFile, ...]: ...
+
+
+@dataclass(frozen=True)
+class HookSet:
+    files: tuple[HookFile, ...]
+
+
+# By the name in the platform record (host/platforms.toml `kernel_hooks`).
+KERNEL_HOOKS: dict[str, KernelHooks] = {"debian-kernel-hooks": HookSet(HOOKS)}
+
+
+def hooks_for(root: TargetRoot) -> tuple[HookFile, ...]:
+    """The hook files of `root`'s distribution, as its platform record names them (HostError: it names none
+    rdna1-kmgr places)."""
+    record = system_identity.read(root.path).platform
+    hooks = KERNEL_HOOKS.get(record.kernel_hooks or "")
+    if hooks is None:
+        raise HostError(
+            f"rdna1-kmgr places no kernel hooks on {record.name} ({record.kernel_hooks or 'none known'})",
+            "after installing a kernel, run `rdna1-kmgr follow --kernel KREL` for it yourself",
+        )
+    return hooks.files
+
+
+def every_hook() -> tuple[HookFile, ...]:
+    """Every file any distribution's hooks place (what `hooks remove` looks for, whichever placed them)."""
+    return tuple(dict.fromkeys(hook for hooks in KERNEL_HOOKS.values() for hook in hooks.files))
+
+
 this_command = trust.this_command  # the rdna1-kmgr of this installation, checked: the hooks call it by path
 
 
@@ -67,9 +105,9 @@ def _current(path: Path, hook: HookFile, cli: Path) -> bool:
         return False
 
 
-def plan(root: TargetRoot, cli: Path, removing: bool = False) -> list[str]:
+def plan(root: TargetRoot, cli: Path, hooks: tuple[HookFile, ...], removing: bool = False) -> list[str]:
     lines = []
-    for hook in HOOKS:
+    for hook in hooks:
         path = root.path / hook.where
         present = path.exists() or path.is_symlink()
         if removing:
@@ -87,10 +125,11 @@ def install(root: TargetRoot, cli: Path, dry_run: bool = False) -> list[str]:
     if not cli.is_file():
         raise HostError(f"{cli} does not exist", "install rdna1-kmgr first (install.sh), then place the hooks")
     trust.trusted_command(cli)
-    lines = plan(root, cli)
+    hooks = hooks_for(root)
+    lines = plan(root, cli, hooks)
     if dry_run:
         return lines
-    for hook in HOOKS:
+    for hook in hooks:
         path = root.path / hook.where
         if _current(path, hook, cli):
             continue
@@ -107,10 +146,11 @@ def install(root: TargetRoot, cli: Path, dry_run: bool = False) -> list[str]:
 
 
 def remove(root: TargetRoot, dry_run: bool = False) -> list[str]:
-    lines = plan(root, Path("/nonexistent"), removing=True)  # removing: which command they call is no matter
+    hooks = every_hook()
+    lines = plan(root, Path("/nonexistent"), hooks, removing=True)  # removing: which command they call is no matter
     if dry_run:
         return lines
-    for hook in HOOKS:
+    for hook in hooks:
         path = root.path / hook.where
         try:
             path.unlink(missing_ok=True)
@@ -121,5 +161,6 @@ def remove(root: TargetRoot, dry_run: bool = False) -> list[str]:
 
 def installed(root: TargetRoot) -> dict[str, bool]:
     return {
-        str(root.path / h.where): (root.path / h.where).exists() or (root.path / h.where).is_symlink() for h in HOOKS
+        str(root.path / h.where): (root.path / h.where).exists() or (root.path / h.where).is_symlink()
+        for h in every_hook()
     }

@@ -2,10 +2,10 @@
 
 The later stages never test a distribution's name: each picks its strategy by a name the record holds
 (prerequisites its package manager, signing its key pair, distro_source its kernel source fetcher,
-guest_kernel its image packages). The record of a system comes from its os-release (SystemIdentity reads
-it: ID and ID_LIKE); the first entry of platforms.toml naming any of those ids wins. A distribution that
-matches none still gets a record, holding its own ID as name and no strategies: the stage that needs one
-says so (see `supported`).
+guest_kernel its image packages, boot_guard its boot loader, follow's hooks its kernel hooks). The record of
+a system comes from its os-release (SystemIdentity reads it: ID and ID_LIKE); the first entry of platforms.toml
+naming any of those ids wins. A distribution that matches none still gets a record, holding its own ID as name
+and no strategies: the stage that needs one says so (see `supported`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class Platform:
     initramfs_tool: str | None = None  # the default: update-initramfs, dracut, mkinitcpio
     kernel_source: str | None = None  # debian-archive, ubuntu-archive, fedora-srpm, arch-pkgbuild
     current_kernel: str | None = None  # how to find the release the kernel metapackage points to
+    boot_loader: str | None = None  # the distribution's default: grub, grub2-bls, systemd-boot
+    kernel_hooks: str | None = None  # where its package manager runs a command on a kernel's install and removal
     guest_image: tuple[str, ...] = ()  # package name patterns, {release} for uname -r
     headers_from_backports: bool = False
     release_suites: tuple[str, ...] = ()  # suite name patterns, {codename} for a release's
@@ -90,6 +92,8 @@ def entries() -> tuple[Platform, ...]:
             initramfs_tool=entry.get("initramfs_tool"),
             kernel_source=entry.get("kernel_source"),
             current_kernel=entry.get("current_kernel"),
+            boot_loader=entry.get("boot_loader"),
+            kernel_hooks=entry.get("kernel_hooks"),
             guest_image=tuple(entry.get("guest_image", ())),
             headers_from_backports=entry.get("headers_from_backports", False),
             release_suites=tuple(entry.get("release_suites", ())),

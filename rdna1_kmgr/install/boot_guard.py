@@ -41,10 +41,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from rdna1_kmgr.core import runner, trust
 from rdna1_kmgr.core.errors import HostError, UsageError
-from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs
+from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs, system_identity
 from rdna1_kmgr.install import stock_loader
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.quirk_mask import QuirkMask
@@ -126,16 +127,44 @@ def grubenv(root: TargetRoot) -> Path:
     return root.boot_dir / "grub/grubenv"
 
 
+class BootLoader(Protocol):
+    """What puts the guard's words on a kernel command line at boot, as a platform record names it. GRUB is the
+    one there is: its files and commands (grub.d, update-grub, grub-editenv) are written out in this module."""
+
+    def unavailable(self, root: TargetRoot) -> str | None:
+        """Why this machine's boot loader cannot carry the guard (None: it can)."""
+        ...
+
+
+class Grub:
+    """Debian's GRUB (Ubuntu's too): update-grub regenerates grub.cfg, GRUB saves its grubenv at boot."""
+
+    def unavailable(self, root: TargetRoot) -> str | None:
+        if not (root.boot_dir / "grub/grub.cfg").is_file():
+            return f"GRUB is not the boot loader here ({root.boot_dir / 'grub/grub.cfg'} does not exist)"
+        missing = [tool for tool in ("update-grub", "grub-editenv", "grub-probe") if runner.which(tool) is None]
+        if missing:
+            return f"{' and '.join(missing)} not found"
+        return env_not_writable(root)
+
+
+# By the name in the platform record (host/platforms.toml `boot_loader`).
+BOOT_LOADERS: dict[str, BootLoader] = {"grub": Grub()}
+
+
 def unavailable(root: TargetRoot) -> str | None:
-    """Why this machine cannot have the guard (None: it can): GRUB must be its boot loader."""
+    """Why this machine cannot have the guard (None: it can): its platform's boot loader must be one of
+    BOOT_LOADERS, and able to carry it here."""
     if not root.is_system:
         return "the target is not this machine's root file system"
-    if not (root.boot_dir / "grub/grub.cfg").is_file():
-        return f"GRUB is not the boot loader here ({root.boot_dir / 'grub/grub.cfg'} does not exist)"
-    missing = [tool for tool in ("update-grub", "grub-editenv", "grub-probe") if runner.which(tool) is None]
-    if missing:
-        return f"{' and '.join(missing)} not found"
-    return env_not_writable(root)
+    record = system_identity.read().platform
+    loader = BOOT_LOADERS.get(record.boot_loader or "")
+    if loader is None:
+        return (
+            f"{record.name}'s boot loader ({record.boot_loader or 'none known'}) is not one rdna1-kmgr drives "
+            "(GRUB through update-grub)"
+        )
+    return loader.unavailable(root)
 
 
 # What GRUB cannot write its environment block on (grub-mkconfig's 00_header keeps recordfail off there too):

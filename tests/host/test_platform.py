@@ -99,7 +99,8 @@ def test_a_system_is_the_platform_its_os_release_says(tmp_path, os_release, name
 
 
 # What each distribution ships, from its own documentation: package manager, the MOK pair its DKMS signs
-# with when told nothing, the initramfs tool it installs by default, the kind of its kernel source.
+# with when told nothing, the initramfs tool it installs by default, the kind of its kernel source, its boot
+# loader (Arch installs none: archinstall's default on UEFI) and where its packages run a kernel's hooks.
 SHIPPED = {
     "ubuntu": (
         "apt",
@@ -107,16 +108,36 @@ SHIPPED = {
         "/var/lib/shim-signed/mok/MOK.der",
         "update-initramfs",
         "ubuntu-archive",
+        "grub",
+        "debian-kernel-hooks",
     ),
-    "debian": ("apt", "/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub", "update-initramfs", "debian-archive"),
+    "debian": (
+        "apt",
+        "/var/lib/dkms/mok.key",
+        "/var/lib/dkms/mok.pub",
+        "update-initramfs",
+        "debian-archive",
+        "grub",
+        "debian-kernel-hooks",
+    ),
     "fedora": (
         "dnf",
         "/etc/pki/akmods/private/private_key.priv",
         "/etc/pki/akmods/certs/public_key.der",
         "dracut",
         "fedora-srpm",
+        "grub2-bls",
+        "kernel-install",
     ),
-    "arch": ("pacman", "/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub", "mkinitcpio", "arch-pkgbuild"),
+    "arch": (
+        "pacman",
+        "/var/lib/dkms/mok.key",
+        "/var/lib/dkms/mok.pub",
+        "mkinitcpio",
+        "arch-pkgbuild",
+        "systemd-boot",
+        "pacman-hooks",
+    ),
 }
 
 
@@ -129,6 +150,8 @@ def test_each_platform_names_its_distributions_own_ways(tmp_path, os_release):
         str(record.key_pair.cert),
         record.initramfs_tool,
         record.kernel_source,
+        record.boot_loader,
+        record.kernel_hooks,
     )
     assert shipped == SHIPPED[record.name]
 
