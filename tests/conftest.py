@@ -80,7 +80,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.realsource)
     # The Debian 13 tests run after all the others (RUN_LAST too: they share nothing with it): by then
     # tests/cache_warmer.py, started when the session begins, has filled their caches in the background. A root
-    # session that holds other tests too hands them to a second pytest beside it instead (tests/second_lane.py).
+    # session that holds other tests too hands them, and the `second_lane` ones, to a second pytest beside it
+    # instead (tests/second_lane.py).
     items.sort(
         key=lambda item: (
             item.originalname not in RUN_FIRST,
@@ -121,13 +122,13 @@ def pytest_sessionstart(session):
 
 def pytest_collection_finish(session):
     """Start the cache warmer when the session has whole-system tests (as root: they need it anyway), then the
-    second lane (tests/second_lane.py) when this session handed it the Debian 13 tests."""
+    second lane (tests/second_lane.py) when this session handed it tests."""
     _start_cache_warmer(session)
     moved = getattr(session.config, LANE_ITEMS, [])
     if moved:
         lane = second_lane.start(session.config, moved, Path(tempfile.mkdtemp(prefix="rdna1-kmgr-tests-")))
         setattr(session.config, LANE, lane)
-        _say(session.config, f"{lane.tests} Debian 13 tests: a second pytest beside this one (log: {lane.log})")
+        _say(session.config, f"{lane.tests} tests: a second pytest beside this one (log: {lane.log})")
 
 
 def _say(config: pytest.Config, line: str) -> None:
@@ -193,11 +194,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The second lane's whole report, after this session's."""
     lane = getattr(config, LANE, None)
     if lane is not None:
-        terminalreporter.section(f"the Debian 13 tests' lane (exit status {lane.process.returncode}, {lane.log})")
+        terminalreporter.section(f"the second lane (exit status {lane.process.returncode}, {lane.log})")
         terminalreporter.write(lane.log.read_text())
         # the closing line counts the lane's tests too, under names of their own
         for word, number in second_lane.counts(lane.log).items():
-            terminalreporter.stats.setdefault(f"{word} in the Debian 13 lane", []).extend([lane] * number)
+            terminalreporter.stats.setdefault(f"{word} in the second lane", []).extend([lane] * number)
 
 
 def persistent_cache_root() -> Path:
@@ -293,6 +294,14 @@ def installed_headers(suite: str) -> str:
             pytest.skip(f"installing {' '.join(missing)} needs root")
         prerequisites.ensure_prerequisites(krel, yes=True, manager=apt)
     return krel
+
+
+@pytest.fixture(scope="session")
+def kernel_61() -> str:
+    """The release "6.1.0-NN-amd64" bookworm-security's metapackage points to (asked through the test cache's own
+    apt state; nothing installed)."""
+    with _using_test_cache():
+        return debian_archive.current_kernel_abi("bookworm-security")
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,10 @@
-"""The Debian 13 tests, run by a second pytest beside the first.
+"""The Debian 13 tests and the `second_lane` ones, run by a second pytest beside the first.
 
-The suite is mostly one-core work (QEMU's TCG, Python) on a two-core machine, and the Debian 13 tests share
-nothing on the host with the others: they work in their own images and chroots, and their caches are the cache
-warmer's (tests/cache_warmer.py), under its locks. So when a root session holds both kinds, conftest hands the
-Debian 13 tests to a child pytest started as the collection ends, and the first session runs the rest. The child
+The suite is mostly one-core work (QEMU's TCG, Python) on a two-core machine, and these tests share nothing on
+the host with the others: they work in their own images and chroots (the experiment's kernel cells boot a copy of
+Debian 12's image; they need its kernel's name, not its headers here), and their caches are the cache warmer's
+(tests/cache_warmer.py) or the test cache's, under its locks. So when a root session holds both kinds, conftest
+hands them to a child pytest started as the collection ends, and the first session runs the rest. The child
 is an ordinary session of the same checkout (its own base temp folder, `-p no:cacheprovider`) that finds the
 warmer's locks held and waits on them as any second session does; the first waits for it at its end, shows its
 report and fails when it failed. `RDNA1_KMGR_TEST_ONE_LANE=1` keeps everything in one session.
@@ -36,16 +37,16 @@ class Lane:
 
 
 def moved_items(config: pytest.Config, items: list[pytest.Item]) -> list[pytest.Item]:
-    """The Debian 13 items this session hands to a second lane (none when it should run them itself)."""
+    """The items this session hands to a second lane (none when it should run them itself)."""
     if os.geteuid() != 0 or os.environ.get(CHILD_ENV) or os.environ.get(ONE_LANE_ENV) or config.option.collectonly:
         return []
-    debian13 = [item for item in items if item.get_closest_marker("debian13")]
-    return debian13 if 0 < len(debian13) < len(items) else []
+    moved = [item for item in items if any(item.get_closest_marker(name) for name in ("debian13", "second_lane"))]
+    return moved if 0 < len(moved) < len(items) else []
 
 
 def start(config: pytest.Config, items: list[pytest.Item], basetemp: Path) -> Lane:
     """The child pytest for `items`, writing its report to a log in this session's temp folder."""
-    log = basetemp / "debian13-lane.log"
+    log = basetemp / "second-lane.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
             [
@@ -56,7 +57,7 @@ def start(config: pytest.Config, items: list[pytest.Item], basetemp: Path) -> La
                 "-ra",
                 "-p",
                 "no:cacheprovider",
-                f"--basetemp={basetemp / 'debian13-lane'}",
+                f"--basetemp={basetemp / 'second-lane'}",
                 *(item.nodeid for item in items),
             ],
             cwd=config.rootpath,

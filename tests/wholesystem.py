@@ -946,11 +946,12 @@ def _whole_system_disks_go(tmp_path_factory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def wholesystem_image_61(headers_61) -> Path:
+def wholesystem_image_61(kernel_61) -> Path:
     """The cached base image with Debian's current 6.1 kernel, the one `built_module_61` builds for. Copy it
-    with `new_system` before booting: tests change what they boot."""
+    with `new_system` before booting: tests change what they boot. It needs only the kernel's name, not its
+    headers on this host: a test in the second lane installs nothing here (tests/second_lane.py)."""
     require_tools()
-    return base_image(headers_61)
+    return base_image(kernel_61)
 
 
 def require_uefi() -> None:

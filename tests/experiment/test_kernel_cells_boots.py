@@ -37,7 +37,7 @@ import pytest
 from sysfs_fixtures import rx5600xt
 from wholesystem import STEP_DIR, copy_into, facts, install_tool, new_system
 
-pytestmark = [pytest.mark.vm]
+pytestmark = [pytest.mark.vm, pytest.mark.second_lane]  # its own image copy: nothing shared on the host
 
 STANDIN = Path(__file__).parent / "standin"
 HOME = f"/{STEP_DIR}"
