@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# a real user through the real sudo: out of the fast tier
+pytestmark = pytest.mark.system
+
 USER = "rdna1kmgr-sudo-test"
 SUDOERS = Path("/etc/sudoers.d/rdna1kmgr-sudo-test")
 CLI = Path(sys.executable).parent / "rdna1-kmgr"

@@ -35,6 +35,7 @@ def test_a_program_leads_a_session_of_its_own():
     assert session == group == proc.pid and session != os.getsid(0)
 
 
+@pytest.mark.system  # a killed process tree, waited for: seconds
 def test_stop_ends_the_whole_tree_even_a_part_that_ignores_sigterm():
     proc = started("trap '' TERM; sleep 300 & sleep 300 & echo ready; wait")
     assert len(process_tree.session_members(proc.pid)) == 3  # sh and its two sleeps

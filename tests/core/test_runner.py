@@ -42,6 +42,7 @@ def test_a_missing_program_is_one_clear_error():
         runner.run(["no-such-program-here", "--version"])
 
 
+@pytest.mark.system  # killed process trees, waited for: seconds
 def test_a_timeout_stops_the_program_and_its_children(tmp_path):
     pidfile = tmp_path / "child"
     with pytest.raises(HostError, match="did not finish within 1 s"):
@@ -98,12 +99,14 @@ def test_pipe_into_feeds_a_program_and_reports_its_failure(tmp_path):
 # --- sessions (VM runs) -----------------------------------------------------------------------------
 
 
+@pytest.mark.system  # killed process trees, waited for: seconds
 def test_a_timeout_kills_every_process_of_the_session(tmp_path):
     outcome = runner.run_session(["sh", "-c", "sleep 300 & sleep 300 & wait"], tmp_path / "out", timeout=1)
     assert outcome.timed_out and outcome.returncode is None
     assert process_tree.session_members(outcome.session) == []
 
 
+@pytest.mark.system  # killed process trees, waited for: seconds
 def test_a_process_ignoring_sigterm_is_killed_all_the_same(tmp_path):
     outcome = runner.run_session(["sh", "-c", "trap '' TERM; sleep 300"], tmp_path / "out", timeout=0.5)
     assert outcome.timed_out and outcome.elapsed >= process_tree._GRACE
@@ -152,6 +155,7 @@ def test_output_survives_a_child_that_reopens_its_stdout(tmp_path):
     assert (tmp_path / "out").read_text() == "from-the-shell\nfrom-the-reopen\n"
 
 
+@pytest.mark.system  # killed process trees, waited for: seconds
 def test_on_tick_runs_while_the_program_does():
     ticks = []
     runner.run(["sleep", "1.2"], on_tick=lambda: ticks.append(time.monotonic()))

@@ -16,6 +16,9 @@ from doctor_checks import by_check
 from rocm_fixtures import PACKAGES, link_tree, unpacked
 from sysfs_fixtures import rx5600xt
 
+# Debian's ROCm packages unpacked and a real CPU PyTorch run: out of the fast tier
+pytestmark = pytest.mark.system
+
 CLI = str(Path(sys.executable).parent / "rdna1-kmgr")
 
 
