@@ -1,47 +1,42 @@
-"""The passthrough modes of `rdna1-kmgr vm-test` that need no build: `plumbing_mode` (`vm-test plumbing BDF`,
-`vm-test --gpu BDF --plumbing-only`) and `restore_mode` (`vm-test restore`, `vm-test --restore`); and `run_gpu`,
-the full GPU run of the build vm-test found."""
+"""The passthrough modes of `rdna1-kmgr vm-test` that need no build: `plumbing_mode` (`vm-test plumbing BDF`) and
+`restore_mode` (`vm-test restore`); `run_gpu`, the full GPU run of the build vm-test found; and what every mode
+shares: the refusal of a limit that is no time, and the failure a failing verdict ends with."""
 
-import click
-
+from rdna1_kmgr.core import output
 from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
-from rdna1_kmgr.core.output import emit_json
-from rdna1_kmgr.vm import passthrough, plumbing_run
+from rdna1_kmgr.vm import passthrough, plumbing_run, verdict
+from rdna1_kmgr.vm.mode_results import RestoreResult
 from rdna1_kmgr.vm.plumbing_facts import PlumbingRun
 
 
-def restore_mode(as_json: bool) -> None:
+def restore_mode() -> output.Shown:
     """Give back every device a killed run left on vfio-pci; exit 4 when one is not given back."""
-    results = passthrough.restore_pending()
-    if as_json:
-        emit_json({"restored": results})
-    elif not results:
-        click.echo("no device left on vfio-pci by rdna1-kmgr")
-    else:
-        for entry in results:
-            click.echo(("ok    " if entry.ok else "FAIL  ") + entry.detail)
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise HostError(
+    result = RestoreResult(passthrough.restore_pending())
+    failed = result.failed
+    failure = (
+        HostError(
             f"{len(failed)} device(s) not given back: {failed[0].detail}",
             "see above; a GPU that did not come back needs a power cycle",
         )
+        if failed
+        else None
+    )
+    return output.shown(result, restore_lines(result), failure=failure)
 
 
-def plumbing_mode(gpu, kernel, accel, timeout, fetch, force, accept_reset_risk, as_json) -> None:
+def restore_lines(result: RestoreResult) -> list[str]:
+    if not result.restored:
+        return ["no device left on vfio-pci by rdna1-kmgr"]
+    return [("ok    " if entry.ok else "FAIL  ") + entry.detail for entry in result.restored]
+
+
+def plumbing_mode(gpu, kernel, accel, timeout, fetch, force, accept_reset_risk) -> output.Shown:
     """The device on vfio-pci, seen by a guest, given back; its record, written; exit 5 on a fail."""
-    if timeout <= 0:
-        raise UsageError(f"invalid --timeout {timeout:g}", "give a number of seconds > 0")
+    require_positive("--timeout", timeout)
     done = plumbing_run.run_plumbing(
         gpu, release=kernel, accel=accel, timeout=timeout, fetch=fetch, force=force, accept_reset_risk=accept_reset_risk
     )
-    record = done.record
-    if as_json:
-        emit_json(record.to_json())
-    else:
-        click.echo(report(done))
-    if not record.passed:
-        raise BuildError(f"vm-test failed: {record.reason}", f"record {record.record}")
+    return output.shown(done.record, report(done), failure=verdict_failure(done.record))
 
 
 def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, workload):
@@ -62,6 +57,19 @@ def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, 
         workload=workload,
         selftest_required=built.selftest_cases,
     )
+
+
+def require_positive(option: str, seconds: float) -> None:
+    """A limit in seconds must be one: refused in one line before anything runs."""
+    if seconds <= 0:
+        raise UsageError(f"invalid {option} {seconds:g}", "give a number of seconds > 0")
+
+
+def verdict_failure(record: verdict.Record) -> BuildError | None:
+    """How a mode ends after showing its record: exit 5 with the reason on a fail, nothing on a pass."""
+    if record.passed:
+        return None
+    return BuildError(f"vm-test failed: {record.reason}", f"record {record.record}")
 
 
 def report(done: PlumbingRun) -> str:

@@ -38,14 +38,14 @@ ulimit -l unlimited
 say "devices: edu $(state $EDU), rng $(state $RNG)"
 ls /sys/kernel/iommu_groups >"$OUT/groups"
 
-say "0: refusal on a real sysfs (edu is no RDNA1 GPU, no --plumbing-only)"
+say "0: refusal on a real sysfs (edu is no RDNA1 GPU: vm-test gpu, not vm-test plumbing)"
 state $EDU >"$OUT/refused.before"
-"$KMGR" vm-test --gpu $EDU >"$OUT/refused.out" 2>"$OUT/refused.err"; echo $? >"$OUT/refused.rc"
+"$KMGR" vm-test gpu $EDU >"$OUT/refused.out" 2>"$OUT/refused.err"; echo $? >"$OUT/refused.rc"
 state $EDU >"$OUT/refused.after"
 
 say "1: plumbing-only with edu, to the end"
 state $EDU >"$OUT/pass.before"
-"$KMGR" vm-test --gpu $EDU --plumbing-only --json --timeout "$INNER_TIMEOUT" >"$OUT/pass.json" 2>"$OUT/pass.err" &
+"$KMGR" vm-test plumbing $EDU --json --timeout "$INNER_TIMEOUT" >"$OUT/pass.json" 2>"$OUT/pass.err" &
 pid=$!
 sample $EDU $pid "$OUT/pass.during"
 wait $pid; echo $? >"$OUT/pass.rc"
@@ -53,8 +53,8 @@ state $EDU >"$OUT/pass.after"
 ls "$JOURNAL" >"$OUT/pass.journal" 2>/dev/null
 say "1 done: rc $(cat "$OUT/pass.rc")"
 
-say "2: the tool SIGKILLed while the inner guest runs, then vm-test --restore"
-"$KMGR" vm-test --gpu $EDU --plumbing-only --json --accel tcg --timeout "$INNER_TIMEOUT" >"$OUT/killed.json" 2>"$OUT/killed.err" &
+say "2: the tool SIGKILLed while the inner guest runs, then vm-test restore"
+"$KMGR" vm-test plumbing $EDU --json --accel tcg --timeout "$INNER_TIMEOUT" >"$OUT/killed.json" 2>"$OUT/killed.err" &
 pid=$!
 if wait_inner_qemu $EDU; then
     sleep 3  # the inner QEMU has opened the group by now
@@ -63,11 +63,11 @@ if wait_inner_qemu $EDU; then
     state $EDU >"$OUT/killed.state"
     ls "$JOURNAL" >"$OUT/killed.journal"
     inner_qemu $EDU >"$OUT/killed.qemu"
-    "$KMGR" vm-test --restore --json >"$OUT/restore.json" 2>"$OUT/restore.err"; echo $? >"$OUT/restore.rc"
+    "$KMGR" vm-test restore --json >"$OUT/restore.json" 2>"$OUT/restore.err"; echo $? >"$OUT/restore.rc"
     state $EDU >"$OUT/restore.after"
     ls "$JOURNAL" >"$OUT/restore.journal" 2>/dev/null
     inner_qemu $EDU >"$OUT/restore.qemu"
-    "$KMGR" vm-test --restore --json >"$OUT/restore2.json" 2>"$OUT/restore2.err"; echo $? >"$OUT/restore2.rc"
+    "$KMGR" vm-test restore --json >"$OUT/restore2.json" 2>"$OUT/restore2.err"; echo $? >"$OUT/restore2.rc"
 else
     echo "the inner QEMU never started" >"$OUT/killed.err"
 fi
@@ -75,7 +75,7 @@ say "2 done"
 
 say "3: a device with a driver (virtio-rng on virtio-pci); the step after the bind fails (hard timeout)"
 state $RNG >"$OUT/timeout.before"
-"$KMGR" vm-test --gpu $RNG --plumbing-only --json --accel tcg --timeout 2 >"$OUT/timeout.json" 2>"$OUT/timeout.err" &
+"$KMGR" vm-test plumbing $RNG --json --accel tcg --timeout 2 >"$OUT/timeout.json" 2>"$OUT/timeout.err" &
 pid=$!
 sample $RNG $pid "$OUT/timeout.during"
 wait $pid; echo $? >"$OUT/timeout.rc"
@@ -84,7 +84,7 @@ ls "$JOURNAL" >"$OUT/timeout.journal" 2>/dev/null
 say "3 done"
 
 say "4: SIGTERM while the inner guest runs"
-"$KMGR" vm-test --gpu $RNG --plumbing-only --json --accel tcg --timeout "$INNER_TIMEOUT" >"$OUT/term.json" 2>"$OUT/term.err" &
+"$KMGR" vm-test plumbing $RNG --json --accel tcg --timeout "$INNER_TIMEOUT" >"$OUT/term.json" 2>"$OUT/term.err" &
 pid=$!
 if wait_inner_qemu $RNG; then
     state $RNG >"$OUT/term.during"

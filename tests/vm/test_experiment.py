@@ -190,15 +190,14 @@ def _matrix_on_a_board_wrong_without_quirks(tmp_path, monkeypatch) -> BoardExper
     return BoardExperiment(experiment.write_record(results, best, {"board": "0000:0a:00.0"}), tuple(results), best)
 
 
-def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside_the_record(
-    tmp_path, monkeypatch, capsys
-):
+def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside_the_record(tmp_path, monkeypatch):
     from rdna1_kmgr.commands.vmtest import experiment_report
 
     board = _matrix_on_a_board_wrong_without_quirks(tmp_path, monkeypatch)
     path, best = board.record, board.best
-    experiment_report(board, as_json=False)
-    out = capsys.readouterr().out.splitlines()
+    shown = experiment_report(board)
+    assert shown.failure is None
+    out = list(shown.text)
     assert out[0].split()[:3] == ["cell", "kernel", "result"]  # the host experiment's header
     wrong = [line for line in out if line.startswith("0x0/")]
     assert len(wrong) == len(profiles.load()) and all(line.split()[1:4] == ["quirks", "0x0", "wrong"] for line in wrong)
@@ -212,24 +211,24 @@ def test_the_matrix_prints_the_host_experiments_table_and_leaves_its_grid_beside
     assert f"sudo rdna1-kmgr install --quirks 0x{best.cell.mask:x}" in text
 
 
-def test_the_matrix_json_names_the_record_its_page_every_cell_and_the_pick(tmp_path, monkeypatch, capsys):
+def test_the_matrix_json_names_the_record_its_page_every_cell_and_the_pick(tmp_path, monkeypatch):
     """`vm-test matrix --json`'s keys, as scripts read them (written from main's output before issue 41)."""
     from rdna1_kmgr.commands.vmtest import experiment_report
+    from rdna1_kmgr.core import output
 
     board = _matrix_on_a_board_wrong_without_quirks(tmp_path, monkeypatch)
     path, best = board.record, board.best
-    experiment_report(board, as_json=True)
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(json.dumps(output.to_json(experiment_report(board).value)))
     assert sorted(out) == ["cells", "html", "recommended", "record"]
     assert out["record"] == str(path) and out["html"] == str(tmp_path / "experiments" / f"{path.stem}.html")
     assert [c["cell"] for c in out["cells"]] == [r.cell.id for r in board.results]
     assert out["recommended"]["cell"] == best.cell.id
 
 
-def test_matrix_needs_the_board():
-    result = CliRunner().invoke(main, ["vm-test", "--matrix", "--emulated"])
-    assert result.exit_code == 2 and "--matrix runs on the board" in result.stderr
-    result = CliRunner().invoke(main, ["vm-test", "--gpu", "auto", "--matrix", "--cell-timeout", "0"])
+def test_the_matrix_is_its_subcommand_only():
+    result = CliRunner().invoke(main, ["vm-test", "--matrix"])
+    assert result.exit_code == 2 and "No such option '--matrix'" in result.stderr
+    result = CliRunner().invoke(main, ["vm-test", "matrix", "auto", "--cell-timeout", "0"])
     assert result.exit_code == 2 and "invalid --cell-timeout 0" in result.stderr
 
 

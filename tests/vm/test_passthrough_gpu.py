@@ -59,7 +59,7 @@ def test_the_host_checks_accept_the_board(gpu):
 def test_the_board_passes_through_and_comes_back_on_amdgpu(gpu, tmp_path, monkeypatch):
     monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
     before = host_facts.detect().target
-    result = CliRunner().invoke(main, ["vm-test", "--gpu", gpu, "--plumbing-only", "--json"])
+    result = CliRunner().invoke(main, ["vm-test", "plumbing", gpu, "--json"])
     assert result.exit_code == 0, result.output
     verdict = json.loads(result.stdout)
     facts = verdict["passthrough"]
@@ -73,7 +73,7 @@ def test_the_board_passes_through_and_comes_back_on_amdgpu(gpu, tmp_path, monkey
 def full_run(gpu: str, tmp_path, monkeypatch, *extra: str) -> dict:
     monkeypatch.setenv("RDNA1_KMGR_LOG", str(tmp_path / "log"))
     monkeypatch.setenv("RDNA1_KMGR_STATE", str(tmp_path / "state"))
-    result = CliRunner().invoke(main, ["vm-test", "--gpu", gpu, *extra, "--json"])
+    result = CliRunner().invoke(main, ["vm-test", "gpu", gpu, *extra, "--json"])
     verdict = json.loads(result.stdout) if result.stdout.strip() else {}
     assert result.exit_code == 0, verdict.get("reason") or result.output
     assert verdict["verdict"] == "pass" and verdict["mode"] == "passthrough" and verdict["passthrough"]["bdf"] == gpu

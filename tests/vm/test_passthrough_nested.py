@@ -1,4 +1,4 @@
-"""End to end, with real parts: `vm-test --gpu BDF --plumbing-only` inside a guest that has an IOMMU.
+"""End to end, with real parts: `vm-test plumbing BDF` inside a guest that has an IOMMU.
 
 This machine has no IOMMU and no GPU, but QEMU can give a guest both an emulated IOMMU (intel-iommu with
 caching mode, so vfio can map through it) and harmless PCI devices. So one outer guest (virtme-ng, the
@@ -159,7 +159,7 @@ def test_the_original_state_is_back_after(nested):
     assert read(nested, "pass.journal") == ""
 
 
-# --- 2: killed with SIGKILL mid-run, then --restore ----------------------------------------------------------
+# --- 2: killed with SIGKILL mid-run, then `vm-test restore` --------------------------------------------------
 
 
 def test_a_sigkilled_run_leaves_the_device_journaled_on_vfio(nested):

@@ -1,4 +1,4 @@
-"""vm-test --gpu: the passthrough verdict rules on canned guest results, the plan the guest gets, the record's
+"""vm-test gpu: the passthrough verdict rules on canned guest results, the plan the guest gets, the record's
 host side; and a real CPU run of the conv2d workload script (skipped without torch).
 
 The canned GPU facts are what collect.py reads in a guest driving an RX 5600 XT (1002:731f, 6 GiB): the
@@ -433,7 +433,7 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
     monkeypatch.setattr(passthrough.engine, "validate_module", validate_module)
     args = [
         "vm-test",
-        "--gpu",
+        "gpu",
         board.bdf,
         "--module",
         str(module),
@@ -454,6 +454,7 @@ def test_vm_test_gpu_binds_validates_in_passthrough_mode_gives_back_and_exits_5_
     assert mode == "passthrough" and devices == (board.bdf,)  # as data: the guest turns them into its options
     assert gpu == gpu_checks.GpuTarget("1002:731f", ("crat-mem", "coarse-mtype"), "conv2d")
     out = json.loads(result.stdout)
+    assert out.pop("output_schema") == "rdna1-kmgr.vm-test.gpu/1"  # the envelope; the rest is the stored record
     assert out["mode"] == "passthrough" and out["passthrough"]["bdf"] == board.bdf
     assert out["passthrough"]["accepted_reset_risk"] is True and out["passthrough"]["came_back"] is True
     assert json.loads(Path(out["record"]).read_text()) == out
@@ -476,6 +477,7 @@ def run_collect_workload(pythons: list[str], device: str) -> dict:
     )
 
 
+@pytest.mark.system  # a real CPU PyTorch
 def test_conv2d_runs_on_the_cpu_against_the_cpu_and_passes(torch_python):
     python = torch_python
     workload = run_collect_workload([python], "cpu")
@@ -487,6 +489,7 @@ def test_conv2d_runs_on_the_cpu_against_the_cpu_and_passes(torch_python):
     assert check.ok and check.detail.startswith("16 cases within rtol 0.001 / atol 0.001")
 
 
+@pytest.mark.system  # a real CPU PyTorch
 def test_conv2d_without_a_gpu_reports_that_it_could_not_run(torch_python):
     python = torch_python
     if subprocess.run([python, "-c", "import sys, torch; sys.exit(torch.cuda.is_available())"]).returncode:

@@ -201,7 +201,7 @@ def test_accept_reset_risk_goes_on_and_says_so(tmp_path):
 
 
 def test_the_plumbing_check_does_not_hide_a_navi10_reset_risk(tmp_path):
-    # --plumbing-only with the GPU itself still resets the GPU after the VM.
+    # `vm-test plumbing` with the GPU itself still resets the GPU after the VM.
     desktop(tmp_path, reset_method="bus")
     err = refusal(lambda: preflight(tmp_path, plumbing_only=True))
     assert "AMD reset bug" in err.what
@@ -515,11 +515,8 @@ def test_restore_with_nothing_journaled_does_nothing():
 @pytest.mark.parametrize(
     "args, code, line",
     [
-        (["--plumbing-only"], 2, "--plumbing-only needs --gpu BDF"),
-        (["--restore", "--gpu", EDU], 2, "--restore takes no --gpu or --plumbing-only"),
-        (["--force"], 2, "--accept-reset-risk and --force only apply with --gpu"),
-        (["--gpu", "0000:0a:00.0;reboot", "--plumbing-only"], 2, "invalid PCI address '0000:0a:00.0;reboot'"),
-        (["--gpu", "0000:42:00.0", "--plumbing-only"], 4, "no PCI device 0000:42:00.0 in /sys/bus/pci/devices"),
+        (["plumbing", "0000:0a:00.0;reboot"], 2, "invalid PCI address '0000:0a:00.0;reboot'"),
+        (["plumbing", "0000:42:00.0"], 4, "no PCI device 0000:42:00.0 in /sys/bus/pci/devices"),
     ],
 )
 def test_bad_passthrough_invocations_are_one_line_and_change_nothing(tmp_path, args, code, line):
@@ -530,10 +527,29 @@ def test_bad_passthrough_invocations_are_one_line_and_change_nothing(tmp_path, a
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize(
+    "args, gone",
+    [
+        (["--plumbing-only"], "--plumbing-only"),
+        (["--restore", "--gpu", EDU], "--restore"),
+        (["--gpu", EDU, "--plumbing-only"], "--gpu"),
+        (["--force"], "--force"),
+        (["restore", "--gpu", EDU], "--gpu"),
+    ],
+)
+def test_the_old_passthrough_flags_are_gone_and_change_nothing(tmp_path, args, gone):
+    """`vm-test plumbing BDF` and `vm-test restore` replaced them: click's usage error, exit 2."""
+    result = CliRunner().invoke(main, ["vm-test", *args])
+    assert result.exit_code == 2, result.output
+    assert f"No such option '{gone}'" in result.stderr
+    assert not (tmp_path / "state").exists()
+
+
 def test_restore_with_nothing_left_says_so():
-    result = CliRunner().invoke(main, ["vm-test", "--restore", "--json"])
-    assert result.exit_code == 0 and json.loads(result.stdout) == {"restored": []}
-    result = CliRunner().invoke(main, ["vm-test", "--restore"])
+    result = CliRunner().invoke(main, ["vm-test", "restore", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {"output_schema": "rdna1-kmgr.vm-test.restore/1", "restored": []}
+    result = CliRunner().invoke(main, ["vm-test", "restore"])
     assert result.exit_code == 0 and result.stdout == "no device left on vfio-pci by rdna1-kmgr\n"
 
 
