@@ -69,7 +69,10 @@ class KmgrGroup(click.Group):
         program_path.include_system_programs()
         command_log.start()
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            if isinstance(result, output.Shown):
+                _show(ctx, result)
+            return result
         except PermissionError as err:
             # Mostly root's own state, journal and logs (0700, root's alone) read by a command run as a user.
             denied = HostError(
@@ -82,13 +85,31 @@ class KmgrGroup(click.Group):
             _fail(ctx, err)
         except click.UsageError as err:  # click's own (an unknown option): its usage text on stderr as ever
             if _wants_json(ctx):
-                click.echo(json.dumps(output.error_json(err.format_message(), None, int(Exit.USAGE), "usage")))
+                what = err.format_message()
+                click.echo(json.dumps(output.error_json(what, None, int(Exit.USAGE), "usage", _command(ctx, err))))
             raise
+
+
+def _show(ctx: click.Context, result: output.Shown) -> None:
+    """A command's result shown, then the command ended as the result says (a failing verdict: its error)."""
+    output.show(ctx, result)
+    if result.failure is not None:
+        raise result.failure
+    if result.exit_code:
+        sys.exit(result.exit_code)
+
+
+def _command(ctx: click.Context, err: click.UsageError) -> str:
+    """The words of the command click refused (its own context's: a group's --json may have named the group)."""
+    if err.ctx is not None:
+        return " ".join(err.ctx.command_path.split()[1:])
+    return output.command_words(ctx)
 
 
 def _wants_json(ctx: click.Context) -> bool:
     """--json was given and nothing answered it yet (a failing verdict's record is its answer)."""
-    return "--json" in ctx.meta.get(root_only.ARGV_KEY, ()) and not ctx.meta.get(output.PRINTED_RESULT)
+    given = ctx.meta.get(output.WANTS_JSON) or "--json" in ctx.meta.get(root_only.ARGV_KEY, ())
+    return bool(given) and not ctx.meta.get(output.PRINTED_RESULT)
 
 
 def _fail(ctx: click.Context, err: KmgrError) -> NoReturn:
@@ -96,7 +117,9 @@ def _fail(ctx: click.Context, err: KmgrError) -> NoReturn:
     script reading the output gets an answer it can parse, whatever went wrong)."""
     click.echo(f"rdna1-kmgr: error: {err.line()}", err=True)
     if _wants_json(ctx):
-        click.echo(json.dumps(output.error_json(err.what, err.hint, int(err.exit_code), err.exit_code.name.lower())))
+        kind = err.exit_code.name.lower()
+        words = output.command_words(ctx) or (ctx.invoked_subcommand or "")
+        click.echo(json.dumps(output.error_json(err.what, err.hint, int(err.exit_code), kind, words)))
     sys.exit(err.exit_code)
 
 

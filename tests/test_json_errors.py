@@ -1,43 +1,18 @@
-"""Every command's --json answers a failure with the error object docs/reference.md documents ("Errors with
+"""Every command's --json answers a failure with the error object docs/reference.md documents ("Output with
 `--json`"): the schema is read from the reference itself, and each command is walked from click's own tree."""
 
 import json
-import re
-from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
+from json_fixtures import documented_schemas, problems
 
 from rdna1_kmgr import cli
 
-REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
-TYPES = {"object": dict, "string": str, "integer": int, "null": type(None)}
-
 
 def documented_schema() -> dict:
-    section = REFERENCE.read_text().split("### Errors with `--json`", 1)[1]
-    return json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
-
-
-def problems(value, schema: dict, where: str = "$") -> list[str]:
-    """The ways `value` breaks `schema` (the JSON Schema keywords the reference's schema uses)."""
-    if "const" in schema:
-        return [] if value == schema["const"] else [f"{where}: {value!r} is not {schema['const']!r}"]
-    kinds = schema.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else kinds or []
-    if kinds and not any(isinstance(value, TYPES[k]) and not isinstance(value, bool) for k in kinds):
-        return [f"{where}: {value!r} is not of type {kinds}"]
-    found = []
-    if isinstance(value, dict):
-        found += [f"{where}: no {key!r}" for key in schema.get("required", []) if key not in value]
-        extra = set(value) - set(schema.get("properties", {}))
-        if schema.get("additionalProperties") is False and extra:
-            found.append(f"{where}: keys the schema lacks: {sorted(extra)}")
-        for key, sub in schema.get("properties", {}).items():
-            if key in value:
-                found += problems(value[key], sub, f"{where}.{key}")
-    return found
+    return documented_schemas()[1]
 
 
 def commands_with_json(group: click.Group = cli.main, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -54,11 +29,16 @@ def commands_with_json(group: click.Group = cli.main, path: tuple[str, ...] = ()
 
 def test_the_schema_check_sees_what_it_forbids():
     schema = documented_schema()
-    good = {"schema": "rdna1-kmgr.error/1", "error": {"what": "w", "hint": None, "exit_code": 2, "kind": "usage"}}
+    error = {"what": "w", "hint": None, "exit_code": 2, "kind": "usage"}
+    good = {"output_schema": "rdna1-kmgr.error/1", "command": "keys status", "error": error}
     assert problems(good, schema) == []
     assert problems({**good, "extra": 1}, schema)
     assert problems({**good, "error": {**good["error"], "exit_code": True}}, schema)
-    assert problems({**good, "schema": "rdna1-kmgr.error/2"}, schema)
+    assert problems({**good, "output_schema": "rdna1-kmgr.error/2"}, schema)
+    result = documented_schemas()[0]
+    assert problems({"output_schema": "rdna1-kmgr.keys.status/1", "pair": {}}, result) == []
+    assert problems({"output_schema": "rdna1-kmgr.keys status/1"}, result)
+    assert problems({"schema": 1}, result)
 
 
 def test_every_command_with_json_answers_a_bad_option_with_the_documented_error():
@@ -71,6 +51,7 @@ def test_every_command_with_json_answers_a_bad_option_with_the_documented_error(
         answer = json.loads(result.stdout)
         assert problems(answer, schema) == [], (command, answer)
         assert "--no-such-option" in answer["error"]["what"]
+        assert answer["command"] == " ".join(command)
 
 
 @pytest.mark.parametrize(
@@ -86,4 +67,5 @@ def test_the_tools_own_errors_come_as_the_documented_object_with_their_exit_code
     answer = json.loads(result.stdout)
     assert problems(answer, documented_schema()) == []
     assert answer["error"]["kind"] == kind and answer["error"]["exit_code"] == code
+    assert answer["command"] == args[0]
     assert result.stderr.startswith("rdna1-kmgr: error: " + answer["error"]["what"])

@@ -2,6 +2,7 @@
 
 import click
 
+from rdna1_kmgr.core import output
 from rdna1_kmgr.install import boot_guard
 from rdna1_kmgr.install.target_root import TargetRoot
 
@@ -15,19 +16,19 @@ from rdna1_kmgr.install.target_root import TargetRoot
     help="With --auto: the systemd target that must be reached (default: multi-user.target).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the command that would record it; change nothing.")
-def confirm(auto, target, dry_run):
+def confirm(auto, target, dry_run) -> output.Shown:
     """Confirm this trial boot: later boots keep the RDNA1 quirks on."""
-    click.echo(boot_guard.confirm(TargetRoot.from_env(), auto=auto, target=target, dry_run=dry_run))
+    return output.shown(None, boot_guard.confirm(TargetRoot.from_env(), auto=auto, target=target, dry_run=dry_run))
 
 
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Print the command that would arm it; change nothing.")
-def retry(dry_run):
+def retry(dry_run) -> output.Shown:
     """Make the next boot one more trial with the RDNA1 quirks on."""
-    click.echo(boot_guard.retry(TargetRoot.from_env(), dry_run=dry_run))
+    return output.shown(None, boot_guard.retry(TargetRoot.from_env(), dry_run=dry_run))
 
 
 @click.command("boot-check", hidden=True)
-def boot_check():
+def boot_check() -> output.Shown:
     """Run at every boot by rdna1-kmgr-boot-check.service: say what kind of boot this is."""
-    click.echo(boot_guard.boot_check(TargetRoot.from_env()))
+    return output.shown(None, boot_guard.boot_check(TargetRoot.from_env()))

@@ -6,10 +6,10 @@ from pathlib import Path
 import click
 
 from rdna1_kmgr.commands.quirk_options import quirk_selection
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import output, progress, user_input
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host import system_identity
+from rdna1_kmgr.modbuild.build_result import BuildResult
 from rdna1_kmgr.modbuild.module_build import BuildRequest, plan, run
 from rdna1_kmgr.source.target_kernel import resolve_kernel
 
@@ -17,10 +17,26 @@ from rdna1_kmgr.source.target_kernel import resolve_kernel
 def _confirm_install(plan_) -> bool:
     if not sys.stdin.isatty():
         return False  # nobody to ask: packages.ensure_prerequisites names what is missing
-    click.echo("To build, these packages are needed:", err=True)
+    progress.say("To build, these packages are needed:")
     for step in plan_.describe():
-        click.echo(f"  {step}", err=True)
+        progress.say(f"  {step}")
     return click.confirm("Install them now?", default=True, err=True)
+
+
+def _refuse_contradictions(
+    jobs: int | None, yes_and_no_install: bool, sysroot_without_dry_run: bool, source, sha256, keyring
+) -> None:
+    """Options that cannot go together, or one without the other it needs: one line, before anything is read."""
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"invalid job count {jobs}", "give -j 1 or more")
+    if yes_and_no_install:
+        raise UsageError("--yes and --no-install contradict each other", "give one of them")
+    if sysroot_without_dry_run:
+        raise UsageError("--sysroot is for --dry-run", "a build is for this machine's kernels: drop --sysroot")
+    if keyring and not (source and "://" in source):
+        raise UsageError("--keyring needs --source with a URL", "give the tarball's URL")
+    if sha256 and not source:
+        raise UsageError("--sha256 needs --source", "give the tarball it is the hash of")
 
 
 @click.command()
@@ -55,7 +71,7 @@ def _confirm_install(plan_) -> bool:
     help="Print the plan with its exact commands; change nothing (the source is fetched into the cache).",
 )
 @click.option("--sysroot", metavar="DIR", help="With --dry-run: read the kernel and distribution facts under DIR.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object describing the built module.")
+@output.json_option
 def build(
     kernel,
     source,
@@ -72,19 +88,9 @@ def build(
     debug_info,
     dry_run,
     sysroot,
-    as_json,
-):
+) -> output.Shown:
     """Build the patched amdgpu module for a kernel through DKMS, sign it and verify it."""
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"invalid job count {jobs}", "give -j 1 or more")
-    if yes and no_install:
-        raise UsageError("--yes and --no-install contradict each other", "give one of them")
-    if sysroot and not dry_run:
-        raise UsageError("--sysroot is for --dry-run", "a build is for this machine's kernels: drop --sysroot")
-    if keyring and not (source and "://" in source):
-        raise UsageError("--keyring needs --source with a URL", "give the tarball's URL")
-    if sha256 and not source:
-        raise UsageError("--sha256 needs --source", "give the tarball it is the hash of")
+    _refuse_contradictions(jobs, yes and no_install, bool(sysroot) and not dry_run, source, sha256, keyring)
     # the one place the kernel is decided (and --kernel checked); a dry run decides it for the --sysroot system
     system = system_identity.read(user_input.existing_dir(sysroot, "sysroot") if sysroot else Path("/"))
     target = resolve_kernel(kernel, "planning a build" if dry_run else "building", system=system)
@@ -106,26 +112,25 @@ def build(
     )
     if dry_run:
         planned = plan(request)
-        if as_json:
-            emit_json(planned)
-        else:
-            click.echo("\n".join(planned.plan))
-        return
+        return output.shown(planned, planned.plan)
     result = run(request, confirm=_confirm_install)
-    if as_json:
-        emit_json(result.to_json())
-        return
+    return output.shown(result, _built_lines(result))
+
+
+def _built_lines(result: BuildResult) -> list[str]:
+    """What was built, one fact a line under the module's path."""
     verb = "reused" if result.reused else f"built in {result.seconds} s"
-    click.echo(f"{result.module} ({verb})")
-    click.echo(f"  kernel {result.kernel}, package {result.package}/{result.package_version}")
-    click.echo(f"  signed by {result.signer!r}, verified against {result.certificate}")
-    click.echo(
+    return [
+        f"{result.module} ({verb})",
+        f"  kernel {result.kernel}, package {result.package}/{result.package_version}",
+        f"  signed by {result.signer!r}, verified against {result.certificate}",
         f"  on by default: {' '.join(result.quirks_on) or 'nothing'}; compiled in, off until switched on: "
-        f"{' '.join(result.quirks_off) or 'nothing'}"
-    )
-    click.echo(f"  devices {' '.join(result.devices)}; parameters {' '.join(result.parameters)}")
-    click.echo(f"  sha256 {result.sha256}")
-    for old in result.removed_versions:
-        click.echo(f"  removed the older build {result.package}/{old}")
-    for old in result.kept_installed_versions:
-        click.echo(f"  kept {result.package}/{old}: it is installed (`rdna1-kmgr install` replaces it)")
+        f"{' '.join(result.quirks_off) or 'nothing'}",
+        f"  devices {' '.join(result.devices)}; parameters {' '.join(result.parameters)}",
+        f"  sha256 {result.sha256}",
+        *(f"  removed the older build {result.package}/{old}" for old in result.removed_versions),
+        *(
+            f"  kept {result.package}/{old}: it is installed (`rdna1-kmgr install` replaces it)"
+            for old in result.kept_installed_versions
+        ),
+    ]

@@ -4,15 +4,14 @@ from pathlib import Path
 
 import click
 
-from rdna1_kmgr.core import user_input
-from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.core import output, user_input
 from rdna1_kmgr.host.host_facts import HostFacts
 from rdna1_kmgr.host.host_facts import detect as detect_host
 from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of, format_id, is_rdna1
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
+@output.json_option
 @click.option(
     "--sysroot",
     default="/",
@@ -27,16 +26,14 @@ from rdna1_kmgr.host.rdna1_boards import DEFAULT_TARGET, chip_of, format_id, is_
     metavar="0xNNNN",
     help="PCI device id of the RDNA1 board to work on.",
 )
-def detect(as_json: bool, sysroot: str, target: str):
+def detect(sysroot: str, target: str) -> output.Shown:
     """Report kernel, distro, GPUs, headers, DKMS, Secure Boot, IOMMU and KVM. Changes nothing."""
     facts = detect_host(user_input.existing_dir(sysroot, "sysroot"), user_input.pci_device_id(target))
-    if as_json:
-        emit_json(facts.to_json())
-    else:
-        click.echo(report(facts))
+    return output.shown(facts, text_lines(facts))
 
 
-def report(facts: HostFacts) -> str:
+def text_lines(facts: HostFacts) -> list[str]:
+    """The report as `detect` prints it, one fact a line."""
     # DKMS is only asked of the running host; a sysroot's DKMS is not read.
     dkms = facts.dkms_version or ("not installed" if facts.sysroot == Path("/") else "not read (sysroot)")
     lines = [
@@ -69,4 +66,4 @@ def report(facts: HostFacts) -> str:
         lines.append("no RDNA1 GPU found")
     wanted = f"{format_id(facts.target_id)} ({chip_of(facts.target_id)})"
     lines.append(f"target       {wanted}: " + (target.bdf if target else "not present"))
-    return "\n".join(lines)
+    return lines

@@ -2,15 +2,14 @@
 
 import click
 
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import output, user_input
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.doctor.kfd_access import invoking_user
 from rdna1_kmgr.doctor.report import run, text_lines
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
+@output.json_option
 @click.option(
     "--sysroot",
     default="/",
@@ -31,7 +30,7 @@ from rdna1_kmgr.doctor.report import run, text_lines
     metavar="NAME",
     help="Check device access and shell files for this user (default: SUDO_USER, else you).",
 )
-def doctor(as_json, sysroot, pythons, user_name):
+def doctor(sysroot, pythons, user_name) -> output.Shown:
     """Board, driver, KFD, device access, HSA_OVERRIDE_GFX_VERSION and the *_VISIBLE_DEVICES variables wherever
     they are set, gfx1010 code in PyTorch and ROCm (TheRock's split wheels too, with a pip line that works), the
     queue's control-stack and CWSR checks, ROCm stacks, MIOpen settings, PCIe atomics, hangs and GPU page faults.
@@ -44,7 +43,4 @@ def doctor(as_json, sysroot, pythons, user_name):
                 f"--user {user_name!r} is not a user of {sysroot}", "give a name `getent passwd` lists there"
             )
     result = run(sysroot, list(pythons), user_name)
-    if as_json:
-        emit_json(result)
-    else:
-        click.echo("\n".join(text_lines(result)))
+    return output.shown(result, text_lines(result))

@@ -5,9 +5,8 @@ from pathlib import Path
 
 import click
 
-from rdna1_kmgr.core import progress, user_input
+from rdna1_kmgr.core import output, progress, user_input
 from rdna1_kmgr.core.errors import Exit, UsageError
-from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.experiment import answer, cell_run, host_run, kernel_run
 from rdna1_kmgr.experiment import apply as apply_answer
 from rdna1_kmgr.vm import cell_outcomes
@@ -55,14 +54,16 @@ from rdna1_kmgr.vm import cell_outcomes
     metavar="DIR",
     help="Read the board and the kernel log under this tree (a fixture).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+@output.json_option
 @click.pass_context
-def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_timeout, quick, sysroot, as_json):
+def experiment(
+    ctx, python, profiles, backends, pattern, case_timeout, cell_timeout, quick, sysroot
+) -> output.Shown | None:
     """Run the workload (smoke, Conv2d forward/backward against the CPU, ...) under every user-space profile
     and backend setting, each cell in a fresh process of your PyTorch with its own MIOpen caches; print the
     table and the smallest change that passes. Changes nothing on the system."""
     if ctx.invoked_subcommand is not None:
-        return
+        return None
     for name, value in (("--case-timeout", case_timeout), ("--cell-timeout", cell_timeout)):
         if value <= 0:
             raise UsageError(f"invalid {name} {value:g}", "give a number of seconds > 0")
@@ -76,22 +77,16 @@ def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_time
         quick,
     )
     done = host_run.run(request)
-    if as_json:
-        emit_json(done.record)
-    else:
-        rows = [answer.host_row(r) for r in done.results]
-        click.echo(
-            "\n".join(
-                answer.table(rows)
-                + [""]
-                + done.answer
-                + [f"table: {done.html}", f"record: {Path(done.folder) / 'record.json'}"]
-            )
-        )
-    if done.stopped:
-        ctx.exit(Exit.GPU_LOST)
-    if done.dead_end:
-        ctx.exit(Exit.HOST)
+    rows = [answer.host_row(r) for r in done.results]
+    lines = (
+        answer.table(rows)
+        + [""]
+        + done.answer
+        + [f"table: {done.html}", f"record: {Path(done.folder) / 'record.json'}"]
+    )
+    # The run's record.json is its --json (answer.write builds it); a lost GPU or a dead end ends with its code.
+    ended = Exit.GPU_LOST if done.stopped else Exit.HOST if done.dead_end else 0
+    return output.shown(done.record, lines, exit_code=int(ended))
 
 
 @experiment.command("apply")
@@ -106,29 +101,23 @@ def experiment(ctx, python, profiles, backends, pattern, case_timeout, cell_time
 )
 @click.option("--kernel", "kernel_answer", is_flag=True, help="The kernel cells' answer (the smallest that passed).")
 @click.option("--dry-run", is_flag=True, help="Print the exact plan; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def apply(cell_id, kernel_cell, kernel_answer, dry_run, as_json):
+@output.json_option
+def apply(cell_id, kernel_cell, kernel_answer, dry_run) -> output.Shown:
     """Install the last experiment's answer: its profile through `profile install` (journaled; `rollback` or
     `profile remove` undoes it); a backend setting is printed as the line for your program. With --kernel or
     --kernel-cell: a quirk mask through `install --quirks`, a stock amdgpu parameter on every boot's command
     line through GRUB (journaled; `rollback` undoes it)."""
     if kernel_cell or kernel_answer:
         on_boot = apply_answer.apply_kernel(kernel_cell, dry_run)
-        if as_json:
-            emit_json(on_boot)
-        else:
-            click.echo("\n".join(on_boot.lines()))
-        return
+        return output.shown(on_boot, on_boot.lines())
     result = apply_answer.apply(cell_id, dry_run)
-    if as_json:
-        emit_json(result)
-        return
     if result.profile is None:
-        click.echo(f"{result.cell}: no profile to install (it passes with your environment as it is)")
+        lines = [f"{result.cell}: no profile to install (it passes with your environment as it is)"]
     else:
-        click.echo("\n".join(result.profile_lines()))
+        lines = result.profile_lines()
     if result.code:
-        click.echo(f"in your program, after `import torch`: {result.code}")
+        lines.append(f"in your program, after `import torch`: {result.code}")
+    return output.shown(result, lines)
 
 
 @experiment.command("kernel")
@@ -152,8 +141,8 @@ def apply(cell_id, kernel_cell, kernel_answer, dry_run, as_json):
 @click.option("--reboot", is_flag=True, help="Reboot by itself into each next cell (default: you reboot).")
 @click.option("--sysroot", default="/", show_default=True, metavar="DIR", help="Read the board under this tree.")
 @click.option("--dry-run", is_flag=True, help="Print the cells and the boot files; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def kernel(python, kernel_cells, pattern, case_timeout, cell_timeout, quick, reboot, sysroot, dry_run, as_json):
+@output.json_option
+def kernel(python, kernel_cells, pattern, case_timeout, cell_timeout, quick, reboot, sysroot, dry_run) -> output.Shown:
     """The kernel axis, on this desktop: one boot per kernel cell (a stock amdgpu parameter, or a quirk mask of
     the installed build) on the command line of that boot only, through GRUB. Each cell's boot runs stage 1's
     best cells, records them and arms the next; a boot that hangs is recorded as a hang and followed by a normal
@@ -171,44 +160,41 @@ def kernel(python, kernel_cells, pattern, case_timeout, cell_timeout, quick, reb
         reboot,
     )
     result = kernel_run.start(request, dry_run)
-    if as_json:
-        emit_json(result)
-    else:
-        click.echo("\n".join(result.plan))
+    return output.shown(result, result.plan)
 
 
 @experiment.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status(as_json):
+@output.json_option
+def status() -> output.Shown:
     """Where the kernel cells' boots are: each cell done (its outcomes), armed, or waiting."""
     result = kernel_run.status()
-    if as_json:
-        emit_json(result)
-    elif isinstance(result, kernel_run.NoCellsUnderWay):
+    return output.shown(result, _status_lines(result))
+
+
+def _status_lines(result: kernel_run.CellsUnderWay | kernel_run.NoCellsUnderWay) -> list[str]:
+    """No cells under way (and the last run's table and answer), or each cell's state."""
+    if isinstance(result, kernel_run.NoCellsUnderWay):
         last = result.last_run()
-        click.echo("no experiment's kernel cells are under way" + (f"; the last one ({last[0]}):" if last else ""))
-        if last:
-            click.echo("\n".join(last[1]))
-    else:
-        click.echo(f"kernel cells under way ({result.folder}); host cells: {', '.join(result.host_cells)}")
-        for n, cell in enumerate(result.cells, 1):
-            outcomes = f": {' '.join(cell.outcomes)}" if cell.outcomes else ""
-            click.echo(f"  {n}. {cell.cell:16} {cell.parameter:28} {cell.state}{outcomes}")
+        said = "no experiment's kernel cells are under way" + (f"; the last one ({last[0]}):" if last else "")
+        return [said, *(last[1] if last else [])]
+    lines = [f"kernel cells under way ({result.folder}); host cells: {', '.join(result.host_cells)}"]
+    for n, cell in enumerate(result.cells, 1):
+        outcomes = f": {' '.join(cell.outcomes)}" if cell.outcomes else ""
+        lines.append(f"  {n}. {cell.cell:16} {cell.parameter:28} {cell.state}{outcomes}")
+    return lines
 
 
 @experiment.command("stop")
 @click.option("--dry-run", is_flag=True, help="Print what is undone; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def stop(dry_run, as_json):
+@output.json_option
+def stop(dry_run) -> output.Shown:
     """End the kernel cells now: the next boot is a normal one; the boot files, GRUB's lines and variables are
     removed (the journal's replay). What ran is kept in the record."""
     result = kernel_run.stop(dry_run)
-    if as_json:
-        emit_json(result)
-    elif result.message is not None:
-        click.echo(result.message)
-    elif dry_run:
-        click.echo("\n".join(result.plan or []))
+    if result.message is not None:
+        return output.shown(result, [result.message])
+    # Ended for real: the run's table and answer went to progress as it ended (kernel_run.end).
+    return output.shown(result, (result.plan or []) if dry_run else [])
 
 
 @experiment.command("boot-step", hidden=True)

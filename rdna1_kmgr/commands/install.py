@@ -4,9 +4,9 @@ import sys
 
 import click
 
-from rdna1_kmgr.core import root_only
-from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.core import output, progress, root_only
 from rdna1_kmgr.install import boot_guard
+from rdna1_kmgr.install.install_result import InstallResult
 from rdna1_kmgr.install.module_install import InstallRequest, run
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 from rdna1_kmgr.source.target_kernel import kernel_to_install
@@ -18,7 +18,8 @@ def confirm_plan(question: str):
     def confirm(lines: list[str]) -> bool:
         if not sys.stdin.isatty():
             return False
-        click.echo("\n".join(lines), err=True)
+        for line in lines:
+            progress.say(line)
         return click.confirm(question, default=False, err=True)
 
     return confirm
@@ -59,8 +60,8 @@ def confirm_plan(question: str):
     help="Boot guard: the systemd target the trial boot must reach (default: the machine's default).",
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm_target, yes, as_json):
+@output.json_option
+def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm_target, yes) -> output.Shown:
     """Install the built module for a kernel: dkms install, depmod, modprobe.d, initramfs, verified."""
     if not dry_run:
         root_only.required("install")
@@ -75,15 +76,15 @@ def install(kernel, dry_run, skip_vm_check, cert, quirks, confirm_after, confirm
         confirm_target=confirm_target,
     )
     result = run(request, confirm=None if yes else confirm_plan("Install it?"))
-    if as_json:
-        emit_json(result.to_json())
-    elif result.already_installed:
+    return output.shown(result, _lines(result))
+
+
+def _lines(result: InstallResult) -> list[str]:
+    """Already in place (verified), the plan (dry run), or what the next boot of the kernel does."""
+    if result.already_installed:
         assert result.verified is not None
-        click.echo(
+        return [
             f"{result.package}/{result.package_version} is already installed for {result.kernel} "
             f"and verified: {result.verified.module}"
-        )
-    elif result.dry_run:
-        click.echo("\n".join(result.plan))
-    else:
-        click.echo("\n".join(result.next_boot))
+        ]
+    return list(result.plan if result.dry_run else result.next_boot)

@@ -4,9 +4,8 @@ from pathlib import Path
 
 import click
 
-from rdna1_kmgr.core import user_input
+from rdna1_kmgr.core import output, progress, user_input
 from rdna1_kmgr.core.errors import UsageError
-from rdna1_kmgr.core.output import emit_json
 from rdna1_kmgr.host import system_identity
 from rdna1_kmgr.modbuild import key_status, signing
 
@@ -30,58 +29,68 @@ def keys():
 @keys.command()
 @_with_key_options
 @click.option("--sysroot", default="/", show_default=True, metavar="DIR", help="Read Secure Boot state under DIR.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status(key, cert, sysroot, as_json):
+@output.json_option
+def status(key, cert, sysroot) -> output.Shown:
     """Secure Boot state, the key pair, and whether the certificate is enrolled. Changes nothing."""
     state = key_status.read(key, cert, user_input.existing_dir(sysroot, "sysroot"))
-    if as_json:
-        emit_json(state)
-        return
+    return output.shown(state, _status_lines(state))
+
+
+def _status_lines(state: key_status.KeyStatus) -> list[str]:
     pair = state.pair
-    click.echo(f"secure boot  {state.secure_boot_state}")
     key_note = (
         "missing"
         if not state.key_exists
         else ("private (0600)" if state.key_private else "READABLE BY OTHERS: chmod 600 it")
     )
-    click.echo(f"key          {pair.key} ({pair.convention}): {key_note}")
-    click.echo(
-        f"certificate  {pair.cert}: "
-        + (
-            "missing"
-            if state.certificate is None
-            else f"{state.certificate.subject!r}, SHA-1 {state.certificate.sha1_fingerprint}, "
-            f"valid until {state.certificate.not_after}"
-        )
+    certificate = (
+        "missing"
+        if state.certificate is None
+        else f"{state.certificate.subject!r}, SHA-1 {state.certificate.sha1_fingerprint}, "
+        f"valid until {state.certificate.not_after}"
     )
-    click.echo(f"enrollment   {state.enrollment}")
+    lines = [
+        f"secure boot  {state.secure_boot_state}",
+        f"key          {pair.key} ({pair.convention}): {key_note}",
+        f"certificate  {pair.cert}: {certificate}",
+        f"enrollment   {state.enrollment}",
+    ]
     if not state.key_exists and not state.cert_exists:
-        click.echo("make one with `rdna1-kmgr keys generate` (or let `rdna1-kmgr build` do it)")
+        lines.append("make one with `rdna1-kmgr keys generate` (or let `rdna1-kmgr build` do it)")
     elif state.secure_boot_enabled and state.enrollment != "enrolled":
-        click.echo(
+        lines.append(
             "Secure Boot is on: the module will not load until the certificate is enrolled "
             "(`rdna1-kmgr keys enroll`)"
         )
+    return lines
 
 
 @keys.command()
 @_with_key_options
 @click.option("--force", is_flag=True, help="Replace an existing pair (the new one must be enrolled again).")
 @click.option("--dry-run", is_flag=True, help="Print what would be written; change nothing.")
-def generate(key, cert, force, dry_run):
+def generate(key, cert, force, dry_run) -> output.Shown:
     """Make a signing key (readable by root only) and its certificate."""
     pair = signing.resolve(key, cert)
     if dry_run:
-        click.echo(f"openssl req -new -x509 -nodes -newkey rsa:2048 -subj /CN={signing.DEFAULT_SUBJECT} ...")
-        click.echo(
-            f"write {pair.key} (mode 0600) and {pair.cert} (DER, mode 0644)"
-            + (" replacing the existing pair" if force and (pair.key.exists() or pair.cert.exists()) else "")
+        replacing = force and (pair.key.exists() or pair.cert.exists())
+        return output.shown(
+            None,
+            [
+                f"openssl req -new -x509 -nodes -newkey rsa:2048 -subj /CN={signing.DEFAULT_SUBJECT} ...",
+                f"write {pair.key} (mode 0600) and {pair.cert} (DER, mode 0644)"
+                + (" replacing the existing pair" if replacing else ""),
+            ],
         )
-        return
     signing.generate(pair, force=force)
     info = signing.certificate_info(pair.cert)
-    click.echo(f"wrote {pair.key} (0600) and {pair.cert}: {info.subject!r}, SHA-1 {info.sha1_fingerprint}")
-    click.echo("next: `rdna1-kmgr keys enroll` if Secure Boot is on")
+    return output.shown(
+        None,
+        [
+            f"wrote {pair.key} (0600) and {pair.cert}: {info.subject!r}, SHA-1 {info.sha1_fingerprint}",
+            "next: `rdna1-kmgr keys enroll` if Secure Boot is on",
+        ],
+    )
 
 
 @keys.command()
@@ -94,7 +103,7 @@ def generate(key, cert, force, dry_run):
     help="The system whose convention applies (with --dry-run).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the command; change nothing.")
-def enroll(cert, sysroot, dry_run):
+def enroll(cert, sysroot, dry_run) -> output.Shown:
     """Queue the certificate for enrollment as a Machine Owner Key (finished at the next boot)."""
     root = user_input.existing_dir(sysroot, "sysroot")
     system = system_identity.read(root)
@@ -103,13 +112,10 @@ def enroll(cert, sysroot, dry_run):
     convention = signing.convention(system.platform)
     path = Path(cert).absolute() if cert else convention.cert
     if dry_run:
-        click.echo(" ".join(signing.enroll_command(path, convention, root)))
-        click.echo("\n".join(signing.REBOOT_STEPS))
-        return
+        return output.shown(None, [" ".join(signing.enroll_command(path, convention, root)), *signing.REBOOT_STEPS])
     already = signing.enrollment(path) if path.is_file() else None
     if already in ("enrolled", "pending"):
-        click.echo(f"{path} is already {already}; nothing to do")
-        return
-    click.echo("mokutil asks for a one-time password now; you type it again at the next boot.")
+        return output.shown(None, [f"{path} is already {already}; nothing to do"])
+    progress.say("mokutil asks for a one-time password now; you type it again at the next boot.")
     signing.enroll(path, convention)
-    click.echo("\n".join(signing.REBOOT_STEPS))
+    return output.shown(None, signing.REBOOT_STEPS)

@@ -22,7 +22,7 @@ import click
 
 from rdna1_kmgr import __version__, conformance
 from rdna1_kmgr.cli import main
-from rdna1_kmgr.core import files
+from rdna1_kmgr.core import files, progress
 from rdna1_kmgr.core.errors import Exit
 from rdna1_kmgr.doctor import therock_indexes
 from rdna1_kmgr.host.rdna1_boards import format_id
@@ -277,4 +277,4 @@ def write(docs: Path) -> list[Path]:
 
 if __name__ == "__main__":
     for path in write(Path(sys.argv[1] if len(sys.argv) > 1 else "docs")):
-        print(f"rewrote {path}")
+        progress.say(f"rewrote {path}")

@@ -2,7 +2,7 @@
 
 import click
 
-from rdna1_kmgr.core.output import emit_json
+from rdna1_kmgr.core import output
 from rdna1_kmgr.follow.status import run, text_lines
 
 
@@ -10,11 +10,8 @@ from rdna1_kmgr.follow.status import run, text_lines
 @click.option(
     "--cert", metavar="FILE", help="Certificate to check signatures against (default: the distro's DKMS one)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status(cert, as_json):
+@output.json_option
+def status(cert) -> output.Shown:
     """Per kernel: package and version, module sha256, signature and enrollment, verdict, parameters, loaded."""
     result = run(cert)
-    if as_json:
-        emit_json(result)
-    else:
-        click.echo("\n".join(text_lines(result)))
+    return output.shown(result, text_lines(result))

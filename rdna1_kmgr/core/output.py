@@ -40,10 +40,82 @@ def to_json(value: Any) -> Any:
     return value
 
 
-# Set in the click context's meta (shared by a command and its group) once a command printed its --json result: a
-# command whose result is a failure (a failing verdict) prints its record, then exits non-zero; the error object is
-# for a command that had no result to print.
+# The click context's meta keys (shared by a command and its groups): whether the command was given --json, the
+# command's words ("keys status"), and whether its --json result is out (a failing verdict prints its record, then
+# fails: the error object is for a command that had no result to print).
+WANTS_JSON = "rdna1_kmgr_wants_json"
+COMMAND_WORDS = "rdna1_kmgr_command"
 PRINTED_RESULT = "rdna1_kmgr_printed_result"
+
+# Every --json document is one object whose "output_schema" names what it is and the version of its keys:
+# "rdna1-kmgr.<command>/<version>" for a command's result (its fields beside), "rdna1-kmgr.error/<version>" for an
+# error (in "error"). A version goes up when a key changes meaning or goes; new keys keep it (docs/reference.md).
+# Not "schema": the records a command prints as its result (a verdict, a render's manifest) carry their own file
+# format's "schema", which stays theirs.
+SCHEMA_KEY = "output_schema"
+SCHEMA_PREFIX = "rdna1-kmgr."
+RESULT_VERSION = 1
+ERROR_SCHEMA = f"{SCHEMA_PREFIX}error/1"
+
+
+def result_schema(command: str) -> str:
+    """ "keys status" -> "rdna1-kmgr.keys.status/1"."""
+    return f"{SCHEMA_PREFIX}{command.replace(' ', '.')}/{RESULT_VERSION}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """What a command returns for the group to show (cli.py): its typed result (--json: output.to_json of it, with
+    the schema beside its fields), the lines its text form prints, and how the command ends after showing it: a
+    failure (its one line, its exit code: a failing verdict) or an exit code of its own (follow's failed count)."""
+
+    value: Any
+    text: tuple[str, ...]
+    failure: Exception | None = None  # a KmgrError (core.errors imports nothing of this module's)
+    exit_code: int = 0
+
+
+def shown(value: Any, text: list[str] | tuple[str, ...] | str, **how_it_ends: Any) -> Shown:
+    """A Shown from a list of lines or one block of text."""
+    lines = tuple(text.split("\n")) if isinstance(text, str) else tuple(text)
+    return Shown(value, lines, **how_it_ends)
+
+
+def _record_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    ctx.meta[WANTS_JSON] = value
+    ctx.meta[COMMAND_WORDS] = " ".join(ctx.command_path.split()[1:])
+    return value
+
+
+def json_option(func: Any) -> Any:
+    """`--json`, read by the group when it shows the command's result (the command itself never asks)."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_record_json,
+        help="Print one JSON object (its schema: docs/reference.md).",
+    )(func)
+
+
+def command_words(ctx: click.Context) -> str:
+    """The command as the schema names it: "keys status" for `rdna1-kmgr keys status`."""
+    return ctx.meta.get(COMMAND_WORDS, "")
+
+
+def show(ctx: click.Context, result: Shown) -> None:
+    """The one place a command's result is printed: its JSON document, or its text lines."""
+    if ctx.meta.get(WANTS_JSON):
+        document = to_json(result.value)
+        if not isinstance(document, dict):
+            raise TypeError(f"a --json result is an object, not {type(document).__name__}")
+        if SCHEMA_KEY in document:
+            raise TypeError(f"a --json result has a field named {SCHEMA_KEY}, the envelope's")
+        emit_json({SCHEMA_KEY: result_schema(command_words(ctx)), **document})
+    elif result.text:
+        click.echo("\n".join(result.text))
 
 
 def emit_json(obj: Any) -> None:
@@ -53,11 +125,11 @@ def emit_json(obj: Any) -> None:
         ctx.meta[PRINTED_RESULT] = True
 
 
-# The version of the error object below; raised when a key changes meaning or goes (docs/reference.md, "--json").
-ERROR_SCHEMA = "rdna1-kmgr.error/1"
-
-
-def error_json(what: str, hint: str | None, exit_code: int, kind: str) -> dict[str, Any]:
+def error_json(what: str, hint: str | None, exit_code: int, kind: str, command: str = "") -> dict[str, Any]:
     """A failed command's --json, when it printed no result: what is wrong, what to do, its exit code and the
     code's name."""
-    return {"schema": ERROR_SCHEMA, "error": {"what": what, "hint": hint, "exit_code": exit_code, "kind": kind}}
+    return {
+        SCHEMA_KEY: ERROR_SCHEMA,
+        "command": command,
+        "error": {"what": what, "hint": hint, "exit_code": exit_code, "kind": kind},
+    }

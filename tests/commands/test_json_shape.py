@@ -9,10 +9,14 @@ import json
 import fake_kernel
 import pytest
 from click.testing import CliRunner
+from json_fixtures import documented_schemas, problems
 from sysfs_fixtures import FakeSysroot, rx5600xt
 
 from rdna1_kmgr.cli import main
 from rdna1_kmgr.install import journal as jr
+from rdna1_kmgr.install.install_begin import InstallBegin
+from rdna1_kmgr.install.journal_records import Commit
+from rdna1_kmgr.modbuild.dkms_package import Package, Trees
 from rdna1_kmgr.vm import vfio_journal
 
 OLD, NEW = "6.1.0-56-amd64", "6.12.95+deb12-amd64"
@@ -54,20 +58,30 @@ def opt_in(base) -> None:
     """A finished install's journal for OLD, written with the journal's own API."""
     journal = jr.Journal(OLD)
     journal.begin(
-        "install",
-        kernel=OLD,
-        package="rdna1-amdgpu",
-        version=VERSION,
-        parameters={"rdna1_quirks": "0x3"},
-        trees={"source": str(base / "usr-src"), "dkms": str(base / "var-lib-dkms")},
+        InstallBegin(
+            kernel=OLD,
+            root=str(base / "root"),
+            package=Package("rdna1-amdgpu", VERSION),
+            module_sha256="5" * 64,
+            vm_check={"verdict": "pass", "mode": "emulated", "record": "/var/lib/rdna1-kmgr/verdicts/x.json"},
+            parameters={"rdna1_quirks": "0x3"},
+            trees=Trees(base / "usr-src", base / "var-lib-dkms"),
+        )
     )
-    journal.append("commit", verified={})
+    journal.append(Commit(verified={}))
 
 
 def cli_json(*args: str, exit_code: int = 0):
+    """The command's --json document, its fields without the envelope's "output_schema" (docs/reference.md: the
+    command's words joined by dots, version 1), which is checked here."""
     result = CliRunner().invoke(main, [*args, "--json"])
     assert result.exit_code == exit_code, result.output
-    return json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    assert problems(document, documented_schemas()[0]) == []
+    leading = [a for a in args[: next((i for i, a in enumerate(args) if a.startswith("-")), len(args))]]
+    words = [a for a in leading if a not in (NEW, OLD)][:2]  # a kernel or a profile named after them is no word
+    assert document.pop("output_schema") == "rdna1-kmgr." + ".".join(words) + "/1"
+    return document
 
 
 STATUS_TOP = {
@@ -109,12 +123,12 @@ def test_status_of_an_installed_kernel_and_a_pending_one(host):
         **common,
         "follow": NULL,
         "journal": {
-            "module_sha256": NULL,
+            "module_sha256": STR,
             "path": STR,
             "since": STR,
             "state": STR,
             "version": STR,
-            "vm_check": NULL,
+            "vm_check": {"verdict": STR, "mode": STR, "record": STR},
         },
     }
     assert shape(kernels[1]) == {**common, "follow": {"kernel": STR, "state": STR, "updated": STR}, "journal": NULL}
@@ -274,6 +288,14 @@ PROFILE = {
     "summary": STR,
     "unset": [STR],
 }
+
+
+def test_profile_list_is_one_key_per_profile_name():
+    catalog = cli_json("profile", "list")
+    assert {"as-installed", "no-buffer-ops", "override-1030", "small-bar"} <= set(catalog)
+    assert shape(catalog["no-buffer-ops"]) == PROFILE
+    assert catalog["no-buffer-ops"]["name"] == "no-buffer-ops"
+    assert catalog["override-1030"]["experiment_only"]  # a control says why it is not installed
 
 
 def test_profile_install_and_remove(host):

@@ -479,7 +479,9 @@ def test_rerender_replaces_an_earlier_render(tree, tmp_path):
 
 def test_quirks_lists_the_catalog_with_the_bits_and_the_facts_of_each_variant():
     result = run_cli("quirks", "--json")
-    catalog = json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    assert document["output_schema"] == "rdna1-kmgr.quirks/1"  # one object, the catalog in its "quirks"
+    catalog = document["quirks"]
     assert [q["id"] for q in catalog] == ["crat-mem", "coarse-mtype", "cwsr-size", "topology-sizes"]
     bits = {b["id"]: b for q in catalog for b in q["bits"]}
     # on by default only where there is public evidence that owners need it (issue: the cwsr-size quirk)
