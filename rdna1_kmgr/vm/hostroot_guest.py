@@ -155,7 +155,7 @@ def layout(
         if not guest_view.MAPPABLE.fullmatch(str(path)):
             raise HostError(
                 f"the guest cannot hide {path} (only letters, digits and _ + / . - can be in a mount table's path)",
-                f"rename {path}, or run vm-test with --gpu (the virtme-ng guest)",
+                f"rename {path}, or run `vm-test gpu BDF` (the virtme-ng guest)",
             )
     mounts = [
         Mount("9p", root.tag, PurePosixPath("/"), READ_ONLY),

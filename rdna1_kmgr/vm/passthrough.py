@@ -8,7 +8,7 @@ Ctrl-C all end with the devices on their own drivers; SIGKILL leaves the journal
 In the guest the devices sit behind a PCIe root port QEMU adds (a GPU expects to be on PCIe), function for
 function (qemu_args.vfio_devices); a run hands the guest their addresses (guest.GuestRequest.devices).
 
-`--plumbing-only` (plumbing_run.py) passes any device and checks only that plumbing. A returned amdgpu
+`vm-test plumbing` (plumbing_run.py) passes any device and checks only that plumbing. A returned amdgpu
 board is checked to have really come back.
 """
 
@@ -89,7 +89,7 @@ def resolve_gpu(spec: str, sysroot: Path = Path("/")) -> str:
     if target is None:
         raise HostError(
             f"no {format_id(DEFAULT_TARGET)} (RX 5600 XT) board found on this host",
-            "give --gpu DDDD:BB:DD.F (see `rdna1-kmgr detect`)",
+            "give the board's address DDDD:BB:DD.F instead of auto (see `rdna1-kmgr detect`)",
         )
     return target.bdf
 

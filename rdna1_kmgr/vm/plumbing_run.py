@@ -1,4 +1,4 @@
-"""A plumbing-only run (`vm-test plumbing BDF`, `vm-test --gpu BDF --plumbing-only`): any PCI device handed to
+"""A plumbing-only run (`vm-test plumbing BDF`): any PCI device handed to
 vfio-pci, seen by a tiny guest, given back, and a verdict on that plumbing alone (a verdict.Record, mode
 plumbing, beside the console log).
 
