@@ -17,6 +17,7 @@ from pathlib import Path
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic, write_json
 from rdna1_kmgr.experiment.cell_run import HostResult
+from rdna1_kmgr.experiment.host_record import HostContext, HostRecord
 from rdna1_kmgr.render.quirk_mask import KERNEL_PREFIX
 from rdna1_kmgr.userspace import profiles as profile_data
 from rdna1_kmgr.vm import cell_outcomes
@@ -216,26 +217,24 @@ def new_run_dir() -> Path:
     return folder
 
 
-def write(folder: Path, results: list[HostResult], best: HostResult | None, context: dict) -> dict:
+def write(folder: Path, results: list[HostResult], best: HostResult | None, context: HostContext) -> HostRecord:
     """record.json and table.html in the run's folder, and experiments/host-latest.json (each atomically)."""
     rows = [host_row(r) for r in results]
-    said = recommendation(best, results, context.get("dead_end"))
-    lines = table(rows) + [""] + said
-    record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "kind": "host",
-        **context,
-        "cells": [r.to_json() for r in results],
-        "counts": {o: sum(r.outcome == o for r in results) for o in cell_outcomes.NAMES},
-        "recommended": best.to_json() if best else None,
-        "answer": said,
-        "folder": str(folder),
-        "html": str(folder / "table.html"),
-    }
-    page = html_page(rows, f"rdna1-kmgr experiment {record['time']}", lines)
+    said = recommendation(best, results, context.dead_end)
+    record = HostRecord(
+        time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        context=context,
+        cells=tuple(results),
+        recommended=best,
+        answer=tuple(said),
+        folder=str(folder),
+        html=str(folder / "table.html"),
+    )
+    page = html_page(rows, f"rdna1-kmgr experiment {record.time}", table(rows) + [""] + said)
     write_atomic(folder / "table.html", page.encode())
-    write_json(folder / "record.json", record, indent=1)
-    write_json(experiments_dir() / LATEST, record, indent=1)
+    document = record.to_json()
+    write_json(folder / "record.json", document, indent=1)
+    write_json(experiments_dir() / LATEST, document, indent=1)
     return record
 
 

@@ -16,6 +16,7 @@ from rdna1_kmgr.core import program_env, progress
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.doctor import control_stack, kfd_access, queue_cwsr
 from rdna1_kmgr.experiment import answer, cell_run, host_cells, owner_python
+from rdna1_kmgr.experiment.host_record import HostContext, HostRecord
 from rdna1_kmgr.host import host_facts, kmsg
 from rdna1_kmgr.host.rdna1_boards import chip_of, format_id
 
@@ -66,7 +67,7 @@ def warn(line: str) -> None:
 class HostRun:
     """The host experiment's outcome: the record it wrote (what --json prints) and the typed view of it."""
 
-    record: dict  # record.json of the run (answer.write)
+    record: HostRecord  # record.json of the run (answer.write)
     results: list[cell_run.HostResult]
     folder: str
     answer: list[str]  # the smallest change that passes, said in lines
@@ -100,6 +101,7 @@ def run(request: Request) -> HostRun:
     refusal = control_stack.refusal(
         kfd_access.read_nodes(request.sysroot), queue_cwsr.kernel_validates(request.sysroot, release)[0]
     )
+    sweep = "experiment-quick" if request.quick else "experiment"  # the workload's cases (conv2d.py)
     results: list[cell_run.HostResult] = []
     stopped = dead_end = None
     for number, cell in enumerate(cells, 1):
@@ -113,7 +115,7 @@ def run(request: Request) -> HostRun:
             request.limits,
             request.sysroot,
             python.owner,
-            "experiment-quick" if request.quick else "experiment",
+            sweep,
         )
         if refusal and result.outcome in QUEUE_LIKE:
             result = replace(result, outcome="queue-failed", detail=f"{result.detail}; {refusal}")
@@ -132,18 +134,18 @@ def run(request: Request) -> HostRun:
             warn(dead_end)
             break
     best = answer.recommend(results)
-    context = {
-        "board": board.bdf,
-        "python": python.path,
-        "owner": python.owner.name,
-        "torch": python.torch,
-        "hip": python.hip,
-        "kernel_log_readable": readable,
-        "limits": {"case": request.limits.case, "cell": request.limits.cell},
-        "sweep": "experiment-quick" if request.quick else "experiment",
-        "planned": [c.id for c in cells],
-        "stopped": stopped,
-        "dead_end": dead_end,
-    }
+    context = HostContext(
+        board=board.bdf,
+        python=python.path,
+        owner=python.owner.name,
+        torch=python.torch,
+        hip=python.hip,
+        kernel_log_readable=readable,
+        limits=request.limits,
+        sweep=sweep,
+        planned=tuple(c.id for c in cells),
+        stopped=stopped,
+        dead_end=dead_end,
+    )
     record = answer.write(folder, results, best, context)
-    return HostRun(record, results, str(folder), record["answer"], record["html"], stopped, dead_end)
+    return HostRun(record, results, record.folder, list(record.answer), record.html, stopped, dead_end)
