@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from rdna1_kmgr.core import output, progress, user_input
-from rdna1_kmgr.core.errors import Exit, UsageError
+from rdna1_kmgr.core.errors import Exit
 from rdna1_kmgr.experiment import answer, cell_run, host_run, kernel_run
 from rdna1_kmgr.experiment import apply as apply_answer
 from rdna1_kmgr.vm import cell_outcomes
@@ -64,9 +64,8 @@ def experiment(
     table and the smallest change that passes. Changes nothing on the system."""
     if ctx.invoked_subcommand is not None:
         return None
-    for name, value in (("--case-timeout", case_timeout), ("--cell-timeout", cell_timeout)):
-        if value <= 0:
-            raise UsageError(f"invalid {name} {value:g}", "give a number of seconds > 0")
+    user_input.positive_seconds("--case-timeout", case_timeout)
+    user_input.positive_seconds("--cell-timeout", cell_timeout)
     request = host_run.Request(
         python,
         user_input.existing_dir(sysroot, "sysroot"),
@@ -147,9 +146,8 @@ def kernel(python, kernel_cells, pattern, case_timeout, cell_timeout, quick, reb
     the installed build) on the command line of that boot only, through GRUB. Each cell's boot runs stage 1's
     best cells, records them and arms the next; a boot that hangs is recorded as a hang and followed by a normal
     one. Journaled: `experiment stop` or `rollback` undo it."""
-    for name, value in (("--case-timeout", case_timeout), ("--cell-timeout", cell_timeout)):
-        if value <= 0:
-            raise UsageError(f"invalid {name} {value:g}", "give a number of seconds > 0")
+    user_input.positive_seconds("--case-timeout", case_timeout)
+    user_input.positive_seconds("--cell-timeout", cell_timeout)
     request = kernel_run.Request(
         python,
         user_input.existing_dir(sysroot, "sysroot"),

@@ -2,8 +2,8 @@
 `restore_mode` (`vm-test restore`); `run_gpu`, the full GPU run of the build vm-test found; and what every mode
 shares: the refusal of a limit that is no time, and the failure a failing verdict ends with."""
 
-from rdna1_kmgr.core import output
-from rdna1_kmgr.core.errors import BuildError, HostError, UsageError
+from rdna1_kmgr.core import output, user_input
+from rdna1_kmgr.core.errors import BuildError, HostError
 from rdna1_kmgr.vm import passthrough, plumbing_run, verdict
 from rdna1_kmgr.vm.mode_results import RestoreResult
 from rdna1_kmgr.vm.plumbing_facts import PlumbingRun
@@ -32,7 +32,7 @@ def restore_lines(result: RestoreResult) -> list[str]:
 
 def plumbing_mode(gpu, kernel, accel, timeout, fetch, force, accept_reset_risk) -> output.Shown:
     """The device on vfio-pci, seen by a guest, given back; its record, written; exit 5 on a fail."""
-    require_positive("--timeout", timeout)
+    user_input.positive_seconds("--timeout", timeout)
     done = plumbing_run.run_plumbing(
         gpu, release=kernel, accel=accel, timeout=timeout, fetch=fetch, force=force, accept_reset_risk=accept_reset_risk
     )
@@ -57,12 +57,6 @@ def run_gpu(gpu, built, release, accel, timeout, yes, force, accept_reset_risk, 
         workload=workload,
         selftest_required=built.selftest_cases,
     )
-
-
-def require_positive(option: str, seconds: float) -> None:
-    """A limit in seconds must be one: refused in one line before anything runs."""
-    if seconds <= 0:
-        raise UsageError(f"invalid {option} {seconds:g}", "give a number of seconds > 0")
 
 
 def verdict_failure(record: verdict.Record) -> BuildError | None:

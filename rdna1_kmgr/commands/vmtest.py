@@ -12,7 +12,7 @@ import os
 import click
 from click.core import ParameterSource
 
-from rdna1_kmgr.commands.passthrough import plumbing_mode, require_positive, restore_mode, run_gpu, verdict_failure
+from rdna1_kmgr.commands.passthrough import plumbing_mode, restore_mode, run_gpu, verdict_failure
 from rdna1_kmgr.core import output, progress, user_input
 from rdna1_kmgr.core.errors import BuildError, UsageError
 from rdna1_kmgr.experiment import answer
@@ -184,7 +184,7 @@ def vmtest_restore() -> output.Shown:
 
 def emulated_mode(kernel, module_path, manifest, accel, timeout, fetch) -> output.Shown:
     """The module in a guest without a GPU; its record, written; exit 5 on a fail."""
-    require_positive("--timeout", timeout)
+    user_input.positive_seconds("--timeout", timeout)
     built, release = find_build(kernel, module_path, manifest)
     record = engine.validate_module(
         built.path, release, accel=accel, timeout=timeout, fetch=fetch, selftest_required=built.selftest_cases
@@ -196,7 +196,7 @@ def gpu_mode(
     gpu, kernel, module_path, manifest, accel, timeout, workload, fetch, force, accept_reset_risk
 ) -> output.Shown:
     """The module in a guest that drives the passed-through board; its record, written; exit 5 on a fail."""
-    require_positive("--timeout", timeout)
+    user_input.positive_seconds("--timeout", timeout)
     # A host with no such board, a bad address or another device is refused now, before a missing build could
     # hide it.
     passthrough.require_rdna1(passthrough.resolve_gpu(gpu))
@@ -209,7 +209,7 @@ def matrix_mode(
     gpu, kernel, module_path, manifest, accel, cell_timeout, fetch, force, accept_reset_risk
 ) -> output.Shown:
     """The experiment on the board: its table and record; exit 5 when no cell passed."""
-    require_positive("--cell-timeout", cell_timeout)
+    user_input.positive_seconds("--cell-timeout", cell_timeout)
     passthrough.require_rdna1(passthrough.resolve_gpu(gpu))
     built, release = find_build(kernel, module_path, manifest)
     return experiment_report(

@@ -71,3 +71,9 @@ def user_name(value: str, what: str = "--user") -> str:
     if not USER_NAME.fullmatch(value):
         raise UsageError(f"{what} {value!r} is not a user name", "give a login name as /etc/passwd has it")
     return value
+
+
+def positive_seconds(option: str, seconds: float) -> None:
+    """A limit in seconds (--timeout, --cell-timeout) must be one: refused in one line before anything runs."""
+    if seconds <= 0:
+        raise UsageError(f"invalid {option} {seconds:g}", "give a number of seconds > 0")
