@@ -36,9 +36,10 @@ packages="python3 python3-venv python3-pip ca-certificates
 # The tests also build apt repositories (apt-utils), SRPMs (rpm, rpm2cpio) and a throwaway dracut root
 # (debootstrap, also the whole-system image of tests/wholesystem.py; dracut itself is never installed on the host: it would replace initramfs-tools),
 # boot that image through UEFI with Secure Boot (ovmf's firmware with Microsoft's keys; dosfstools for its EFI
-# system partition), and run the tool as a normal user with sudo (nothing here needs sudo:
-# tests/test_without_sudo.py hides it).
-[ "$with_tests" = yes ] && packages="$packages apt-utils rpm rpm2cpio debootstrap ovmf dosfstools sudo"
+# system partition), run the tool as a normal user with sudo (nothing here needs sudo:
+# tests/test_without_sudo.py hides it), and snapshot the power-cut test's disks as reflink copies on XFS
+# (xfsprogs: tests/power_cut.py).
+[ "$with_tests" = yes ] && packages="$packages apt-utils rpm rpm2cpio debootstrap ovmf dosfstools sudo xfsprogs"
 echo "install.sh: installing system packages"
 # A fresh machine often runs its first unattended upgrade just then: wait for dpkg's lock instead of failing.
 apt-get update -q

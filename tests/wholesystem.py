@@ -416,12 +416,14 @@ def qemu_boot(
     kernel: tuple[Path, Path, str] | None = None,
     firmware: Firmware | None = None,
     driver: Callable[[GuestConsole], None] | None = None,
+    write_log: Path | None = None,
 ) -> Boot:
     """Boot the disk under TCG; destroy the VM when the console shows `kill_on`, or at `timeout`.
 
     With `firmware` the machine boots OVMF (Secure Boot on) instead of SeaBIOS, and `driver`, when given, runs
     beside the boot with the guest's console (to answer the firmware's prompts); its failure ends the boot and
-    is raised."""
+    is raised. With `write_log` every write and flush the guest makes to the disk is also logged there, in
+    dm-log-writes' format, by QEMU's blklogwrites driver (tests/log_writes.py replays it)."""
     # -cpu max: TCG's default CPU (qemu64) lacks SSE4, which PyTorch's oneDNN needs for a convolution.
     argv = [
         "qemu-system-x86_64",
@@ -444,7 +446,7 @@ def qemu_boot(
         argv += firmware.qemu_args(log, sockets)
     else:
         argv += ["-serial", f"file:{log}", "-monitor", "none", "-vga", "none"]
-    argv += ["-drive", f"file={image},format=raw,if=virtio,cache=writeback"]
+    argv += disk_args(image, write_log)
     if kernel:
         argv += ["-kernel", str(kernel[0]), "-initrd", str(kernel[1]), "-append", kernel[2]]
     log.write_bytes(b"")
@@ -491,6 +493,26 @@ def qemu_boot(
     if proc.returncode not in (0, -signal.SIGKILL) and not (killed or timed_out):
         raise RuntimeError(f"qemu failed ({proc.returncode}): {output[-2000:]}")
     return Boot(text, time.monotonic() - started, killed, timed_out)
+
+
+def disk_args(image: Path, write_log: Path | None) -> list[str]:
+    """The disk as the guest's virtio disk, its write cache on (the guest flushes it as on real hardware). With
+    `write_log`, through blklogwrites: the raw image under it, the log file (which must exist, empty) beside it."""
+    if write_log is None:
+        return ["-drive", f"file={image},format=raw,if=virtio,cache=writeback"]
+    write_log.write_bytes(b"")
+    return [
+        "-blockdev",
+        f"driver=file,node-name=disk-file,filename={image}",
+        "-blockdev",
+        "driver=raw,node-name=disk-format,file=disk-file",
+        "-blockdev",
+        f"driver=file,node-name=log-file,filename={write_log}",
+        "-blockdev",
+        "driver=blklogwrites,node-name=disk-logged,file=disk-format,log=log-file,log-sector-size=512",
+        "-device",
+        "virtio-blk-pci,drive=disk-logged",
+    ]
 
 
 def _drive(driver: Callable[[GuestConsole], None], console: GuestConsole, failures: list[BaseException]) -> None:
@@ -876,14 +898,18 @@ class System:
         timeout: float = 900,
         kill_on: str | None = None,
         driver: Callable[[GuestConsole], None] | None = None,
+        write_log: Path | None = None,
     ) -> Boot:
         """Boot through GRUB; `step` (shell) runs once the multi-user target is reached, then power-off.
-        UEFI images boot OVMF, shim and GRUB, and `driver` may answer the firmware's prompts meanwhile."""
+        UEFI images boot OVMF, shim and GRUB, and `driver` may answer the firmware's prompts meanwhile.
+        With `write_log` the disk's writes and flushes are logged there (qemu_boot)."""
         if step is not None:
             with self.files() as root:
                 (root / STEP_DIR / "step.sh").write_text(step)
         log = self.logs / f"boot-{len(self.boots) + 1}.log"
-        boot = qemu_boot(self.image, log, timeout, kill_on=kill_on, firmware=self.firmware, driver=driver)
+        boot = qemu_boot(
+            self.image, log, timeout, kill_on=kill_on, firmware=self.firmware, driver=driver, write_log=write_log
+        )
         self.boots.append(boot)
         if step is not None and not boot.killed:
             boot.step_rc, boot.step_out = read_step(self.image, self.kind.root_offset)
