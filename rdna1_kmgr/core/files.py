@@ -10,8 +10,10 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
+import stat
 from pathlib import Path
 
 from rdna1_kmgr.core import paths
@@ -70,13 +72,35 @@ def open_private_log(path: Path):
     return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
 
 
+# write_atomic's temporary file beside `path`: `.<name>.rdna1-kmgr-<16 hex digits>`
+_TEMPORARY = ".{name}.rdna1-kmgr-{token}"
+_TEMPORARY_TOKEN = re.compile(r"[0-9a-f]{16}")
+
+
+def leftover_temporaries(path: Path) -> list[Path]:
+    """write_atomic's temporary files beside `path` that a power cut left: created and fsynced, never renamed
+    into place (a SIGKILL leaves them too). Regular files only, each name a full match of the pattern."""
+    prefix = f".{path.name}.rdna1-kmgr-"
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    found = []
+    for name in sorted(names):
+        if name.startswith(prefix) and _TEMPORARY_TOKEN.fullmatch(name[len(prefix) :]):
+            candidate = path.parent / name
+            if stat.S_ISREG(candidate.lstat().st_mode):
+                found.append(candidate)
+    return found
+
+
 def write_atomic(path: Path, data: bytes, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
     """Replace `path` with `data`, atomically and durably, with `mode` whatever the umask. The temporary file
     has an unguessable name and is created O_EXCL|O_NOFOLLOW: a link planted beside `path` is never written
     through, and a link at `path` is replaced, not followed. `owner` (uid, gid): the file is theirs (a file root
     writes for the user who ran sudo)."""
     for _ in range(8):
-        tmp = path.with_name(f".{path.name}.rdna1-kmgr-{secrets.token_hex(8)}")
+        tmp = path.with_name(_TEMPORARY.format(name=path.name, token=secrets.token_hex(8)))
         try:
             fd = create_new(tmp, mode)
             break

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rdna1_kmgr.core import progress, user_input
+from rdna1_kmgr.core import files, progress, user_input
 from rdna1_kmgr.core.errors import UsageError
 from rdna1_kmgr.core.output import optional
 from rdna1_kmgr.install import journal_checks, journal_programs
@@ -73,6 +73,15 @@ def undo_of(step: StepState) -> Undo | None:
         ) from None
 
 
+def remove_leftovers(path: Path) -> list[Path]:
+    """The tool's own temporary files beside `path` that a write cut short left (a power cut between the temporary
+    file's fsync and its rename; core/files.write_atomic), removed: nothing else names them."""
+    found = files.leftover_temporaries(path)
+    for tmp in found:
+        tmp.unlink()
+    return found
+
+
 def restored(step: StepState) -> list[Backup]:
     """The backups a step's undo puts back, newest first (none when its undo rewrites the file instead)."""
     undo = undo_of(step)
@@ -103,6 +112,7 @@ class UndoStep:
                 lines.append(f"remove {entry.path} (if present)")
             else:
                 lines.append(f"restore {entry.path} from the journal's backup")
+            lines.append(f"remove rdna1-kmgr's temporary files beside {entry.path} (if a cut-short write left any)")
         lines += [f"remove the directory {folder} (if empty)" for folder in deepest_first(self.step.intent.dirs)]
         lines += undo.plan_after() if undo else []
         return [lines[0], *(f"    {line}" for line in lines[1:])]
@@ -110,7 +120,9 @@ class UndoStep:
     def run(self, journal: Journal) -> list[str]:
         undo = undo_of(self.step)
         said = undo.before() if undo else []
-        said += [journal.restore(entry) for entry in restored(self.step)]
+        for entry in restored(self.step):
+            said.append(journal.restore(entry))
+            said += [f"removed {tmp}, left by a write cut short" for tmp in remove_leftovers(Path(entry.path))]
         said += [f"removed the directory {folder}" for folder in remove_created_dirs(self.step.intent.dirs)]
         said += undo.after() if undo else []
         journal.append(Undone(self.step.step, self.step.seq))

@@ -1,5 +1,6 @@
 """core/files.py: the records the tool writes keep their bytes."""
 
+from rdna1_kmgr.core import files
 from rdna1_kmgr.core.files import write_json
 
 
@@ -67,3 +68,23 @@ def test_the_command_log_is_0600_and_not_written_through_a_link(tmp_path, monkey
     assert "a line" in (logs / "commands.log").read_text()
     for handler in logger.handlers:
         handler.stream.close()
+
+
+def test_leftover_temporaries_are_write_atomics_own_names_only(tmp_path):
+    """A write cut short between the temporary file's fsync and its rename leaves `.<name>.rdna1-kmgr-<16 hex>`
+    (the name write_atomic documents); nothing else beside the file is taken for one."""
+    target = tmp_path / "rdna1-kmgr.conf"
+    left = tmp_path / ".rdna1-kmgr.conf.rdna1-kmgr-0123456789abcdef"
+    left.write_text("options amdgpu rdna1_quirks=0x0\n")
+    decoys = [
+        tmp_path / ".rdna1-kmgr.conf.rdna1-kmgr-0123456789ABCDEF",  # not lowercase hex
+        tmp_path / ".rdna1-kmgr.conf.rdna1-kmgr-0123",  # too short
+        tmp_path / ".other.conf.rdna1-kmgr-0123456789abcdef",  # another file's
+    ]
+    for decoy in decoys:
+        decoy.write_text("")
+    (tmp_path / ".rdna1-kmgr.conf.rdna1-kmgr-fedcba9876543210").symlink_to("/etc/passwd")  # a link: not a file
+    assert files.leftover_temporaries(target) == [left]
+    files.write_atomic(target, b"new\n")
+    assert files.leftover_temporaries(target) == [left], "a finished write leaves no temporary of its own"
+    assert files.leftover_temporaries(tmp_path / "missing-folder" / "x.conf") == []
