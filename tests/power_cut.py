@@ -24,8 +24,9 @@ At each point, first a survey (`survey`, a second or so):
 
 then, at the points chosen (`choose`), the rollback check (`RollbackCheck`, ~10-20 s):
 
-    rollback         `rdna1-kmgr rollback --kernel KREL --yes` in a chroot of the point's disk: it succeeds
-                     ("nothing to roll back" before the journal's first record), or refuses in one line
+    rollback         `rdna1-kmgr rollback --kernel KREL --keep-build --yes` in a chroot of the point's disk (the
+                     DKMS build was there before the install: `build` made it): it succeeds, or says there is
+                     nothing to roll back (before the journal's first record)
     every file       /boot, /etc, /usr/local/lib, /var/lib/dkms and the kernel's /lib/modules tree are then
                      what they were when the install started (the disk at the first mark), file by file: type,
                      mode, owner, sha256 (the distribution's own modules under kernel/: size and mtime)
@@ -337,9 +338,14 @@ def reference(image: Path, kernel: str, logs: Path) -> tuple[dict[str, str], set
     return before, {before[GRUB_CFG], regenerated}
 
 
-def check_rollback(survey_: Survey, image: Path, kernel: str, logs: Path, before, grub_cfgs) -> RollbackCheck:
+def check_rollback(
+    survey_: Survey, image: Path, kernel: str, logs: Path, before: dict[str, str], grub_cfgs: set[str], run_name: str
+) -> RollbackCheck:
     system = System(image, logs)
-    run = system.chroot(["rdna1-kmgr", "rollback", "--kernel", kernel, "--yes"], name=f"rollback-{survey_.point}")
+    run = system.chroot(
+        ["rdna1-kmgr", "rollback", "--kernel", kernel, "--keep-build", "--yes"],
+        name=f"rollback-at-{run_name}-{survey_.point}",
+    )
     with system.files() as root:
         after = tree_state(root, kernel)
     return RollbackCheck(

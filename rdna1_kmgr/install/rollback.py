@@ -112,7 +112,8 @@ class UndoStep:
                 lines.append(f"remove {entry.path} (if present)")
             else:
                 lines.append(f"restore {entry.path} from the journal's backup")
-            lines.append(f"remove rdna1-kmgr's temporary files beside {entry.path} (if a cut-short write left any)")
+        if self.step.intent.backups:
+            lines.append("remove rdna1-kmgr's temporary files beside them (if a write cut short left any)")
         lines += [f"remove the directory {folder} (if empty)" for folder in deepest_first(self.step.intent.dirs)]
         lines += undo.plan_after() if undo else []
         return [lines[0], *(f"    {line}" for line in lines[1:])]
@@ -120,8 +121,8 @@ class UndoStep:
     def run(self, journal: Journal) -> list[str]:
         undo = undo_of(self.step)
         said = undo.before() if undo else []
-        for entry in restored(self.step):
-            said.append(journal.restore(entry))
+        said += [journal.restore(entry) for entry in restored(self.step)]
+        for entry in self.step.intent.backups:  # every file the step writes, whoever undoes it
             said += [f"removed {tmp}, left by a write cut short" for tmp in remove_leftovers(Path(entry.path))]
         said += [f"removed the directory {folder}" for folder in remove_created_dirs(self.step.intent.dirs)]
         said += undo.after() if undo else []
