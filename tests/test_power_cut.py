@@ -1,7 +1,7 @@
 """tests/power_cut.py's host-side pieces, on hand-made inputs: the guest's marks found in a log, GRUB's environment
 block judged by its documented format, the points chosen for rollback, and the file comparison.
 
-The whole test (a recorded install, replayed and checked point by point) is tests/install/test_power_cut.py.
+The whole test (a recorded install, replayed and checked point by point) is tests/install/test_install_power_cut.py.
 Expected values come from the formats' documentation, written out here by hand:
 
 - GRUB's manual, "Environment block": a 1024-byte file that starts `# GRUB Environment Block`, one
