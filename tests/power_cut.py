@@ -42,15 +42,13 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import stat
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from log_writes import Log, Replayer, flush_points
-from wholesystem import PART_OFFSET, System, _run
+from wholesystem import System, _run, mounted
 
 MARK_SECTOR = 2047  # the last 512-byte sector before the root partition (PART_OFFSET, 1 MiB)
 MARK_PREFIX = b"RDNA1-KMGR-TEST-MARK "
@@ -157,35 +155,6 @@ def snapshot_points(log: Log, base: Path, area: ReflinkArea, wanted: set[int], p
     return found
 
 
-@contextlib.contextmanager
-def _loop(image: Path, readonly: bool, options: str) -> Iterator[Path | None]:
-    """The root file system of `image` mounted with `options`; None when the mount fails."""
-    loop = _run(
-        [
-            "losetup",
-            "--find",
-            "--show",
-            *(["--read-only"] if readonly else []),
-            "--offset",
-            str(PART_OFFSET),
-            str(image),
-        ]
-    ).stdout.strip()
-    where = Path(f"/run/power-cut-{os.getpid()}-{Path(loop).name}")
-    where.mkdir(parents=True, exist_ok=True)
-    try:
-        if subprocess.run(["mount", "-o", options, loop, str(where)], capture_output=True).returncode != 0:
-            yield None
-            return
-        try:
-            yield where
-        finally:
-            _run(["umount", str(where)])
-    finally:
-        subprocess.run(["losetup", "-d", loop])
-        where.rmdir()
-
-
 @dataclass(frozen=True)
 class Survey:
     """What a power cut at one point left, read before anything runs on it."""
@@ -212,12 +181,19 @@ class Survey:
 
 
 def survey(point: int, image: Path, kernel: str) -> Survey:
-    with _loop(image, readonly=True, options="ro,noload") as root:
-        data = _read(root / GRUBENV) if root else None
-        grub_view = grubenv_problem(data) if root else "the file system cannot be read"
-        grub_env = _variables(data) if data and not grub_view else ()
-    with _loop(image, readonly=False, options="rw") as root:
-        if root is None:
+    with contextlib.ExitStack() as stack:
+        try:
+            root = stack.enter_context(mounted(image, readonly=True, options="ro,noload"))
+        except RuntimeError:  # it does not mount
+            grub_view, grub_env = "the file system cannot be read", ()
+        else:
+            data = _read(root / GRUBENV)
+            grub_view = grubenv_problem(data)
+            grub_env = _variables(data) if data and not grub_view else ()
+    with contextlib.ExitStack() as stack:
+        try:
+            root = stack.enter_context(mounted(image))
+        except RuntimeError:
             return Survey(point, False, grub_view, None, (), False, grub_env, ())
         data = _read(root / GRUBENV)
         kernel_view = grubenv_problem(data)
@@ -363,11 +339,3 @@ def install_window(log: Log) -> tuple[int, int, list[int]]:
     missing = {"run-start", "run-end"} - set(found)
     assert not missing, f"the guest's marks {sorted(missing)} are not in the log (found {found})"
     return found["run-start"], found["run-end"], flush_points(log)
-
-
-def remove(paths: list[Path]) -> None:
-    for path in paths:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)

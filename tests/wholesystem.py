@@ -238,14 +238,18 @@ def _mbr(disk_size: int) -> bytes:
 
 
 @contextlib.contextmanager
-def mounted(image: Path, offset: int = PART_OFFSET, readonly: bool = False) -> Iterator[Path]:
-    """The image's file system mounted on a scratch folder (a loop device at the partition's offset)."""
+def mounted(
+    image: Path, offset: int = PART_OFFSET, readonly: bool = False, options: str | None = None
+) -> Iterator[Path]:
+    """The image's file system mounted on a scratch folder (a loop device at the partition's offset); `options`
+    replaces the mount options (`ro` when read-only). RuntimeError when it does not mount."""
     ro = ["--read-only"] if readonly else []
     loop = _run(["losetup", "--find", "--show", *ro, "--offset", str(offset), str(image)]).stdout.strip()
     where = Path(f"/run/wholesystem-{os.getpid()}-{Path(loop).name}")
     where.mkdir(parents=True, exist_ok=True)
     try:
-        _run(["mount", *(["-o", "ro"] if readonly else []), loop, str(where)])
+        options = options or ("ro" if readonly else None)
+        _run(["mount", *(["-o", options] if options else []), loop, str(where)])
         try:
             yield where
         finally:
