@@ -72,8 +72,6 @@ def main() -> None:
         disk = scratch / "disk.img"
         log_writes.sparse_copy(image, disk)
         area = power_cut.ReflinkArea(scratch, 32 << 30)
-        base = area.path / "base.img"
-        log_writes.sparse_copy(disk, base)
         step = (
             "set -e\nsync\n"
             + power_cut.mark("run-start")
@@ -82,7 +80,10 @@ def main() -> None:
         )
         say(f"recording a boot of {image.name} (update-initramfs -c -k {kernel} in the guest)")
         started = time.monotonic()
-        boot = wholesystem.System(disk, scratch / "logs").boot(step, timeout=2400, write_log=scratch / "writes.log")
+        recorded = wholesystem.WriteLog(scratch / "writes.log", area.path / "base.img", area.path / "end.img")
+        base = recorded.start
+        boot = wholesystem.System(disk, scratch / "logs").boot(step, timeout=2400, write_log=recorded)
+        recorded.end.unlink()
         if boot.timed_out or boot.step_rc != 0:
             sys.exit(f"bench: the recording boot failed (rc {boot.step_rc}):\n{boot.tail(30)}")
         log = log_writes.read_log(scratch / "writes.log")

@@ -221,8 +221,9 @@ def flush_points(log: Log) -> list[int]:
 
 
 def sparse_copy(base: Path, dest: Path) -> None:
-    """A copy of the disk image that keeps its holes (the base is mostly unallocated)."""
-    subprocess.run(["cp", "--sparse=always", str(base), str(dest)], check=True)
+    """A copy of the disk image that keeps its holes (the base is mostly unallocated), sharing its blocks where
+    both are on a file system with reflink."""
+    subprocess.run(["cp", "--sparse=always", "--reflink=auto", str(base), str(dest)], check=True)
 
 
 class Replayer:

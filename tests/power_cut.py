@@ -30,6 +30,7 @@ then, at the points chosen (`choose`), the rollback check (`RollbackCheck`, ~10-
     every file       /boot, /etc, /usr/local/lib, /var/lib/dkms and the kernel's /lib/modules tree are then
                      what they were when the install started (the disk at the first mark), file by file: type,
                      mode, owner, sha256 (the distribution's own modules under kernel/: size and mtime)
+    e2fsck           `e2fsck -fn` then finds the file system clean (`fsck_problem`)
 
 with one allowance: grub.cfg is what update-grub made, either the one from before the install or the one
 update-grub makes in such a chroot from the files before the install (tests/wholesystem.py: a chroot's
@@ -47,8 +48,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from log_writes import Log, Replayer, flush_points
-from wholesystem import System, _run, mounted
+from log_writes import Log, Replayer, flush_points, sparse_copy
+from wholesystem import PART_OFFSET, System, _run, mounted
 
 MARK_SECTOR = 2047  # the last 512-byte sector before the root partition (PART_OFFSET, 1 MiB)
 MARK_PREFIX = b"RDNA1-KMGR-TEST-MARK "
@@ -153,6 +154,19 @@ def snapshot_points(log: Log, base: Path, area: ReflinkArea, wanted: set[int], p
             found[point] = area.snapshot(replayed, f"{prefix}point-{point}.img")
     replayed.unlink()
     return found
+
+
+def replay_mismatch(log: Log, start: Path, end: Path, scratch: Path) -> str | None:
+    """None when every entry of `log` replayed onto a copy of `start` (made at `scratch`, then removed) gives `end`
+    byte for byte; otherwise where they first differ, as cmp says it."""
+    sparse_copy(start, scratch)
+    try:
+        with Replayer(log, scratch) as replayer:
+            replayer.advance_through(len(log.entries) - 1)
+        compared = subprocess.run(["cmp", str(scratch), str(end)], capture_output=True, text=True)
+    finally:
+        scratch.unlink()
+    return None if compared.returncode == 0 else (compared.stdout + compared.stderr).strip()
 
 
 @dataclass(frozen=True)
@@ -293,13 +307,29 @@ class RollbackCheck:
     returncode: int
     output: str
     differs: tuple[str, ...]
+    fsck: str | None  # fsck_problem once rolled back
 
     @property
     def problems(self) -> list[str]:
+        problems = [f"e2fsck after rollback: {self.fsck}"] if self.fsck else []
         if self.returncode != 0:
             lines = self.output.strip().splitlines()
-            return [f"rollback failed ({self.returncode}): {lines[-1] if lines else 'no output'}"]
-        return [f"after rollback {line}" for line in self.differs[:20]]
+            return problems + [f"rollback failed ({self.returncode}): {lines[-1] if lines else 'no output'}"]
+        return problems + [f"after rollback {line}" for line in self.differs[:20]]
+
+
+def fsck_problem(image: Path) -> str | None:
+    """What `e2fsck -fn` finds wrong with the image's root file system (None: it is clean). Run on a file system
+    whose journal a mount has replayed and that was then unmounted: -n does not replay it."""
+    loop = _run(["losetup", "--find", "--show", "--read-only", "--offset", str(PART_OFFSET), str(image)]).stdout
+    try:
+        checked = subprocess.run(["e2fsck", "-fn", loop.strip()], capture_output=True, text=True)
+    finally:
+        subprocess.run(["losetup", "-d", loop.strip()])
+    if checked.returncode == 0:
+        return None
+    lines = [line for line in checked.stdout.splitlines() if line and not line.startswith(("Pass ", "e2fsck "))]
+    return f"exit status {checked.returncode}: " + " / ".join(lines[:8])
 
 
 def reference(image: Path, kernel: str, logs: Path) -> tuple[dict[str, str], set[str]]:
@@ -330,6 +360,7 @@ def check_rollback(
         run.returncode,
         run.stdout + run.stderr,
         tuple(differences(before, after, grub_cfgs)),
+        fsck_problem(image),
     )
 
 

@@ -78,6 +78,7 @@ from pathlib import Path
 
 import pytest
 from conftest import persistent_cache_root
+from log_writes import sparse_copy
 
 RECIPE = 2  # bump when the image recipe changes: a new cached image is built
 DISK_SIZE = 6 << 30  # sparse; ~1.6 GB used
@@ -820,6 +821,19 @@ def uefi_sb_image(kernel: str, release: Release = BOOKWORM) -> Path:
     )
 
 
+@dataclass(frozen=True)
+class WriteLog:
+    """A boot recorded write by write (System.boot): the log, and copies of the disk as the boot started from it
+    and as the boot left it. Both copies are made by the boot itself, around the guest's run and nothing else:
+    the step is written into the disk on the host before `start` (a replay of the log applies the guest's
+    writes to exactly what the guest read), and `end` is taken before the host mounts the disk to read the
+    step's output (the whole log replayed onto `start` must give `end`, byte for byte)."""
+
+    log: Path
+    start: Path
+    end: Path
+
+
 class System:
     """One session's copy of the base image: files put in while it is off, boots with a step each."""
 
@@ -902,18 +916,29 @@ class System:
         timeout: float = 900,
         kill_on: str | None = None,
         driver: Callable[[GuestConsole], None] | None = None,
-        write_log: Path | None = None,
+        write_log: WriteLog | None = None,
     ) -> Boot:
         """Boot through GRUB; `step` (shell) runs once the multi-user target is reached, then power-off.
         UEFI images boot OVMF, shim and GRUB, and `driver` may answer the firmware's prompts meanwhile.
-        With `write_log` the disk's writes and flushes are logged there (qemu_boot)."""
+        With `write_log` the disk's writes and flushes are logged (qemu_boot), and the disk copied before and
+        after (WriteLog)."""
         if step is not None:
             with self.files() as root:
                 (root / STEP_DIR / "step.sh").write_text(step)
+        if write_log:
+            sparse_copy(self.image, write_log.start)
         log = self.logs / f"boot-{len(self.boots) + 1}.log"
         boot = qemu_boot(
-            self.image, log, timeout, kill_on=kill_on, firmware=self.firmware, driver=driver, write_log=write_log
+            self.image,
+            log,
+            timeout,
+            kill_on=kill_on,
+            firmware=self.firmware,
+            driver=driver,
+            write_log=write_log.log if write_log else None,
         )
+        if write_log:
+            sparse_copy(self.image, write_log.end)
         self.boots.append(boot)
         if step is not None and not boot.killed:
             boot.step_rc, boot.step_out = read_step(self.image, self.kind.root_offset)

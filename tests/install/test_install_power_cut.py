@@ -12,7 +12,10 @@ flush and checks it on the host (its docstring says what is checked and how):
         the finished run wrote (a line cut short at the end at most): never a line that is not the tool's
     the points rollback is run on (power_cut.choose: the first and the last point of each journal state, so
     every point where one of the tool's records reached the disk and the last before the next one did; and
-    INTERIOR more of each): rollback in a chroot puts every file back as it was before the install
+    INTERIOR more of each): rollback in a chroot puts every file back as it was before the install, and
+    e2fsck finds the file system clean
+    the whole log: replayed onto the disk as the recorded boot started, it gives the disk that boot left, byte
+    for byte (so each point is a state the run really passed through, not one the replay made up)
     one point booted for real, the first after the install's last journal record: the machine comes up with the
     quirks on (the boot guard's trial) and `status` says what the boot shows
 
@@ -36,8 +39,18 @@ from pathlib import Path
 
 import power_cut as pc
 import pytest
-from log_writes import Log, read_log, sparse_copy
-from wholesystem import STEP_DIR, System, copy_into, facts, install_tool, new_system, qemu_boot, read_step
+from log_writes import Log, read_log
+from wholesystem import (
+    STEP_DIR,
+    System,
+    WriteLog,
+    copy_into,
+    facts,
+    install_tool,
+    new_system,
+    qemu_boot,
+    read_step,
+)
 
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 
@@ -74,6 +87,7 @@ class Recording:
     window: tuple[int, int]
     snapshots: dict[int, Path]
     surveys: tuple[pc.Survey, ...]
+    replay_mismatch: str | None  # power_cut.replay_mismatch: None when the log replayed whole is the disk the run left
 
     @property
     def inside(self) -> list[pc.Survey]:
@@ -122,9 +136,8 @@ def stage(request, built_module_61, wholesystem_image_61, tmp_path_factory) -> I
 def record(stage: Stage, name: str, command: str) -> Recording:
     """`command` run in a boot of the stage's system between the marks, recorded; the disk snapshotted and
     surveyed at every crash point between the marks, and at the first and last of the boot and of the shutdown."""
-    base = stage.area.path / f"{name}-base.img"
-    sparse_copy(stage.system.image, base)
     log_path = stage.system.logs / f"{name}-writes.log"
+    recorded = WriteLog(log_path, stage.area.path / f"{name}-start.img", stage.area.path / f"{name}-end.img")
     started = time.monotonic()
     boot = stage.system.boot(
         # The step of a boot of any point, in place before the run: writing it into a point's disk on the host
@@ -135,7 +148,7 @@ def record(stage: Stage, name: str, command: str) -> Recording:
         + "\n"
         + pc.mark("run-end"),
         timeout=2400,
-        write_log=log_path,
+        write_log=recorded,
     )
     assert not boot.timed_out, f"the recording boot did not finish:\n{boot.tail()}"
     assert boot.step_rc == 0, f"{name} failed in the guest ({boot.step_rc}):\n{boot.step_out[-4000:]}"
@@ -151,12 +164,13 @@ def record(stage: Stage, name: str, command: str) -> Recording:
     )
     wanted = set(inside) | set(before[:1] + before[-1:] + after[:1] + after[-1:])
     started = time.monotonic()
-    snapshots = pc.snapshot_points(log, base, stage.area, wanted, prefix=name)
-    base.unlink()
-    log_path.unlink()  # hundreds of MB; the snapshots hold what the checks need
+    snapshots = pc.snapshot_points(log, recorded.start, stage.area, wanted, prefix=name)
+    mismatch = pc.replay_mismatch(log, recorded.start, recorded.end, stage.area.path / f"{name}-replayed.img")
+    for path in (recorded.start, recorded.end, log_path):
+        path.unlink()  # gigabytes; the snapshots hold what the checks need
     surveys = tuple(survey_copy(stage, point, snapshots[point]) for point in sorted(wanted))
     stage.say(f"{name}: replayed and surveyed {len(surveys)} points in {time.monotonic() - started:.0f} s")
-    return Recording(stage, name, log, (start, end), snapshots, surveys)
+    return Recording(stage, name, log, (start, end), snapshots, surveys, mismatch)
 
 
 def survey_copy(stage: Stage, point: int, snapshot: Path) -> pc.Survey:
@@ -194,6 +208,15 @@ def before_install(stage, installed) -> tuple[dict[str, str], set[str]]:
 
 
 RUNS = ["installed", "rolled_back"]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_power_cut_the_log_replayed_whole_is_the_disk_the_run_left(request, run):
+    """What makes every point a disk the run really passed through: the guest's writes, applied in the log's order
+    to the disk as the boot started, give the disk as the boot left it, byte for byte (a write the log missed, or
+    a change on the host the log cannot know, would show here)."""
+    recording = request.getfixturevalue(run)
+    assert recording.replay_mismatch is None, recording.replay_mismatch
 
 
 @pytest.mark.parametrize("run", RUNS)
