@@ -25,6 +25,9 @@ driven in order, each test the next chapter:
        stays inert there: 7.x still checks a BO mapping's end exactly, so the build carries the quirk (on by
        default), but with the SVM API libhsakmt puts the CWSR area in SVM memory, a path the quirk does not
        touch (kmod/quirks/cwsr-size/quirk.toml); what the test can see of that is doctor's "not affected".
+       Chapter 3 is an opt-in tier (RDNA1_KMGR_TEST_DEBIAN13_7X=1; CI leaves it out with that reason): with
+       empty caches its compile is the longest job of the whole suite. CI covers 7.x by rendering and checkpatch
+       on a real 7.x tree (tests/render).
     4. `rollback --all`, the 7.x packages purged (the hooks drop their build): /boot, /lib/modules, /etc and
        grubenv as they were before `install` (initramfs images compared by their file lists: initramfs-tools
        does not make them byte-reproducible).
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 import re
 import shutil
 import subprocess
@@ -62,6 +66,7 @@ from rdna1_kmgr.render.patch_series import render
 pytestmark = [pytest.mark.realbuild, pytest.mark.vm, pytest.mark.debian13]
 
 CONFIRM_AFTER = 20
+FULL_7X_ENV = cache_warmer.FULL_7X_ENV
 
 
 @dataclass
@@ -215,6 +220,11 @@ def backports_kernel(trixie: Trixie) -> str | None:
 
 
 def test_trixie_follow_to_backports_7x_compiles_natively_and_leaves_cwsr_size_inert(trixie):
+    if os.environ.get(FULL_7X_ENV) != "1":
+        pytest.skip(
+            f"the native 7.x compile is the opt-in tier's ({FULL_7X_ENV}=1): with empty caches trixie's gcc-14 compile"
+            " of a whole 7.x amdgpu (about 30 CPU-minutes here) does not fit CI's budget beside the rest"
+        )
     new = backports_kernel(trixie)
     if new is None or not new.startswith("7."):
         pytest.skip(f"trixie-backports carries no 7.x kernel today (linux-image-amd64 -> {new})")
