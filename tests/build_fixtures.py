@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import persistent_cache_root
+import second_lane
+from conftest import LANE, persistent_cache_root
 
 
 def run_build(release: str) -> dict:
@@ -39,10 +40,39 @@ def run_build(release: str) -> dict:
     return result
 
 
+def build_files(result: dict) -> list[Path]:
+    """What a build leaves on the host that a whole-system test copies into its image: the DKMS package's source
+    and its built tree, and DKMS's signing certificate."""
+    version = result["package_version"]
+    return [Path("/usr/src") / f"rdna1-amdgpu-{version}", Path("/var/lib/dkms/rdna1-amdgpu") / version, MOK_CERT]
+
+
+MOK_CERT = Path("/var/lib/dkms/mok.pub")
+
+
 @pytest.fixture(scope="session")
-def built_module_61(headers_61) -> dict:
-    """The JSON of `rdna1-kmgr build --kernel <Debian's current 6.1 release> --yes --json`."""
-    return run_build(headers_61)
+def built_module_61(request) -> dict:
+    """The JSON of `rdna1-kmgr build --kernel <Debian's current 6.1 release> --yes --json`, and `files_root`: where
+    build_files are ("/", or their copy in the second lane: tests/second_lane.py)."""
+    if second_lane.in_child():
+        return second_lane.receive("built_module_61")
+    result = {**run_build(request.getfixturevalue("headers_61")), "files_root": "/"}
+    lane = getattr(request.config, LANE, None)
+    if lane is not None and "built_module_61" in lane.wanted:
+        second_lane.hand_over(lane, "built_module_61", result, build_files(result))
+    return result
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _builds_the_second_lane_waits_for(request) -> None:
+    """In a session that handed tests to a second lane: the builds they use, made before this session's first
+    test and handed over, so the lane waits the least (tests/second_lane.py)."""
+    lane = getattr(request.config, LANE, None)
+    for name in sorted(lane.wanted) if lane is not None else ():
+        try:
+            request.getfixturevalue(name)
+        except (Exception, pytest.fail.Exception, pytest.skip.Exception):
+            pass  # the tests that use it report it; the lane's, when this session ends (second_lane.receive)
 
 
 @pytest.fixture(scope="session")

@@ -174,6 +174,7 @@ def pytest_sessionfinish(session, exitstatus):
     unwinds its mounts and its copy of the image). The test-run marker goes with the session that made it."""
     lane = getattr(session.config, LANE, None)
     if lane is not None:
+        second_lane.close_handoff(lane)
         status = second_lane.finish(lane, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         if status != 0 and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -946,9 +946,11 @@ class System:
         return boot
 
 
-def copy_into(root: Path, path: Path) -> None:
-    """`path` of this machine to the same place in the image (a tree, a file or a link)."""
+def copy_into(root: Path, path: Path, source_root: Path = Path("/")) -> None:
+    """`path` of this machine (found under `source_root`, a copy of its files) to the same place in the image (a
+    tree, a file or a link)."""
     target = root / path.relative_to("/")
+    path = source_root / path.relative_to("/")
     target.parent.mkdir(parents=True, exist_ok=True)
     if path.is_symlink():
         target.unlink(missing_ok=True)

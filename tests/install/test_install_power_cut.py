@@ -39,6 +39,7 @@ from pathlib import Path
 
 import power_cut as pc
 import pytest
+from build_fixtures import build_files
 from log_writes import Log, read_log
 from wholesystem import (
     STEP_DIR,
@@ -52,7 +53,8 @@ from wholesystem import (
     read_step,
 )
 
-pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
+# In the second lane (tests/second_lane.py): its own image and reflink area; the host's build comes handed over
+pytestmark = [pytest.mark.vm, pytest.mark.realbuild, pytest.mark.second_lane]
 
 FULL = os.environ.get("RDNA1_KMGR_TEST_POWER_CUT") == "all"
 NO_FSYNC = os.environ.get("RDNA1_KMGR_TEST_POWER_CUT_NO_FSYNC") == "1"
@@ -114,18 +116,18 @@ def stage(request, built_module_61, wholesystem_image_61, tmp_path_factory) -> I
             "the power-cut test snapshots its disks on XFS: mkfs.xfs is missing (install.sh --test installs it)"
         )
     kernel = built_module_61["kernel"]
-    version = built_module_61["package_version"]
+    built = Path(built_module_61["files_root"])
     tmp = tmp_path_factory.mktemp("power-cut")
     system = new_system(wholesystem_image_61, tmp)
     with system.files() as root:
         install_tool(root)
-        copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
-        copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)
-        copy_into(root, Path("/var/lib/dkms/mok.pub"))
+        for path in build_files(built_module_61):
+            copy_into(root, path, built)
         if NO_FSYNC:
             site = root / Path(sys.prefix).relative_to("/") / "lib" / f"python3.{sys.version_info.minor}"
             (site / "site-packages/zz-test-no-fsync.pth").write_text("import os; os.fsync = lambda fd: None\n")
-    manifest = json.loads((Path("/usr/src") / f"rdna1-amdgpu-{version}" / "rdna1-manifest.json").read_text())
+    source = build_files(built_module_61)[0]
+    manifest = json.loads((built / source.relative_to("/") / "rdna1-manifest.json").read_text())
     area = pc.ReflinkArea(tmp, AREA_SIZE)
     try:
         yield Stage(system, area, kernel, f"0x{manifest['quirks_mask']:x}", _say(request))
