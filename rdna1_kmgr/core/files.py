@@ -80,15 +80,20 @@ _TEMPORARY_TOKEN = re.compile(r"[0-9a-f]{16}")
 def leftover_temporaries(path: Path) -> list[Path]:
     """write_atomic's temporary files beside `path` that a power cut left: created and fsynced, never renamed
     into place (a SIGKILL leaves them too). Regular files only, each name a full match of the pattern."""
-    prefix = f".{path.name}.rdna1-kmgr-"
+    return regular_files_named(path.parent, f".{path.name}.rdna1-kmgr-", _TEMPORARY_TOKEN)
+
+
+def regular_files_named(folder: Path, prefix: str, rest: re.Pattern[str]) -> list[Path]:
+    """The regular files (no link, no folder) in `folder` whose name is `prefix` then a full match of `rest`,
+    sorted; none when the folder is gone."""
     try:
-        names = os.listdir(path.parent)
+        names = os.listdir(folder)
     except OSError:
         return []
     found = []
     for name in sorted(names):
-        if name.startswith(prefix) and _TEMPORARY_TOKEN.fullmatch(name[len(prefix) :]):
-            candidate = path.parent / name
+        if name.startswith(prefix) and rest.fullmatch(name[len(prefix) :]):
+            candidate = folder / name
             if stat.S_ISREG(candidate.lstat().st_mode):
                 found.append(candidate)
     return found

@@ -21,6 +21,7 @@ rollback again.
 from __future__ import annotations
 
 import datetime
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,10 +74,19 @@ def undo_of(step: StepState) -> Undo | None:
         ) from None
 
 
+# kmod's depmod writes each index as NAME.PID.USEC.SEC beside it, then renames it into place: a power cut
+# between the two leaves that file (tests/install/test_install_power_cut.py found an empty
+# modules.alias.bin.671.4857.1795930668 after a cut during depmod)
+_DEPMOD_TEMPORARY = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+
+
 def remove_leftovers(path: Path) -> list[Path]:
-    """The tool's own temporary files beside `path` that a write cut short left (a power cut between the temporary
-    file's fsync and its rename; core/files.write_atomic), removed: nothing else names them."""
+    """The temporary files beside `path` that a write cut short left, removed: the tool's own (a power cut between
+    the temporary file's fsync and its rename; core/files.write_atomic) and, beside a module index, depmod's.
+    Nothing else names them."""
     found = files.leftover_temporaries(path)
+    if path.name.startswith("modules."):
+        found += files.regular_files_named(path.parent, f"{path.name}.", _DEPMOD_TEMPORARY)
     for tmp in found:
         tmp.unlink()
     return found
@@ -113,7 +123,9 @@ class UndoStep:
             else:
                 lines.append(f"restore {entry.path} from the journal's backup")
         if self.step.intent.backups:
-            lines.append("remove rdna1-kmgr's temporary files beside them (if a write cut short left any)")
+            lines.append(
+                "remove the temporary files rdna1-kmgr or depmod left beside them (if a write cut short left any)"
+            )
         lines += [f"remove the directory {folder} (if empty)" for folder in deepest_first(self.step.intent.dirs)]
         lines += undo.plan_after() if undo else []
         return [lines[0], *(f"    {line}" for line in lines[1:])]

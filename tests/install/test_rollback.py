@@ -67,3 +67,27 @@ def test_rollback_of_the_earlier_kernel_alone_goes_on_when_they_share_only_the_m
         journal.append(Commit())
     rollback.run("6.12.118+deb13-amd64")
     assert jr.Journal.kernels() == ["7.3.4+deb13-amd64"]
+
+
+def test_rollback_removes_the_temporaries_a_cut_short_depmod_or_write_left_beside_an_index(tmp_path):
+    # kmod's depmod writes modules.alias.bin as modules.alias.bin.PID.USEC.SEC and renames it: the power-cut
+    # test found this empty one in /lib/modules/KREL after a cut during depmod
+    index = tmp_path / "modules.alias.bin"
+    index.write_bytes(b"index")
+    left = [
+        tmp_path / "modules.alias.bin.671.4857.1795930668",
+        tmp_path / ".modules.alias.bin.rdna1-kmgr-0123456789abcdef",
+    ]
+    kept = [
+        tmp_path / "modules.alias.bin.671.4857",  # two numbers: not depmod's name
+        tmp_path / "modules.alias.bin.671.x.1795930668",
+        tmp_path / "modules.alias.bin.bak",
+        tmp_path / "rdna1-kmgr.conf.671.4857.1795930668",  # beside a file depmod does not write
+    ]
+    for path in left + kept:
+        path.write_bytes(b"")
+    (tmp_path / "modules.alias.bin.1.2.3").symlink_to("/etc/passwd")  # a link is never taken for one
+    assert sorted(rollback.remove_leftovers(index)) == sorted(left)
+    assert rollback.remove_leftovers(tmp_path / "rdna1-kmgr.conf") == []
+    assert index.read_bytes() == b"index" and all(p.exists() for p in kept) and not any(p.exists() for p in left)
+    assert (tmp_path / "modules.alias.bin.1.2.3").is_symlink()

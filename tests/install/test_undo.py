@@ -173,10 +173,10 @@ def test_a_journal_written_by_todays_release_plans_and_rolls_back_exactly(journa
     assert plan[1:] == [
         "  undo stock-loader:",
         f"      restore {rule} from the journal's backup",
-        "      remove rdna1-kmgr's temporary files beside them (if a write cut short left any)",
+        "      remove the temporary files rdna1-kmgr or depmod left beside them (if a write cut short left any)",
         "  undo modprobe-conf:",
         f"      remove {conf} (if present)",
-        "      remove rdna1-kmgr's temporary files beside them (if a write cut short left any)",
+        "      remove the temporary files rdna1-kmgr or depmod left beside them (if a write cut short left any)",
         "  keep the build rdna1-amdgpu/6.1.192+p0123abcd (--keep-build)",
         f"  move the journal to the history; drop its backups in {state / 'backups'}/",
     ]
