@@ -502,7 +502,12 @@ def qemu_boot(
 
 def disk_args(image: Path, write_log: Path | None) -> list[str]:
     """The disk as the guest's virtio disk, its write cache on (the guest flushes it as on real hardware). With
-    `write_log`, through blklogwrites: the raw image under it, the log file (which must exist, empty) beside it."""
+    `write_log`, through blklogwrites: the raw image under it, the log file (which must exist, empty) beside it,
+    and virtio-blk's request merging off. blklogwrites logs a write as its header then its data, one I/O vector
+    more than the request: a merged request can carry IOV_MAX (1024) vectors already, and then the log's write
+    fails (EINVAL), which the guest sees as an I/O error. Merging happens when requests queue up, so on a busy
+    host: a recording in CI's second lane failed so, at 81 s, writing an initramfs. Unmerged, a request has at
+    most the queue's 254 segments."""
     if write_log is None:
         return ["-drive", f"file={image},format=raw,if=virtio,cache=writeback"]
     write_log.write_bytes(b"")
@@ -516,7 +521,7 @@ def disk_args(image: Path, write_log: Path | None) -> list[str]:
         "-blockdev",
         "driver=blklogwrites,node-name=disk-logged,file=disk-format,log=log-file,log-sector-size=512",
         "-device",
-        "virtio-blk-pci,drive=disk-logged",
+        "virtio-blk-pci,drive=disk-logged,request-merging=off",
     ]
 
 
