@@ -7,6 +7,7 @@ the new one (file and directory fsynced) -- the journal's promise that a step st
 intent are on disk rests on it."""
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import re
 import secrets
 import shutil
 import stat
+import struct
 from pathlib import Path
 
 from rdna1_kmgr.core import paths
@@ -75,6 +77,29 @@ def open_private_log(path: Path):
 # write_atomic's temporary file beside `path`: `.<name>.rdna1-kmgr-<16 hex digits>`
 _TEMPORARY = ".{name}.rdna1-kmgr-{token}"
 _TEMPORARY_TOKEN = re.compile(r"[0-9a-f]{16}")
+
+
+# ext4's EXT4_IOC_CHECKPOINT, _IOW('f', 43, __u32) in include/uapi/linux/ext4.h (Linux 5.13 and later); flags 0
+EXT4_IOC_CHECKPOINT = 0x4004662B
+
+
+def checkpoint_journal(path: Path) -> bool:
+    """Ask the file system holding `path` to write what its journal holds to where it belongs, and flush it
+    there: a reader that does not replay the journal (GRUB reading grubenv and grub.cfg at power-on) then sees
+    what the kernel sees. Without this, a power cut after a durable write can leave GRUB reading the old files.
+    False where there is no such call (a file system other than ext4, a kernel before 5.13) or it is refused
+    (not root): nothing more can be done there, and nothing was changed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.ioctl(fd, EXT4_IOC_CHECKPOINT, struct.pack("I", 0))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def leftover_temporaries(path: Path) -> list[Path]:

@@ -1,5 +1,12 @@
 """core/files.py: the records the tool writes keep their bytes."""
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
 from rdna1_kmgr.core import files
 from rdna1_kmgr.core.files import write_json
 
@@ -88,3 +95,52 @@ def test_leftover_temporaries_are_write_atomics_own_names_only(tmp_path):
     files.write_atomic(target, b"new\n")
     assert files.leftover_temporaries(target) == [left], "a finished write leaves no temporary of its own"
     assert files.leftover_temporaries(tmp_path / "missing-folder" / "x.conf") == []
+
+
+def test_checkpoint_journal_is_ext4s_checkpoint_call_and_false_where_there_is_none(tmp_path):
+    # _IOW('f', 43, __u32) by asm-generic/ioctl.h's layout: direction write (1) at bit 30, the argument's size (4)
+    # at bit 16, the type 'f' at bit 8, the number 43
+    assert files.EXT4_IOC_CHECKPOINT == (1 << 30) | (4 << 16) | (ord("f") << 8) | 43
+    target = tmp_path / "grubenv"
+    target.write_bytes(b"# GRUB Environment Block\n")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert files.checkpoint_journal(link) is False  # never through a link
+    assert files.checkpoint_journal(tmp_path / "missing") is False
+    if Path("/dev/shm").is_dir():
+        assert files.checkpoint_journal(Path("/dev/shm")) is False  # tmpfs has no journal to write out
+
+
+@pytest.mark.system
+def test_checkpoint_journal_puts_a_renamed_file_where_a_reader_without_the_journal_finds_it(tmp_path):
+    """GRUB's view, as debugfs gives it: it reads the disk image as it is, replaying nothing. A file replaced by a
+    rename (grub-editenv's and update-grub's way) and fsynced is in ext4's journal; debugfs still finds the old
+    one until the checkpoint writes the journal out."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4") or not shutil.which("debugfs"):
+        pytest.skip("needs root (a loop mount), mkfs.ext4 and debugfs")
+    image, mount = tmp_path / "boot.img", tmp_path / "boot"
+    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    mount.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
+    try:
+        env = mount / "grubenv"
+        files.write_atomic(env, b"old\n")
+        assert files.checkpoint_journal(mount) is True
+        assert _as_grub_reads(image, "grubenv") == "old\n"
+        files.write_atomic(env, b"new\n")  # fsynced, renamed, its folder fsynced: durable for the kernel
+        assert _as_grub_reads(image, "grubenv") == "old\n", "the rename is in the journal only"
+        assert files.checkpoint_journal(env) is True
+        assert _as_grub_reads(image, "grubenv") == "new\n"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
+    try:
+        assert files.checkpoint_journal(mount) is False  # no journal: nothing to write out (ENODEV)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def _as_grub_reads(image: Path, name: str) -> str:
+    return subprocess.run(["debugfs", "-R", f"cat /{name}", str(image)], capture_output=True, text=True).stdout
