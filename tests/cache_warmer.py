@@ -2,14 +2,15 @@
 
 With empty caches the stories need Debian 12's and Debian 13's images and their Secure Boot kinds, and trixie's
 gcc-14 compile of a whole amdgpu module for 6.12 (and one for the backports' 7.x in the Debian 13 story's opt-in
-tier, FULL_7X_ENV): about half an hour of work that needs no test. The suite is mostly one-core work (QEMU's TCG, Python), and this machine has two, so conftest starts
-this program when the session has whole-system tests, at the lowest CPU and I/O priority and in a cpu cgroup of
-its own that gets only the CPU time the tests leave idle (`_idle_cpu_share` says why nice is not enough), and
-sorts the Debian 13 tests last. A test waits for the job it needs (the image builders' own locks, `wait_for` for
-the compiles) and finds its cache filled. The result is the same as the stories filling the caches themselves:
-the same image builders under the same locks, and the compiles by the tool in a throwaway copy of the image, as
-the stories run them, into the compiler cache they share (`trixie_build_cache`). A job whose result is there
-already costs nothing, so a warm run's warmer is done in seconds.
+tier, FULL_7X_ENV): about half an hour of work that needs no test. The suite is mostly one-core work (QEMU's TCG,
+Python), and this machine has two, so conftest starts this program when the session has whole-system tests, at the
+lowest CPU and I/O priority and in a cpu cgroup of its own that gets only the CPU time the tests leave idle
+(`_idle_cpu_share` says why nice is not enough), and sorts the Debian 13 tests last. A test waits for the job it
+needs (the image builders' own locks, `wait_for` for the compiles) and finds its cache filled. The result is the
+same as the stories filling the caches themselves: the same image builders under the same locks, and the compiles by
+the tool in a throwaway copy of the image, as the stories run them, into the compiler cache they share
+(`trixie_build_cache`). A job whose result is there already costs nothing, so a warm run's warmer is done in
+seconds.
 
 Run by conftest as `python -m cache_warmer LOG`, with the tests' folder on sys.path. It takes every job's lock,
 prints "ready" (or "busy" and ends, when another session's warmer holds them) and closes its standard output,
@@ -44,11 +45,11 @@ from wholesystem import (
     uefi_sb_image,
 )
 
-# In the order the suite needs them: Debian 12's image (the kernel-cells boots, the boot guard story), its Secure
-# Boot kind, then the Debian 13 ones (test_debian13_story, then test_secure_boot's Debian 13 run, sorted last).
 # The Debian 13 story's opt-in tier: follow to trixie-backports' 7.x, compiled natively (test_debian13_story)
 FULL_7X_ENV = "RDNA1_KMGR_TEST_DEBIAN13_7X"
 
+# In the order the suite needs them: Debian 12's image (the kernel-cells boots, the boot guard story), its Secure
+# Boot kind, then the Debian 13 ones (test_debian13_story, then test_secure_boot's Debian 13 run, sorted last).
 JOBS = ("debian12-image", "debian12-sb-image", "trixie-image", "trixie-builds", "trixie-sb-image")
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from log_writes import Log, Replayer, flush_points, sparse_copy
-from wholesystem import PART_OFFSET, System, _run, mounted
+from wholesystem import System, _run, loop_device, mounted
 
 MARK_SECTOR = 2047  # the last 512-byte sector before the root partition (PART_OFFSET, 1 MiB)
 MARK_PREFIX = b"RDNA1-KMGR-TEST-MARK "
@@ -321,11 +321,8 @@ class RollbackCheck:
 def fsck_problem(image: Path) -> str | None:
     """What `e2fsck -fn` finds wrong with the image's root file system (None: it is clean). Run on a file system
     whose journal a mount has replayed and that was then unmounted: -n does not replay it."""
-    loop = _run(["losetup", "--find", "--show", "--read-only", "--offset", str(PART_OFFSET), str(image)]).stdout
-    try:
-        checked = subprocess.run(["e2fsck", "-fn", loop.strip()], capture_output=True, text=True)
-    finally:
-        subprocess.run(["losetup", "-d", loop.strip()])
+    with loop_device(image, readonly=True) as loop:
+        checked = subprocess.run(["e2fsck", "-fn", loop], capture_output=True, text=True)
     if checked.returncode == 0:
         return None
     lines = [line for line in checked.stdout.splitlines() if line and not line.startswith(("Pass ", "e2fsck "))]

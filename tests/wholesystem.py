@@ -239,26 +239,35 @@ def _mbr(disk_size: int) -> bytes:
 
 
 @contextlib.contextmanager
+def loop_device(image: Path, offset: int = PART_OFFSET, readonly: bool = False) -> Iterator[str]:
+    """A loop device over the image from `offset` (the partition's), detached when done."""
+    ro = ["--read-only"] if readonly else []
+    loop = _run(["losetup", "--find", "--show", *ro, "--offset", str(offset), str(image)]).stdout.strip()
+    try:
+        yield loop
+    finally:
+        subprocess.run(["losetup", "-d", loop])
+
+
+@contextlib.contextmanager
 def mounted(
     image: Path, offset: int = PART_OFFSET, readonly: bool = False, options: str | None = None
 ) -> Iterator[Path]:
     """The image's file system mounted on a scratch folder (a loop device at the partition's offset); `options`
     replaces the mount options (`ro` when read-only). RuntimeError when it does not mount."""
-    ro = ["--read-only"] if readonly else []
-    loop = _run(["losetup", "--find", "--show", *ro, "--offset", str(offset), str(image)]).stdout.strip()
-    where = Path(f"/run/wholesystem-{os.getpid()}-{Path(loop).name}")
-    where.mkdir(parents=True, exist_ok=True)
-    try:
-        options = options or ("ro" if readonly else None)
-        _run(["mount", *(["-o", options] if options else []), loop, str(where)])
+    with loop_device(image, offset, readonly) as loop:
+        where = Path(f"/run/wholesystem-{os.getpid()}-{Path(loop).name}")
+        where.mkdir(parents=True, exist_ok=True)
         try:
-            yield where
+            options = options or ("ro" if readonly else None)
+            _run(["mount", *(["-o", options] if options else []), loop, str(where)])
+            try:
+                yield where
+            finally:
+                subprocess.run(["sync", "-f", str(where)])
+                _run(["umount", str(where)])
         finally:
-            subprocess.run(["sync", "-f", str(where)])
-            _run(["umount", str(where)])
-    finally:
-        subprocess.run(["losetup", "-d", loop])
-        where.rmdir()
+            where.rmdir()
 
 
 @contextlib.contextmanager
@@ -552,11 +561,8 @@ def _build_base(image: Path, kernel: str, work: Path, release: Release = BOOKWOR
     with open(image, "wb") as disk:
         disk.truncate(release.disk_size)
         disk.write(_mbr(release.disk_size))
-    loop = _run(["losetup", "--find", "--show", "--offset", str(PART_OFFSET), str(image)]).stdout.strip()
-    try:
+    with loop_device(image) as loop:
         _run(["mkfs.ext4", "-q", "-L", "wholesystem", loop])
-    finally:
-        subprocess.run(["losetup", "-d", loop])
     with mounted(image) as root:
         _run(
             ["debootstrap", "--variant=minbase", "--include=ca-certificates", release.codename, str(root), mirror],
