@@ -28,7 +28,7 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
 from rdna1_kmgr.experiment.kernel_cells import KernelCell
-from rdna1_kmgr.install import boot_guard, journal_checks
+from rdna1_kmgr.install import boot_guard, grub_commands, journal_checks
 from rdna1_kmgr.install.journal_records import Done
 from rdna1_kmgr.install.profile_journal import ExperimentJournal
 from rdna1_kmgr.install.target_root import TargetRoot
@@ -138,14 +138,19 @@ def install(root: TargetRoot, journal: ExperimentJournal, first: KernelCell) -> 
     make_dirs(link.parent)
     link.unlink(missing_ok=True)
     link.symlink_to(f"/{UNIT}")
-    runner.run(["update-grub"], timeout=900, error=HostError, hint="the experiment's boots could not be set up")
-    arm(root, first)
+    hint = "the experiment's boots could not be set up"
+    grub_commands.run(
+        [["update-grub"], arm_command(root, first)],
+        lambda command: runner.run(command, timeout=900, error=HostError, hint=hint),
+    )
     journal.append(Done(STEP))
     daemon_reload(root)
 
 
 def arm(root: TargetRoot, cell: KernelCell) -> None:
-    runner.run(arm_command(root, cell), error=HostError, hint="check /boot/grub/grubenv")
+    grub_commands.run(
+        [arm_command(root, cell)], lambda c: runner.run(c, error=HostError, hint="check /boot/grub/grubenv")
+    )
 
 
 def daemon_reload(root: TargetRoot) -> None:

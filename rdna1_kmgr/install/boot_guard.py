@@ -45,9 +45,8 @@ from typing import Protocol
 
 from rdna1_kmgr.core import runner, trust
 from rdna1_kmgr.core.errors import HostError, UsageError
-from rdna1_kmgr.core.files import checkpoint_journal
 from rdna1_kmgr.host import kmsg, rdna1_boards, sysfs, system_identity
-from rdna1_kmgr.install import stock_loader
+from rdna1_kmgr.install import grub_commands, stock_loader
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
@@ -283,14 +282,6 @@ def links(root: TargetRoot) -> dict[Path, str]:
     }
 
 
-def grub_sees_it(root: TargetRoot) -> None:
-    """GRUB reads grubenv and grub.cfg without replaying the file system's journal: once update-grub or
-    grub-editenv changed them, the journal is written out where GRUB reads (core/files.checkpoint_journal), or a power
-    cut could leave GRUB booting by the old ones while the kernel sees the new (the power-cut test found a first
-    boot after `install` that GRUB started without the guard)."""
-    checkpoint_journal(grubenv(root).parent)
-
-
 def editenv(root: TargetRoot, *args: str) -> list[str]:
     return ["grub-editenv", str(grubenv(root)), *args]
 
@@ -328,12 +319,13 @@ def install(root: TargetRoot, settings: Settings, write, kernel: str) -> None:
             link.unlink()
         link.symlink_to(target)
     regenerate, arm = arm_commands(root, settings)
-    runner.run(regenerate, error=HostError, hint="the boot guard could not be set up")
+    hint = "the boot guard could not be set up"
+    runner.run(regenerate, error=HostError, hint=hint)
     missing = menu_entry_missing(root, kernel)
     if missing:
         raise HostError(missing, "check update-grub's output and /etc/default/grub; nothing of the install stays")
-    runner.run(arm, error=HostError, hint="the boot guard could not be set up")
-    grub_sees_it(root)
+    # The checkpoint covers update-grub's grub.cfg too: one file system's journal, wherever in it
+    grub_commands.run([arm], lambda c: runner.run(c, error=HostError, hint=hint))
     if Path("/run/systemd/system").is_dir() and root.is_system:
         runner.run(["systemctl", "daemon-reload"], check=False)
 
@@ -459,8 +451,7 @@ def retry(root: TargetRoot, dry_run: bool = False) -> str:
     command = editenv(root, "set", f"{STATE}=trial")
     if dry_run:
         return " ".join(command)
-    runner.run(command, error=HostError, hint="nothing was changed")
-    grub_sees_it(root)
+    grub_commands.run([command], lambda c: runner.run(c, error=HostError, hint="nothing was changed"))
     return "the next boot is a trial with the RDNA1 quirks on; it confirms itself, or the boot after it runs them off"
 
 
@@ -488,8 +479,7 @@ def confirm(root: TargetRoot, auto: bool = False, target: str | None = None, dry
     command = editenv(root, "set", f"{STATE}=confirmed")
     if dry_run:
         return " ".join(command)
-    runner.run(command, error=HostError, hint="nothing was changed")
-    grub_sees_it(root)
+    grub_commands.run([command], lambda c: runner.run(c, error=HostError, hint="nothing was changed"))
     return "rdna1-kmgr: trial boot confirmed: later boots run the RDNA1 amdgpu quirks on"
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import make_dirs, write_atomic
+from rdna1_kmgr.install import grub_commands
 from rdna1_kmgr.install.journal import Journal, journal_root
 from rdna1_kmgr.install.journal_records import Done
 from rdna1_kmgr.install.undo import Writer, regenerate
@@ -62,7 +63,8 @@ def missing_parents(path: Path) -> list[Path]:
 
 def write_files(journal: Journal, files: dict[Path, bytes], after: list[list[str]] | None = None) -> list[str]:
     """Each file a journal step (a backup first, the folders it creates), written durably; `after` runs once
-    at the end and again on undo, after the files are restored (what regenerates from them: update-grub)."""
+    at the end and again on undo, after the files are restored (what regenerates from them: GRUB's commands,
+    grub_commands)."""
     said = []
     for path, data in files.items():
         step = f"write {path}"
@@ -77,9 +79,6 @@ def write_files(journal: Journal, files: dict[Path, bytes], after: list[list[str
         write_atomic(path, data, 0o644)
         journal.append(Done(step))
         said.append(f"wrote {path}")
-    for command in after or []:
-        runner.run(
-            command, timeout=900, error=HostError, hint="the files are written; `rdna1-kmgr rollback` undoes them"
-        )
-        said.append(" ".join(command))
-    return said
+    hint = "the files are written; `rdna1-kmgr rollback` undoes them"
+    grub_commands.run(after or [], lambda command: runner.run(command, timeout=900, error=HostError, hint=hint))
+    return said + [" ".join(command) for command in after or []]

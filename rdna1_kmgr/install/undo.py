@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rdna1_kmgr.core import files, runner
-from rdna1_kmgr.install import modprobe_conf
+from rdna1_kmgr.core import runner
+from rdna1_kmgr.install import grub_commands, modprobe_conf
 from rdna1_kmgr.modbuild import dkms_package as dkms
 
 Command = tuple[str, ...]
@@ -95,10 +95,6 @@ class RewriteModprobeConf:
         return {"kind": "modprobe-conf", "path": str(self.path), "kernel": self.kernel}
 
 
-# Where update-grub writes grub.cfg (Debian's and Ubuntu's GRUB; a Regenerate's commands are GRUB's)
-GRUB_FOLDER = Path("/boot/grub")
-
-
 class Writer(enum.Enum):
     """Who wrote the files whose undo regenerates from them."""
 
@@ -109,7 +105,7 @@ class Writer(enum.Enum):
 
 @dataclass(frozen=True)
 class Regenerate:
-    """Once the files are back, `commands` regenerate what was made from them (GRUB's configuration)."""
+    """Once the files are back, `commands` regenerate what was made from them (GRUB's: grub_commands runs them)."""
 
     writer: Writer
     commands: tuple[Command, ...]
@@ -125,11 +121,7 @@ class Regenerate:
         return [" ".join(command) for command in self.commands]
 
     def after(self) -> list[str]:
-        for command in self.commands:
-            run(command, command[0])
-        # What they regenerate is GRUB's (grub.cfg, grubenv), which GRUB reads without replaying the journal
-        for folder in {Path(c[1]).parent for c in self.commands if c[0] == "grub-editenv"} or {GRUB_FOLDER}:
-            files.checkpoint_journal(folder)
+        grub_commands.run(self.commands, lambda command: run(tuple(command), command[0]))
         return [" ".join(command) for command in self.commands]
 
     def to_json(self) -> dict[str, Any]:
