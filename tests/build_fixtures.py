@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import second_lane
 from conftest import LANE, persistent_cache_root
+from wholesystem import copy_into
 
 
 def run_build(release: str) -> dict:
@@ -48,6 +49,13 @@ def build_files(result: dict) -> list[Path]:
 
 
 MOK_CERT = Path("/var/lib/dkms/mok.pub")
+
+
+def copy_build_into(root: Path, result: dict) -> None:
+    """A whole-system image's root (tests/wholesystem.py) given the build's files where the build left them: from
+    `files_root` when the build was handed over (tests/second_lane.py), else from this machine."""
+    for path in build_files(result):
+        copy_into(root, path, Path(result.get("files_root", "/")))
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from wholesystem import System, copy_into, facts, install_tool, new_system
+from build_fixtures import copy_build_into
+from wholesystem import System, facts, install_tool, new_system
 
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 
@@ -110,10 +111,7 @@ def story(built_module_61, wholesystem_image_61, tmp_path_factory) -> Story:
     system = new_system(wholesystem_image_61, tmp_path_factory.mktemp("wholesystem"))
     with system.files() as root:
         install_tool(root)
-        # The module `build` made for this kernel: its DKMS package, built tree and signing certificate.
-        copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
-        copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)
-        copy_into(root, Path("/var/lib/dkms/mok.pub"))
+        copy_build_into(root, built_module_61)
         recordfail = root / "etc/grub.d/05_ubuntu_recordfail"
         recordfail.write_text(UBUNTU_RECORDFAIL)
         recordfail.chmod(0o755)

@@ -38,13 +38,13 @@ from pathlib import Path
 
 import cache_warmer
 import pytest
+from build_fixtures import MOK_CERT, copy_build_into
 from secure_boot_console import MokManager
 from wholesystem import (
     ROOT_LOGIN_ENV,
     UEFI_SB,
     Boot,
     System,
-    copy_into,
     facts,
     install_by_readme,
     install_tool,
@@ -56,7 +56,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.realbuild]
 
 CONFIRM_AFTER = 20
 PASSWORD = "rdna1test"  # the one-time MOK password the owner chooses; typed again into MokManager
-CERT = "/var/lib/dkms/mok.pub"
+CERT = str(MOK_CERT)
 # What the kernel says when it refuses a module whose signing key it does not trust (lockdown or enforcement).
 REFUSED = re.compile(
     r"Loading of (unsigned module|module with unavailable key) is rejected|Key was rejected"
@@ -135,13 +135,11 @@ def debian12_system(request, tmp: Path) -> tuple[System, str]:
     """Debian 12's Secure Boot image with the module `build` made on this machine for its 6.1 kernel (its DKMS
     package, built tree and DKMS's signing certificate) and this checkout's tool."""
     built = request.getfixturevalue("built_module_61")
-    kernel, version = built["kernel"], built["package_version"]
+    kernel = built["kernel"]
     system = new_system(request.getfixturevalue("wholesystem_uefi_sb_image_61"), tmp, UEFI_SB)
     with system.files() as root:
         install_tool(root)
-        copy_into(root, Path("/usr/src") / f"rdna1-amdgpu-{version}")
-        copy_into(root, Path("/var/lib/dkms/rdna1-amdgpu") / version)
-        copy_into(root, Path(CERT))
+        copy_build_into(root, built)
     return system, kernel
 
 
