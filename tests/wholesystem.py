@@ -548,8 +548,13 @@ def take_kernel(root: Path, kernel: str, work: Path) -> None:
 
 
 def first_boot(image: Path, work: Path, root_device: str) -> Boot:
-    """A boot of the kernel take_kernel copied, given to QEMU directly: the image has no boot loader yet."""
-    kernel = (work / "vmlinuz", work / "initrd", f"root={root_device} ro console=ttyS0")
+    """A boot of the kernel take_kernel copied, given to QEMU directly: the image has no boot loader yet. systemd
+    waits up to 15 min for a device (its default, 90 s, is too short for the cache warmer's boots, which get only
+    the CPU time the tests leave: a Debian 13 UEFI image's first boot gave up waiting for /dev/vda1, the EFI
+    partition). Both words: the device timeout's own is systemd 254's (trixie); bookworm's 252 takes the start
+    jobs' default for devices too, and ignores a word it does not know."""
+    timeout = "systemd.default_device_timeout_sec=900 systemd.default_timeout_start_sec=900"
+    kernel = (work / "vmlinuz", work / "initrd", f"root={root_device} ro console=ttyS0 {timeout}")
     return qemu_boot(image, work / "firstboot.log", timeout=900, kernel=kernel)
 
 
