@@ -46,7 +46,13 @@ from rdna1_kmgr.modbuild import prerequisites  # noqa: E402
 from rdna1_kmgr.source import debian_archive, kernel_source  # noqa: E402
 
 # built_module_61 / built_module_612: one real amdgpu build per session, shared by every test module
-pytest_plugins = ["build_fixtures", "rocm_fixtures", "torch_fixtures", "wholesystem"]
+# wholesystem first: build_fixtures imports it, and pytest rewrites a plugin's asserts only when it imports it
+pytest_plugins = [
+    "wholesystem",
+    "build_fixtures",
+    "rocm_fixtures",
+    "torch_fixtures",
+]
 
 TEST_CACHE_ENV = "RDNA1_KMGR_TEST_CACHE"
 DEFAULT_TEST_CACHE = "/var/cache/rdna1-kmgr-tests"

@@ -10,6 +10,7 @@ with chroot: its own configuration, modules and helpers, the way that system wou
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import tempfile
@@ -20,6 +21,7 @@ from rdna1_kmgr.core import runner
 from rdna1_kmgr.core.errors import HostError
 from rdna1_kmgr.core.files import sha256_file
 from rdna1_kmgr.install.target_root import TargetRoot
+from rdna1_kmgr.modbuild import module_checks
 
 _MODULE_SUFFIX = r"\.ko(?:\.xz|\.zst|\.gz)?"
 _LSINITRD_LINE = re.compile(
@@ -31,7 +33,11 @@ _LSINITRD_LINE = re.compile(
 class CarriedModule:
     entries: list[str]  # every copy of the module in the image (paths inside it)
     resolved: str | None  # the one the image's own module index gives, as modprobe in early boot would load it
-    sha256: str | None
+    sha256: str | None  # of that file
+    # of its ELF bytes, decompressed: mkinitramfs (initramfs-tools 0.142) decompresses the modules it copies in
+    # "for boot speed" when xz or zstd is installed, so an `amdgpu.ko.xz` installed (DKMS compresses a module as
+    # the kernel's own are: 6.12's) is an `amdgpu.ko` there, the same module
+    module_sha256: str | None = None
 
 
 class InitramfsTool:
@@ -111,7 +117,8 @@ class InitramfsTool:
             if result.returncode != 0 or not result.stdout.strip():
                 return CarriedModule(entries, None, None)
             path = Path(result.stdout.strip().splitlines()[0])
-            return CarriedModule(entries, str(path.relative_to(roots[0])), sha256_file(path))
+            elf = hashlib.sha256(module_checks.read_module(path)).hexdigest()
+            return CarriedModule(entries, str(path.relative_to(roots[0])), sha256_file(path), elf)
 
 
 class InitramfsTools(InitramfsTool):

@@ -24,6 +24,7 @@ kept); a crash leaves the journal for `rdna1-kmgr rollback`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -383,7 +384,8 @@ def verify(candidate: Candidate, root: TargetRoot, tool: initramfs.InitramfsTool
         raise BuildError(f"{resolved} has sha256 {digest}, not the built module's {candidate.sha256}")
     module_checks.verify_signature(resolved, cert)
     carried = tool.carried_module(candidate.kernel, candidate.module_name)
-    if carried is not None and carried.sha256 != candidate.sha256:
+    # The same module when its ELF bytes are: the image may hold it decompressed (initramfs.CarriedModule)
+    if carried is not None and carried.module_sha256 != hashlib.sha256(module_checks.read_module(resolved)).hexdigest():
         which = (
             f"resolves {candidate.module_name} to {carried.resolved} (sha256 {(carried.sha256 or '')[:12]}...)"
             if carried.resolved

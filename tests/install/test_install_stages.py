@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rdna1_kmgr.core import progress
-from rdna1_kmgr.core.errors import HostError
+from rdna1_kmgr.core.errors import BuildError, HostError
 from rdna1_kmgr.install import boot_guard, install_stages
 from rdna1_kmgr.install.initramfs import InitramfsTool
 from rdna1_kmgr.install.install_gate import Candidate
@@ -180,3 +180,71 @@ def test_with_the_boot_guard_the_loader_goes_into_the_image_and_grub_gives_the_m
     guard = lines[lines.index("6. boot-guard") : lines.index("7. verify")]
     assert "    update-grub" in guard
     assert any("trial with rdna1_quirks=0x3" in line and "90 s with graphical.target" in line for line in guard)
+
+
+# --- verify: the initramfs's copy of a compressed module ------------------------------------------------------------
+
+# What mkinitramfs (initramfs-tools 0.142, /usr/sbin/mkinitramfs: "decompress modules for boot speed, if possible")
+# does to an installed amdgpu.ko.xz: `xz -d`, so the image holds amdgpu.ko, other bytes, the same module.
+ELF = b"\x7fELF a signed module\n~Module signature appended~\n"
+
+
+class ImageWith(FakeTool):
+    """An initramfs whose unpacked tree holds `carried` at lib/modules/KREL/updates/dkms/ (its index resolving
+    amdgpu there, as modinfo -b would say)."""
+
+    def __init__(self, root, journal, carried: bytes, name: str):
+        super().__init__(root, journal)
+        self.carried, self.carried_name = carried, name
+        self.image(KERNEL).write_bytes(b"an image")
+
+    def list_files(self, image):
+        return [f"usr/lib/modules/{KERNEL}/updates/dkms/{self.carried_name}"]
+
+    def extract(self, image, dest):
+        folder = dest / "main/lib/modules" / KERNEL / "updates/dkms"
+        folder.mkdir(parents=True)
+        (folder / self.carried_name).write_bytes(self.carried)
+
+
+def _verify_against(ctx, monkeypatch, tmp_path, carried: bytes, carried_name: str) -> Verified:
+    import hashlib
+    import lzma
+    import subprocess
+
+    from rdna1_kmgr.core import runner
+    from rdna1_kmgr.install import initramfs
+    from rdna1_kmgr.modbuild import module_checks
+
+    installed = tmp_path / "installed" / "amdgpu.ko.xz"  # DKMS compressed it as 6.12's own modules are
+    installed.parent.mkdir()
+    installed.write_bytes(lzma.compress(ELF))
+    candidate = Candidate(
+        ctx.candidate.package, KERNEL, installed, hashlib.sha256(installed.read_bytes()).hexdigest(), None
+    )
+    monkeypatch.setattr(install_stages, "installed_path", lambda candidate, root: installed)
+    monkeypatch.setattr(install_stages, "resolved_module", lambda kernel, module, root: installed)
+    monkeypatch.setattr(module_checks, "verify_signature", lambda module, cert: None)
+
+    def modinfo(argv, **kw):  # `modinfo -b <unpacked> -k KREL -n amdgpu`: the image's own index
+        unpacked = Path(argv[argv.index("-b") + 1])
+        return subprocess.CompletedProcess(
+            argv, 0, f"{unpacked}/lib/modules/{KERNEL}/updates/dkms/{carried_name}\n", ""
+        )
+
+    monkeypatch.setattr(initramfs.runner, "run", modinfo)
+    assert initramfs.runner is runner
+    tool = ImageWith(ctx.root, ctx.journal, carried, carried_name)
+    return install_stages.verify(candidate, ctx.root, tool, ctx.cert)
+
+
+def test_verify_takes_the_images_decompressed_copy_of_an_installed_ko_xz_as_the_same_module(ctx, monkeypatch, tmp_path):
+    """The Debian 12 follow of bookworm-backports' 6.12 (the power-cut test's) failed here: install refused its own
+    module because the initramfs held it decompressed."""
+    verified = _verify_against(ctx, monkeypatch, tmp_path, ELF, "amdgpu.ko")
+    assert verified.initramfs_module == f"lib/modules/{KERNEL}/updates/dkms/amdgpu.ko"
+
+
+def test_verify_still_refuses_an_image_whose_module_has_other_elf_bytes(ctx, monkeypatch, tmp_path):
+    with pytest.raises(BuildError, match=r"resolves amdgpu to lib/modules/.*/updates/dkms/amdgpu.ko \(sha256 "):
+        _verify_against(ctx, monkeypatch, tmp_path, ELF.replace(b"signed", b"stale!"), "amdgpu.ko")
