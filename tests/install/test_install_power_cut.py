@@ -19,10 +19,15 @@ flush and checks it on the host (its docstring says what is checked and how):
     one point booted for real, the first after the install's last journal record: the machine comes up with the
     quirks on (the boot guard's trial) and `status` says what the boot shows
 
-`RDNA1_KMGR_TEST_POWER_CUT=all` is the full sweep (issue 52's opt-in tier, for a closing note): rollback at
-every point; two more boots (after the initramfs is written, and after the boot guard's GRUB environment is
-written, each just before the step's `done`); and a second recording, the next boot (the guard's trial)
-running `rdna1-kmgr rollback`, checked the same way. `RDNA1_KMGR_TEST_POWER_CUT_NO_FSYNC=1` stubs out os.fsync
+`RDNA1_KMGR_TEST_POWER_CUT=all` is the full sweep (issue 52's opt-in tier, for a closing note, run with
+RDNA1_KMGR_TEST_ONE_LANE=1): rollback at every point; two more boots (after the initramfs is written, and
+after the boot guard's GRUB environment is written, each just before the step's `done`); a second recording,
+the next boot (the guard's trial) running `rdna1-kmgr rollback`, checked the same way; and a third on a system
+of its own, `followed`: apt installing bookworm-backports' 6.12 kernel and headers on a machine whose 6.1 has
+the install and the hooks, so that apt's Post-Invoke hook runs `follow pending` and that installs 6.12's build
+(the session's real one, its DKMS trees copied in) journaled. Its checks read 6.12's journal, and its rollback
+checks start at that journal's first record: the reference is the disk just before it (apt's own writes
+before then are dpkg's, whose crash safety is dpkg's). `RDNA1_KMGR_TEST_POWER_CUT_NO_FSYNC=1` stubs out os.fsync
 in the guest's copy of the tool (a .pth file), to show the test finding what a missing fsync does.
 """
 
@@ -34,24 +39,28 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import power_cut as pc
 import pytest
-from build_fixtures import build_files
+from build_fixtures import MOK_CERT, build_files, copy_build_into
+from install_checks import verdict_record
 from log_writes import Log, read_log
 from wholesystem import (
     STEP_DIR,
     System,
     WriteLog,
     copy_into,
+    debian_sources,
     facts,
     install_tool,
     new_system,
     qemu_boot,
     read_step,
 )
+
+from rdna1_kmgr.modbuild.prerequisites import BUILD_TOOLS
 
 # In the second lane (tests/second_lane.py): its own image and reflink area; the host's build comes handed over
 pytestmark = [pytest.mark.vm, pytest.mark.realbuild, pytest.mark.second_lane]
@@ -85,6 +94,7 @@ class Recording:
 
     stage: Stage
     name: str
+    kernel: str  # whose journal the surveys read and the rollback checks roll back
     log: Log
     window: tuple[int, int]
     snapshots: dict[int, Path]
@@ -121,8 +131,7 @@ def stage(request, built_module_61, wholesystem_image_61, tmp_path_factory) -> I
     system = new_system(wholesystem_image_61, tmp)
     with system.files() as root:
         install_tool(root)
-        for path in build_files(built_module_61):
-            copy_into(root, path, built)
+        copy_build_into(root, built_module_61)
         if NO_FSYNC:
             site = root / Path(sys.prefix).relative_to("/") / "lib" / f"python3.{sys.version_info.minor}"
             (site / "site-packages/zz-test-no-fsync.pth").write_text("import os; os.fsync = lambda fd: None\n")
@@ -135,21 +144,33 @@ def stage(request, built_module_61, wholesystem_image_61, tmp_path_factory) -> I
         area.close()
 
 
-def record(stage: Stage, name: str, command: str) -> Recording:
-    """`command` run in a boot of the stage's system between the marks, recorded; the disk snapshotted and
-    surveyed at every crash point between the marks, and at the first and last of the boot and of the shutdown."""
-    log_path = stage.system.logs / f"{name}-writes.log"
+def record(
+    stage: Stage,
+    name: str,
+    command: str,
+    system: System | None = None,
+    kernel: str | None = None,
+    before: str = "",
+    timeout: float = 2400,
+) -> Recording:
+    """`command` run in a boot of `system` (the stage's) between the marks, recorded; the disk snapshotted and
+    surveyed (`kernel`'s journal, the stage's by default) at every crash point between the marks, and at the
+    first and last of the boot and of the shutdown. `before` runs first, before the first mark."""
+    system = system or stage.system
+    kernel = kernel or stage.kernel
+    log_path = system.logs / f"{name}-writes.log"
     recorded = WriteLog(log_path, stage.area.path / f"{name}-start.img", stage.area.path / f"{name}-end.img")
     started = time.monotonic()
-    boot = stage.system.boot(
+    boot = system.boot(
         # The step of a boot of any point, in place before the run: writing it into a point's disk on the host
         # would mount it, and the kernel's journal replay would hide what GRUB reads after the cut.
         f"set -e\ncat > /{STEP_DIR}/step.sh <<'STEP'\nset -e\n{BOOT_FACTS}STEP\nsync\n"
+        + before
         + pc.mark("run-start")
         + command
         + "\n"
         + pc.mark("run-end"),
-        timeout=2400,
+        timeout=timeout,
         write_log=recorded,
     )
     assert not boot.timed_out, f"the recording boot did not finish:\n{boot.tail()}"
@@ -170,17 +191,17 @@ def record(stage: Stage, name: str, command: str) -> Recording:
     mismatch = pc.replay_mismatch(log, recorded.start, recorded.end, stage.area.path / f"{name}-replayed.img")
     for path in (recorded.start, recorded.end, log_path):
         path.unlink()  # gigabytes; the snapshots hold what the checks need
-    surveys = tuple(survey_copy(stage, point, snapshots[point]) for point in sorted(wanted))
+    surveys = tuple(survey_copy(stage, point, snapshots[point], kernel) for point in sorted(wanted))
     stage.say(f"{name}: replayed and surveyed {len(surveys)} points in {time.monotonic() - started:.0f} s")
-    return Recording(stage, name, log, (start, end), snapshots, surveys, mismatch)
+    return Recording(stage, name, kernel, log, (start, end), snapshots, surveys, mismatch)
 
 
-def survey_copy(stage: Stage, point: int, snapshot: Path) -> pc.Survey:
+def survey_copy(stage: Stage, point: int, snapshot: Path, kernel: str) -> pc.Survey:
     """The survey on a copy: its mount replays the journal, and the snapshot must stay as the cut left it (the
     boots and the rollback checks start from it)."""
     copy = stage.area.snapshot(snapshot, "survey.img")
     try:
-        return pc.survey(point, copy, stage.kernel)
+        return pc.survey(point, copy, kernel)
     finally:
         copy.unlink()
 
@@ -199,17 +220,98 @@ def rolled_back(stage, installed) -> Recording:
 
 
 @pytest.fixture(scope="module")
-def before_install(stage, installed) -> tuple[dict[str, str], set[str]]:
-    """The watched files at the install's first point (power_cut.reference)."""
-    first = min(s.point for s in installed.inside)
-    image = stage.area.snapshot(installed.snapshots[first], "reference.img")
-    try:
-        return pc.reference(image, stage.kernel, stage.system.logs)
-    finally:
-        image.unlink()
+def followed(request, stage, built_module_61, wholesystem_image_61, tmp_path_factory) -> Recording:
+    """apt installs bookworm-backports' 6.12 kernel on a system whose 6.1 kernel has a finished install, with the
+    hooks `rdna1-kmgr hooks install` places: dpkg runs the kernel hooks (follow defer), apt's Post-Invoke hook
+    `follow pending`, which installs the 6.12 build journaled. Recorded from apt's start to its end."""
+    if not FULL:
+        pytest.skip("follow's recording is in the full sweep (RDNA1_KMGR_TEST_POWER_CUT=all): CI records one run")
+    built = request.getfixturevalue("built_module_612")
+    new = built["kernel"]
+    system = new_system(wholesystem_image_61, tmp_path_factory.mktemp("power-cut-follow"))
+    with system.files() as root:
+        install_tool(root)
+        copy_build_into(root, built_module_61)
+        copy_build_into(root, built)
+        # The pair the builds were signed with: follow verifies the 6.12 build it reuses against it
+        copy_into(root, MOK_CERT.with_name("mok.key"))
+        # The driver source follow renders, where its fetch finds it (no network in the guest)
+        source = Path(built["source"])
+        cached = root / "var/cache/rdna1-kmgr/src"
+        cached.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, cached / source.name, symlinks=True)
+        # The verdict `vm-test` stores for that module (tests/vm proves that part; a VM inside this TCG guest
+        # would take an hour): follow's vm-test stage reuses it
+        record_file = Path("/", pc.STATE_DIR, "validations", f"{built['sha256']}.json")
+        for folder in (record_file.parent.parent, record_file.parent):  # root's alone, as the tool makes them
+            (root / folder.relative_to("/")).mkdir(mode=0o700)
+        stored = replace(verdict_record(built["sha256"], new), record=str(record_file))
+        (root / record_file.relative_to("/")).write_text(json.dumps(stored.to_json(), indent=2, sort_keys=True))
+        mirror = next(uri for uri, suites in debian_sources() if "bookworm" in suites)
+        (root / "etc/apt/sources.list.d/backports.list").write_text(f"deb {mirror} bookworm-backports main\n")
+    apt = ["apt-get", "install", "-y", "--no-install-recommends", "-t", "bookworm-backports"]
+    packages = [f"linux-image-{new}", f"linux-headers-{new}"]
+    for name, argv in (
+        ("apt-update", ["apt-get", "update"]),
+        # What `rdna1-kmgr build` had installed on a machine where follow builds: follow never installs it
+        ("build-tools", [*apt[:4], *BUILD_TOOLS]),
+        ("apt-download", [*apt, "--download-only", *packages]),
+        ("hooks-install", ["rdna1-kmgr", "hooks", "install"]),
+        # --confirm-after 0: the boot that records confirms its trial at once (the wait below), so the guard's
+        # timer writes nothing while apt runs
+        (
+            "install-61",
+            ["rdna1-kmgr", "install", "--kernel", stage.kernel, "--skip-vm-check", "--yes"] + ["--confirm-after", "0"],
+        ),
+    ):
+        done = system.chroot(argv, name=f"follow-{name}")
+        assert done.returncode == 0, f"{' '.join(argv)} in the chroot: {done.stderr[-2000:]}"
+    confirmed = (
+        "for i in $(seq 600); do grub-editenv /boot/grub/grubenv list | grep -qx rdna1_kmgr=confirmed && break;"
+        " sleep 1; done\ngrub-editenv /boot/grub/grubenv list | grep -qx rdna1_kmgr=confirmed\n"
+    )
+    command = (
+        f"DEBIAN_FRONTEND=noninteractive {' '.join(apt)} --no-download {' '.join(packages)} > /root/apt.out 2>&1"
+        " || { cat /root/apt.out; exit 1; }\n"
+        f"cat /root/apt.out\ngrep -q '^rdna1-kmgr: {new}: patched: ' /root/apt.out"
+    )
+    # apt unpacks two kernel packages and makes an initramfs, then follow makes another: an hour under TCG at most
+    return record(stage, "follow", command, system=system, kernel=new, before=confirmed, timeout=3600)
 
 
-RUNS = ["installed", "rolled_back"]
+def journal_started(recording: Recording) -> tuple[pc.Survey, list[pc.Survey]]:
+    """The last point of the run before its kernel's journal has a record, and the points from the first on."""
+    inside = recording.inside
+    first = next(i for i, s in enumerate(inside) if s.journal)
+    assert first > 0, f"{recording.name}: the journal has a record at the run's first point"
+    return inside[first - 1], inside[first:]
+
+
+@pytest.fixture(scope="module")
+def references(request, stage) -> Callable[[Recording], tuple[dict[str, str], set[str]]]:
+    """The watched files as a run's journal began, and the grub.cfg allowed (power_cut.reference), made once per
+    run: the install's at its first point, which the rollback shares (it rolls that install back); follow's at its
+    last point before its install's first record (what apt did before that is dpkg's work, not the tool's)."""
+    found: dict[str, tuple[dict[str, str], set[str]]] = {}
+
+    def reference(recording: Recording) -> tuple[dict[str, str], set[str]]:
+        if recording.name == "follow":
+            source, point = recording, journal_started(recording)[0].point
+        else:
+            source = request.getfixturevalue("installed")
+            point = min(s.point for s in source.inside)
+        if source.name not in found:
+            image = stage.area.snapshot(source.snapshots[point], "reference.img")
+            try:
+                found[source.name] = pc.reference(image, recording.kernel, stage.system.logs)
+            finally:
+                image.unlink()
+        return found[source.name]
+
+    return reference
+
+
+RUNS = ["installed", "rolled_back", "followed"]
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -228,9 +330,9 @@ def test_power_cut_every_point_mounts_with_a_well_formed_grubenv(request, run):
     assert not bad, f"{len(bad)} of {len(recording.surveys)} points, the first: {dict(list(bad.items())[:3])}"
     assert len(recording.inside) >= 5, "fewer flushes than the run's own fsyncs alone would make"
     lagging = [s for s in recording.inside if s.grub_env != s.kernel_env]
-    # The boot guard's step checkpoints ext4's journal after its GRUB writes (boot_guard.grub_sees_it), before its
+    # The boot guard's step checkpoints ext4's journal after its GRUB writes (install/grub_commands.py), before its
     # record: from the record on, GRUB reads what the kernel reads
-    settled = "done boot-guard" if recording.name == "install" else "undone boot-guard"
+    settled = "undone boot-guard" if recording.name == "rollback" else "done boot-guard"
     late = [s.point for s in lagging if settled in s.journal]
     assert not late, f"GRUB reads other variables than the kernel after `{settled}` is on disk, at points {late}"
     recording.stage.say(
@@ -240,15 +342,17 @@ def test_power_cut_every_point_mounts_with_a_well_formed_grubenv(request, run):
     )
 
 
-def test_power_cut_the_install_journal_is_always_a_prefix_of_the_finished_one(installed):
+@pytest.mark.parametrize("run", ["installed", "followed"])
+def test_power_cut_the_install_journal_is_always_a_prefix_of_the_finished_one(request, run):
     """The journal only grows by whole records (a last line cut short at most): never a line the tool did not
-    write, never one lost."""
-    final = installed.surveys[-1].journal
+    write, never one lost. Follow's install is the same journaled install, for the new kernel."""
+    recording = request.getfixturevalue(run)
+    final = recording.surveys[-1].journal
     assert final and final[0] == "begin" and final[-1] == "commit", final
-    for s in installed.surveys:
+    for s in recording.surveys:
         assert s.journal == final[: len(s.journal)], f"point {s.point}: {s.journal} is not a prefix of {final}"
-    states = len({s.journal for s in installed.inside})
-    installed.stage.say(f"install: {states} journal states, up to {len(final)} records")
+    states = len({s.journal for s in recording.inside})
+    recording.stage.say(f"{recording.name}: {states} journal states, up to {len(final)} records")
 
 
 def test_power_cut_the_rollback_journal_extends_the_install_one_then_goes(installed, rolled_back):
@@ -262,19 +366,23 @@ def test_power_cut_the_rollback_journal_extends_the_install_one_then_goes(instal
 
 
 @pytest.mark.parametrize("run", RUNS)
-def test_power_cut_rollback_at_each_chosen_point_restores_every_file(request, before_install, run):
+def test_power_cut_rollback_at_each_chosen_point_restores_every_file(request, references, run):
     recording = request.getfixturevalue(run)
     stage = recording.stage
-    before, grub_cfgs = before_install
-    chosen = list(recording.surveys) if FULL else pc.choose(list(recording.surveys), recording.window, INTERIOR)
+    before, grub_cfgs = references(recording)
+    # Follow's points from its install's first record on: before it, its kernel has nothing to roll back
+    surveys = journal_started(recording)[1] if recording.name == "follow" else list(recording.surveys)
+    chosen = surveys if FULL else pc.choose(surveys, recording.window, INTERIOR)
     started = time.monotonic()
     checks = []
     for s in chosen:
         copy = stage.area.snapshot(recording.snapshots[s.point], f"check-{recording.name}-{s.point}.img")
-        checks.append(pc.check_rollback(s, copy, stage.kernel, stage.system.logs, before, grub_cfgs, recording.name))
+        checks.append(
+            pc.check_rollback(s, copy, recording.kernel, stage.system.logs, before, grub_cfgs, recording.name)
+        )
         copy.unlink()
     stage.say(
-        f"{recording.name}: rolled back at {len(checks)} of {len(recording.surveys)} points in "
+        f"{recording.name}: rolled back {recording.kernel} at {len(checks)} of {len(recording.surveys)} points in "
         f"{time.monotonic() - started:.0f} s"
     )
     bad = {c.point: (" | ".join(c.journal[-2:]), c.problems) for c in checks if c.problems}
