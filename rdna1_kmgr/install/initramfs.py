@@ -10,7 +10,6 @@ with chroot: its own configuration, modules and helpers, the way that system wou
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import tempfile
@@ -117,8 +116,8 @@ class InitramfsTool:
             if result.returncode != 0 or not result.stdout.strip():
                 return CarriedModule(entries, None, None)
             path = Path(result.stdout.strip().splitlines()[0])
-            elf = hashlib.sha256(module_checks.read_module(path)).hexdigest()
-            return CarriedModule(entries, str(path.relative_to(roots[0])), sha256_file(path), elf)
+            content = module_checks.content_sha256(path)
+            return CarriedModule(entries, str(path.relative_to(roots[0])), sha256_file(path), content)
 
 
 class InitramfsTools(InitramfsTool):

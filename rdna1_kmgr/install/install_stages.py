@@ -24,7 +24,6 @@ kept); a crash leaves the journal for `rdna1-kmgr rollback`.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -385,7 +384,7 @@ def verify(candidate: Candidate, root: TargetRoot, tool: initramfs.InitramfsTool
     module_checks.verify_signature(resolved, cert)
     carried = tool.carried_module(candidate.kernel, candidate.module_name)
     # The same module when its ELF bytes are: the image may hold it decompressed (initramfs.CarriedModule)
-    if carried is not None and carried.module_sha256 != hashlib.sha256(module_checks.read_module(resolved)).hexdigest():
+    if carried is not None and carried.module_sha256 != module_checks.content_sha256(resolved):
         which = (
             f"resolves {candidate.module_name} to {carried.resolved} (sha256 {(carried.sha256 or '')[:12]}...)"
             if carried.resolved

@@ -10,6 +10,7 @@ byte in the content makes it fail.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import lzma
 import struct
 import tempfile
@@ -46,6 +47,11 @@ def read_module(path: Path) -> bytes:
             ["zstd", "-dc", str(path)], text=False, error=BuildError, doing=f"decompressing {path}", hint="install zstd"
         ).stdout
     return data
+
+
+def content_sha256(path: Path) -> str:
+    """The sha256 of the module's ELF bytes (read_module): the same for a module and its decompressed copy."""
+    return hashlib.sha256(read_module(path)).hexdigest()
 
 
 def split_signature(data: bytes) -> SignedModule:

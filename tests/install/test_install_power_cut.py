@@ -261,7 +261,7 @@ def followed(request, stage, built_module_61, wholesystem_image_61, tmp_path_fac
         # timer writes nothing while apt runs
         (
             "install-61",
-            ["rdna1-kmgr", "install", "--kernel", stage.kernel, "--skip-vm-check", "--yes"] + ["--confirm-after", "0"],
+            ["rdna1-kmgr", "install", "--kernel", stage.kernel, "--skip-vm-check", "--yes", "--confirm-after", "0"],
         ),
     ):
         done = system.chroot(argv, name=f"follow-{name}")

@@ -3,12 +3,15 @@ it is told: the plan numbers them in the documented order, each stage's intent i
 anything, a failing stage rolls back and says where, verify journals nothing. (test_module_install runs them all
 for real: DKMS, depmod, modinfo, rollback bit for bit.)"""
 
+import hashlib
 import io
+import lzma
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from rdna1_kmgr.core import progress
+from rdna1_kmgr.core import progress, runner
 from rdna1_kmgr.core.errors import BuildError, HostError
 from rdna1_kmgr.install import boot_guard, install_stages
 from rdna1_kmgr.install.initramfs import InitramfsTool
@@ -17,6 +20,7 @@ from rdna1_kmgr.install.install_result import Verified
 from rdna1_kmgr.install.install_stages import InstallContext
 from rdna1_kmgr.install.target_root import TargetRoot
 from rdna1_kmgr.modbuild import dkms_package as dkms
+from rdna1_kmgr.modbuild import module_checks
 from rdna1_kmgr.render.quirk_mask import QuirkMask
 
 KERNEL = "6.1.0-57-amd64"
@@ -208,14 +212,6 @@ class ImageWith(FakeTool):
 
 
 def _verify_against(ctx, monkeypatch, tmp_path, carried: bytes, carried_name: str) -> Verified:
-    import hashlib
-    import lzma
-    import subprocess
-
-    from rdna1_kmgr.core import runner
-    from rdna1_kmgr.install import initramfs
-    from rdna1_kmgr.modbuild import module_checks
-
     installed = tmp_path / "installed" / "amdgpu.ko.xz"  # DKMS compressed it as 6.12's own modules are
     installed.parent.mkdir()
     installed.write_bytes(lzma.compress(ELF))
@@ -232,8 +228,7 @@ def _verify_against(ctx, monkeypatch, tmp_path, carried: bytes, carried_name: st
             argv, 0, f"{unpacked}/lib/modules/{KERNEL}/updates/dkms/{carried_name}\n", ""
         )
 
-    monkeypatch.setattr(initramfs.runner, "run", modinfo)
-    assert initramfs.runner is runner
+    monkeypatch.setattr(runner, "run", modinfo)
     tool = ImageWith(ctx.root, ctx.journal, carried, carried_name)
     return install_stages.verify(candidate, ctx.root, tool, ctx.cert)
 
